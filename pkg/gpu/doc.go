@@ -1,0 +1,23 @@
+// Package gpu is gpusched's placement engine: it knows every GPU on every
+// node and decides which GPUs a pod gets.
+//
+// The engine is framework-free. It imports only k8s.io/api and
+// k8s.io/apimachinery, so it compiles in seconds and every front end (the
+// kube-scheduler plugins, the HTTP extender, the simulator) calls the same
+// logic. Its parts:
+//
+//   - inventory (inventory.go): a node's GPUs, read from NVIDIA GPU Feature
+//     Discovery labels or from the gpusched.io/gpu-devices annotation;
+//   - demand (demand.go): what a pod asks for, read from the nvidia.com/gpu
+//     resource and gpusched.io/ annotations;
+//   - assignment (assignment.go): the gpusched.io/gpu-assigned annotation,
+//     the one record of which GPUs a pod was given;
+//   - ledger (ledger.go): per-GPU allocation on every node, rebuilt from the
+//     assignments of bound pods, plus pods assumed in flight;
+//   - fit (fit.go): whether a demand fits a node, on which GPUs, and if not,
+//     why (one Reason per cause);
+//   - policies (policy.go): how a node is scored and its GPUs chosen.
+//
+// Malformed input never panics: every parse returns a *InvalidValueError that
+// names the field, the value and what is allowed.
+package gpu

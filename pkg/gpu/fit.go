@@ -1,0 +1,157 @@
+package gpu
+
+import "strings"
+
+// Reason is one cause for a demand not fitting a node. Its text (String) is
+// stable: events count nodes per reason, and users and tools match on it.
+type Reason uint16
+
+const (
+	// ReasonInventoryInvalid: the node's GPU labels or annotation are malformed.
+	ReasonInventoryInvalid Reason = 1 << iota
+	// ReasonNoGPUs: the node has no GPUs at all.
+	ReasonNoGPUs
+	// ReasonModelNotAllowed: GPUs were ruled out by the pod's model list.
+	ReasonModelNotAllowed
+	// ReasonMemoryTooSmall: GPUs were ruled out because their memory is below
+	// the pod's per-GPU memory request.
+	ReasonMemoryTooSmall
+	// ReasonTooFewGPUs: the node has fewer GPUs than the pod asks for, even
+	// when all are free.
+	ReasonTooFewGPUs
+	// ReasonInsufficientGPUs: too few of the node's suitable GPUs are free.
+	ReasonInsufficientGPUs
+	// ReasonInsufficientShare: no suitable GPU has the free milli-GPU a share needs.
+	ReasonInsufficientShare
+	// ReasonInsufficientMemory: suitable GPUs have the free milli-GPU a share
+	// needs, but not the free memory.
+	ReasonInsufficientMemory
+
+	reasonEnd
+)
+
+// unresolvable are the reasons that freeing GPUs on the node cannot cure.
+const unresolvable = ReasonInventoryInvalid | ReasonNoGPUs | ReasonModelNotAllowed | ReasonMemoryTooSmall | ReasonTooFewGPUs
+
+var reasonText = map[Reason]string{
+	ReasonInventoryInvalid:   "node GPU inventory invalid",
+	ReasonNoGPUs:             "node has no GPUs",
+	ReasonModelNotAllowed:    "GPU model not allowed",
+	ReasonMemoryTooSmall:     "GPU memory below request",
+	ReasonTooFewGPUs:         "too few GPUs on node",
+	ReasonInsufficientGPUs:   "insufficient free GPUs",
+	ReasonInsufficientShare:  "insufficient free GPU share",
+	ReasonInsufficientMemory: "insufficient free GPU memory",
+}
+
+// String is the reason's stable text.
+func (r Reason) String() string { return reasonText[r] }
+
+// Reasons is a set of Reason.
+type Reasons uint16
+
+// Has reports whether r is in the set.
+func (rs Reasons) Has(r Reason) bool { return rs&Reasons(r) != 0 }
+
+// Unresolvable reports whether freeing GPUs on the node cannot make the demand
+// fit (preemption would not help).
+func (rs Reasons) Unresolvable() bool { return rs&Reasons(unresolvable) != 0 }
+
+// Strings lists the reasons' texts in a fixed order.
+func (rs Reasons) Strings() []string {
+	var out []string
+	for r := Reason(1); r < reasonEnd; r <<= 1 {
+		if rs.Has(r) {
+			out = append(out, r.String())
+		}
+	}
+	return out
+}
+
+func (rs Reasons) String() string { return strings.Join(rs.Strings(), ", ") }
+
+// Candidates returns the node's GPUs that can take the demand now. When fewer
+// than d.Count qualify it also returns why, one Reason per cause: first the
+// causes no amount of freeing could cure (model, memory size, GPU count), and
+// only when there are none, what is short right now.
+//
+// It does not allocate; d must not be zero.
+func Candidates(n *NodeGPUs, d *Demand) (DeviceSet, Reasons) {
+	if n.Err != nil {
+		return 0, Reasons(ReasonInventoryInvalid)
+	}
+	if n.Len() == 0 {
+		return 0, Reasons(ReasonNoGPUs)
+	}
+	var suitable, free DeviceSet
+	var static, short Reasons
+	for i := range n.Inventory.Devices {
+		dev := &n.Inventory.Devices[i]
+		if !d.AllowsModel(dev.Model) {
+			static |= Reasons(ReasonModelNotAllowed)
+			continue
+		}
+		if dev.MemoryMiB < d.MemoryMiB {
+			static |= Reasons(ReasonMemoryTooSmall)
+			continue
+		}
+		suitable |= 1 << uint(i)
+		switch {
+		case !d.IsShare():
+			if n.Used[i].Milli == 0 {
+				free |= 1 << uint(i)
+			} else {
+				short |= Reasons(ReasonInsufficientGPUs)
+			}
+		case n.FreeMilli(i) < d.Milli:
+			short |= Reasons(ReasonInsufficientShare)
+		case n.FreeMemoryMiB(i) < d.MemoryMiB:
+			short |= Reasons(ReasonInsufficientMemory)
+		default:
+			free |= 1 << uint(i)
+		}
+	}
+	if suitable.Len() < d.Count {
+		if static == 0 {
+			static = Reasons(ReasonTooFewGPUs)
+		}
+		return free, static
+	}
+	if free.Len() < d.Count {
+		return free, short
+	}
+	return free, 0
+}
+
+// Place decides whether d fits n and on which GPUs, as policy prefers.
+// It returns the chosen GPUs, or the reasons it does not fit.
+func Place(n *NodeGPUs, d *Demand, policy Policy) (DeviceSet, Reasons) {
+	candidates, reasons := Candidates(n, d)
+	if reasons != 0 {
+		return 0, reasons
+	}
+	return policy.Choose(n, d, candidates), 0
+}
+
+// NewAssignment records the GPUs chosen for d on node n.
+func NewAssignment(n *NodeGPUs, d *Demand, chosen DeviceSet) Assignment {
+	a := Assignment{Node: n.Name, Milli: d.Milli, Devices: make([]int, 0, chosen.Len())}
+	if d.IsShare() {
+		a.MemoryMiB = d.MemoryMiB
+	}
+	haveUUIDs := true
+	for i := range n.Inventory.Devices {
+		if chosen.Has(i) {
+			a.Devices = append(a.Devices, n.Inventory.Devices[i].Index)
+			haveUUIDs = haveUUIDs && n.Inventory.Devices[i].UUID != ""
+		}
+	}
+	if haveUUIDs {
+		for i := range n.Inventory.Devices {
+			if chosen.Has(i) {
+				a.UUIDs = append(a.UUIDs, n.Inventory.Devices[i].UUID)
+			}
+		}
+	}
+	return a
+}

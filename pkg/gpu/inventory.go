@@ -1,0 +1,167 @@
+package gpu
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+
+	v1 "k8s.io/api/core/v1"
+)
+
+// Device is one GPU of a node.
+type Device struct {
+	// Index is the GPU's index on its node, as the device plugin numbers it.
+	Index int `json:"index"`
+	// UUID is the GPU's UUID ("GPU-..."), when known.
+	UUID string `json:"uuid,omitempty"`
+	// Model is the product name, e.g. "NVIDIA-A100-SXM4-80GB".
+	Model string `json:"model"`
+	// MemoryMiB is the GPU's memory; 0 means unknown.
+	MemoryMiB int64 `json:"memoryMiB"`
+	// Group names the interconnect group (NVLink island or clique) the GPU
+	// belongs to. GPUs with the same Group talk to each other fast; "" is a
+	// group of its own like any other name.
+	Group string `json:"group,omitempty"`
+}
+
+// DeviceSet is a set of devices of one node, by position in Inventory.Devices.
+type DeviceSet uint64
+
+// Has reports whether position i is in the set.
+func (s DeviceSet) Has(i int) bool { return s&(1<<uint(i)) != 0 }
+
+// Len is the number of devices in the set.
+func (s DeviceSet) Len() int { return popcount(uint64(s)) }
+
+func popcount(x uint64) int {
+	n := 0
+	for x != 0 {
+		x &= x - 1
+		n++
+	}
+	return n
+}
+
+// Inventory is a node's GPUs. It is immutable once built.
+type Inventory struct {
+	// Devices in the order the source lists them (GFD: by index).
+	Devices []Device
+	// groups[g] is the set of devices in the g-th distinct interconnect group.
+	groups []DeviceSet
+	// all is the set of every device.
+	all DeviceSet
+	// memoryMiB is the sum of the devices' memory.
+	memoryMiB int64
+}
+
+// NewInventory builds an inventory from a list of devices. It rejects more than
+// MaxDevicesPerNode devices, negative or repeated indices and negative memory.
+func NewInventory(devices []Device) (*Inventory, error) {
+	if len(devices) > MaxDevicesPerNode {
+		return nil, fmt.Errorf("%d GPUs on one node, at most %d are supported", len(devices), MaxDevicesPerNode)
+	}
+	inv := &Inventory{Devices: devices}
+	seen := make(map[int]bool, len(devices))
+	groupIndex := make(map[string]int, 2)
+	for i, d := range devices {
+		if d.Index < 0 || seen[d.Index] {
+			return nil, fmt.Errorf("GPU index %d is negative or listed twice", d.Index)
+		}
+		seen[d.Index] = true
+		if d.MemoryMiB < 0 {
+			return nil, fmt.Errorf("GPU %d has negative memory %d MiB", d.Index, d.MemoryMiB)
+		}
+		g, ok := groupIndex[d.Group]
+		if !ok {
+			g = len(inv.groups)
+			groupIndex[d.Group] = g
+			inv.groups = append(inv.groups, 0)
+		}
+		inv.groups[g] |= 1 << uint(i)
+		inv.all |= 1 << uint(i)
+		inv.memoryMiB += d.MemoryMiB
+	}
+	return inv, nil
+}
+
+// Len is the number of GPUs.
+func (inv *Inventory) Len() int { return len(inv.Devices) }
+
+// position returns the position of the device with the given index, or -1.
+func (inv *Inventory) position(index int) int {
+	if index >= 0 && index < len(inv.Devices) && inv.Devices[index].Index == index {
+		return index // the common case: indices are 0..n-1 in order
+	}
+	for i := range inv.Devices {
+		if inv.Devices[i].Index == index {
+			return i
+		}
+	}
+	return -1
+}
+
+// InventoryFromNode reads a node's GPUs. Sources, in order of precedence:
+//
+//  1. the gpusched.io/gpu-devices annotation: a JSON list of Device objects;
+//  2. GPU Feature Discovery labels: nvidia.com/gpu.product (model),
+//     nvidia.com/gpu.memory (MiB), nvidia.com/gpu.clique (one interconnect
+//     group for all GPUs), with the count from status.allocatable
+//     ["nvidia.com/gpu"] or, when that is absent, nvidia.com/gpu.count.
+//
+// When both the annotation and the allocatable count are present they must
+// agree: a GPU the device plugin withdrew cannot be told apart from the others,
+// so a mismatch is an error rather than a guess. A node with neither source has
+// an empty inventory and a nil error.
+func InventoryFromNode(node *v1.Node) (*Inventory, error) {
+	allocatable, hasAllocatable := node.Status.Allocatable[ResourceGPU]
+	if raw, ok := node.Annotations[AnnotationDevices]; ok {
+		var devices []Device
+		if err := json.Unmarshal([]byte(raw), &devices); err != nil {
+			return nil, invalid(AnnotationDevices, raw,
+				`want a JSON list of {"index":0,"uuid":"GPU-...","model":"...","memoryMiB":81920,"group":"..."}: `+err.Error())
+		}
+		inv, err := NewInventory(devices)
+		if err != nil {
+			return nil, invalid(AnnotationDevices, raw, err.Error())
+		}
+		if hasAllocatable && allocatable.Value() != int64(len(devices)) {
+			return nil, invalid(AnnotationDevices, raw, fmt.Sprintf(
+				"lists %d GPUs but status.allocatable[%s] is %d; the two must agree", len(devices), ResourceGPU, allocatable.Value()))
+		}
+		return inv, nil
+	}
+
+	count := int64(0)
+	switch {
+	case hasAllocatable:
+		count = allocatable.Value()
+	case node.Labels[LabelCount] != "":
+		n, err := strconv.ParseInt(node.Labels[LabelCount], 10, 64)
+		if err != nil || n < 0 {
+			return nil, invalid(LabelCount, node.Labels[LabelCount], "want a non-negative integer number of GPUs")
+		}
+		count = n
+	}
+	if count > MaxDevicesPerNode {
+		return nil, invalid(string(ResourceGPU), strconv.FormatInt(count, 10),
+			fmt.Sprintf("at most %d GPUs per node are supported", MaxDevicesPerNode))
+	}
+	var memory int64
+	if raw := node.Labels[LabelMemory]; raw != "" {
+		m, err := strconv.ParseInt(raw, 10, 64)
+		if err != nil || m < 0 {
+			return nil, invalid(LabelMemory, raw, "want a non-negative integer number of MiB")
+		}
+		memory = m
+	}
+	devices := make([]Device, count)
+	for i := range devices {
+		devices[i] = Device{
+			Index:     i,
+			Model:     node.Labels[LabelProduct],
+			MemoryMiB: memory,
+			Group:     node.Labels[LabelClique],
+		}
+	}
+	return NewInventory(devices)
+}

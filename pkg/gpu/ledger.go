@@ -1,0 +1,196 @@
+package gpu
+
+import (
+	"fmt"
+	"iter"
+	"sync"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// Ledger is the allocation of every GPU on every node.
+//
+// A node's allocation is derived from the pods on the node, exactly as the
+// caller's pod cache holds them (the scheduler's snapshot in plugin mode): a
+// pod counts when it carries an assignment for the node, or, while it is in
+// flight (reserved, not yet bound), when the ledger holds an assumption for it.
+// So a restarted scheduler rebuilds the exact state from the annotations of the
+// bound pods, and the ledger never disagrees with the cache the scheduler
+// filters against. Views are cached per node and recomputed only when the
+// caller's generation for the node changes.
+//
+// Invariant: Assume never allocates a GPU beyond its capacity. Bound pods are
+// facts and are always counted, even if their assignments conflict (two
+// schedulers, a hand-edited annotation); such a GPU simply has nothing free.
+//
+// A Ledger is safe for concurrent use.
+type Ledger struct {
+	mu sync.RWMutex
+	// assumed holds the assignments of pods in flight.
+	assumed map[types.UID]Assignment
+	// views caches each node's last computed view.
+	views map[string]*cachedView
+}
+
+type cachedView struct {
+	// source is the Node object the inventory was read from.
+	source *v1.Node
+	// generation is the caller's generation the view was computed at; stale
+	// marks a view an assumption has changed since.
+	generation int64
+	stale      bool
+	inv        *Inventory
+	invErr     error
+	view       *NodeGPUs
+}
+
+// NewLedger returns an empty ledger.
+func NewLedger() *Ledger {
+	return &Ledger{assumed: map[types.UID]Assignment{}, views: map[string]*cachedView{}}
+}
+
+// Node returns node's GPUs and their allocation by pods.
+//
+// pods yields every pod the caller holds on the node, including pods assumed
+// there and not yet bound (as the scheduler's cache does). generation must
+// change whenever node or its pods change (as a scheduler NodeInfo's
+// generation does); while it and the node object stay the same, the cached view
+// is returned without reading pods. The inventory is read again only when node
+// is a different object with a different resourceVersion.
+func (l *Ledger) Node(node *v1.Node, generation int64, pods iter.Seq[*v1.Pod]) *NodeGPUs {
+	l.mu.RLock()
+	c := l.views[node.Name]
+	if c != nil && !c.stale && c.generation == generation && c.source == node {
+		view := c.view
+		l.mu.RUnlock()
+		return view
+	}
+	l.mu.RUnlock()
+
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if c == nil {
+		c = &cachedView{}
+		l.views[node.Name] = c
+	}
+	if !sameNode(c.source, node) {
+		c.inv, c.invErr = InventoryFromNode(node)
+	}
+	c.source, c.generation, c.stale = node, generation, false
+	c.view = l.compute(node.Name, c.inv, c.invErr, pods)
+	return c.view
+}
+
+func sameNode(seen, node *v1.Node) bool {
+	if seen == nil {
+		return false
+	}
+	return seen == node || (node.ResourceVersion != "" && seen.ResourceVersion == node.ResourceVersion)
+}
+
+// compute derives a node's view from its pods. Callers hold l.mu for writing.
+func (l *Ledger) compute(name string, inv *Inventory, invErr error, pods iter.Seq[*v1.Pod]) *NodeGPUs {
+	n := newNodeGPUs(name, inv, invErr)
+	if inv == nil {
+		return n
+	}
+	for pod := range pods {
+		a, counted := AssignmentOf(pod)
+		if counted && a.Node == name {
+			delete(l.assumed, pod.UID) // bound with its annotation: the assumption is done
+		} else if a, counted = l.assumed[pod.UID]; !counted || a.Node != name || isTerminated(pod) {
+			continue
+		}
+		n.add(&a)
+	}
+	return n
+}
+
+// AssignmentOf returns the assignment a pod holds as a bound pod: one read from
+// its annotation, for the node it is bound to, while it is not terminated.
+func AssignmentOf(pod *v1.Pod) (Assignment, bool) {
+	raw, ok := pod.Annotations[AnnotationAssigned]
+	if !ok || pod.Spec.NodeName == "" || isTerminated(pod) {
+		return Assignment{}, false
+	}
+	a, err := ParseAssignment(raw)
+	if err != nil || a.Node != pod.Spec.NodeName {
+		return Assignment{}, false
+	}
+	return a, true
+}
+
+// isTerminated: a terminated pod's containers are gone, and so is its claim on GPUs.
+func isTerminated(pod *v1.Pod) bool {
+	return pod.Status.Phase == v1.PodSucceeded || pod.Status.Phase == v1.PodFailed
+}
+
+// Assume allocates a's GPUs to the pod with the given UID before it is bound.
+// The caller must have read the node with Node in this cycle, and must then
+// hold the pod on the node (with a new generation) for the assumption to
+// count. Assume fails, changing nothing, if the node is unknown, if another
+// assumption changed the node since it was last read, or if any GPU lacks the
+// free milli-GPU or memory, or if the pod is assumed already (Forget it first).
+func (l *Ledger) Assume(uid types.UID, a Assignment) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	c := l.views[a.Node]
+	switch {
+	case c == nil || c.inv == nil:
+		return fmt.Errorf("node %s has no known GPU inventory", a.Node)
+	case c.stale:
+		return fmt.Errorf("node %s changed since it was last read; read it again", a.Node)
+	}
+	if old, ok := l.assumed[uid]; ok {
+		return fmt.Errorf("pod %s is already assumed on GPUs %v of node %s", uid, old.Devices, old.Node)
+	}
+	if err := checkFree(c.view, &a); err != nil {
+		return err
+	}
+	l.assumed[uid] = a
+	l.markStale(a.Node)
+	return nil
+}
+
+// Forget releases the GPUs assumed for a pod; it does nothing for a pod that is
+// not assumed. A bound pod's GPUs are released when it leaves its node's pods.
+func (l *Ledger) Forget(uid types.UID) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if a, ok := l.assumed[uid]; ok {
+		delete(l.assumed, uid)
+		l.markStale(a.Node)
+	}
+}
+
+// Assumed returns the assignment assumed for a pod in flight, if any.
+func (l *Ledger) Assumed(uid types.UID) (Assignment, bool) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	a, ok := l.assumed[uid]
+	return a, ok
+}
+
+// markStale forces the node's next read to recompute. Callers hold l.mu.
+func (l *Ledger) markStale(node string) {
+	if c := l.views[node]; c != nil {
+		c.stale = true
+	}
+}
+
+// checkFree reports whether every GPU of a exists on the node and has room for it.
+func checkFree(n *NodeGPUs, a *Assignment) error {
+	for _, index := range a.Devices {
+		i := n.Inventory.position(index)
+		switch {
+		case i < 0:
+			return fmt.Errorf("node %s has no GPU %d", n.Name, index)
+		case n.FreeMilli(i) < a.Milli:
+			return fmt.Errorf("GPU %d on node %s has %d milli-GPU free, %d needed", index, n.Name, n.FreeMilli(i), a.Milli)
+		case a.Milli < MilliPerGPU && n.FreeMemoryMiB(i) < a.MemoryMiB:
+			return fmt.Errorf("GPU %d on node %s has %d MiB free, %d needed", index, n.Name, n.FreeMemoryMiB(i), a.MemoryMiB)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,250 @@
+package gpu_test
+
+import (
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gpusched/gpusched/pkg/gpu"
+	gt "github.com/gpusched/gpusched/pkg/gpu/gputest"
+)
+
+// podCache holds pods per node with a generation per node that changes with
+// them, as the scheduler's cache does.
+type podCache struct {
+	pods  map[string][]*v1.Pod
+	gen   map[string]int64
+	clock int64
+}
+
+func newPodCache() *podCache {
+	return &podCache{pods: map[string][]*v1.Pod{}, gen: map[string]int64{}}
+}
+
+func (c *podCache) view(l *gpu.Ledger, node *v1.Node) *gpu.NodeGPUs {
+	return l.Node(node, c.gen[node.Name], slices.Values(c.pods[node.Name]))
+}
+
+// put adds the pod to its node, replacing any pod with the same UID.
+func (c *podCache) put(pod *v1.Pod) {
+	c.remove(pod.UID)
+	c.pods[pod.Spec.NodeName] = append(c.pods[pod.Spec.NodeName], pod)
+	c.clock++
+	c.gen[pod.Spec.NodeName] = c.clock
+}
+
+func (c *podCache) remove(uid types.UID) {
+	for node, pods := range c.pods {
+		if i := slices.IndexFunc(pods, func(p *v1.Pod) bool { return p.UID == uid }); i >= 0 {
+			c.pods[node] = slices.Delete(slices.Clone(pods), i, i+1)
+			c.clock++
+			c.gen[node] = c.clock
+		}
+	}
+}
+
+func usedMilli(n *gpu.NodeGPUs) []int64 {
+	out := make([]int64, n.Len())
+	for i, u := range n.Used {
+		out[i] = u.Milli
+	}
+	return out
+}
+
+func TestLedgerLifecycle(t *testing.T) {
+	node := gt.MakeGPUNode("n").GFD("A100", 2, 40960).Obj()
+	l, cache := gpu.NewLedger(), newPodCache()
+	cache.view(l, node)
+	a := gpu.Assignment{Node: "n", Devices: []int{1}, Milli: 400, MemoryMiB: 1000}
+
+	// Reserve: assume, and the cache holds the pod on the node, unannotated.
+	if err := l.Assume("p1", a); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Assume("p1", a); err == nil {
+		t.Fatal("a pod was assumed twice")
+	}
+	if err := l.Assume("p9", gpu.Assignment{Node: "n", Devices: []int{0}, Milli: 1000}); err == nil {
+		t.Fatal("assumed on a view that an assumption had changed")
+	}
+	cache.put(gt.MakeGPUPod("p1").UID("p1").Node("n").Obj())
+	if got := usedMilli(cache.view(l, node)); got[1] != 400 {
+		t.Fatalf("after assume: used %v", got)
+	}
+	if err := l.Assume("p2", gpu.Assignment{Node: "n", Devices: []int{1}, Milli: 700}); err == nil {
+		t.Fatal("assume beyond capacity succeeded")
+	}
+	// Bound with its annotation: counted from the annotation, the assumption is done.
+	bound := gt.MakeGPUPod("p1").UID("p1").Node("n").Assigned(a).Obj()
+	cache.put(bound)
+	if got := usedMilli(cache.view(l, node)); got[1] != 400 {
+		t.Fatalf("after bind: used %v", got)
+	}
+	if _, ok := l.Assumed("p1"); ok {
+		t.Error("assumption kept after the pod was seen bound")
+	}
+	l.Forget("p1")
+	if got := usedMilli(cache.view(l, node)); got[1] != 400 {
+		t.Fatalf("Forget released a bound pod: used %v", got)
+	}
+	// A terminated pod releases its GPUs.
+	done := bound.DeepCopy()
+	done.Status.Phase = v1.PodSucceeded
+	cache.put(done)
+	if got := usedMilli(cache.view(l, node)); got[1] != 0 {
+		t.Fatalf("after termination: used %v", got)
+	}
+	if err := l.Assume("p3", gpu.Assignment{Node: "other", Devices: []int{0}, Milli: 1000}); err == nil {
+		t.Fatal("assume on a node never read succeeded")
+	}
+	if err := l.Assume("p4", gpu.Assignment{Node: "n", Devices: []int{7}, Milli: 1000}); err == nil {
+		t.Fatal("assume of a GPU the node does not have succeeded")
+	}
+}
+
+func TestLedgerCountsOnlyValidAssignments(t *testing.T) {
+	node := gt.MakeGPUNode("n").GFD("A100", 2, 40960).Obj()
+	whole0 := gpu.Assignment{Node: "n", Devices: []int{0}, Milli: 1000}
+	pods := []*v1.Pod{
+		gt.MakeGPUPod("malformed").Node("n").Annotation(gpu.AnnotationAssigned, "gpus=zero").Obj(),
+		gt.MakeGPUPod("other-node").Node("n").Assigned(gpu.Assignment{Node: "m", Devices: []int{1}, Milli: 1000}).Obj(),
+		gt.MakeGPUPod("unknown-gpu").Node("n").Assigned(gpu.Assignment{Node: "n", Devices: []int{5}, Milli: 1000}).Obj(),
+		// Two bound pods on one GPU are facts: both count, and the GPU has nothing free.
+		gt.MakeGPUPod("x").Node("n").Assigned(whole0).Obj(),
+		gt.MakeGPUPod("y").Node("n").Assigned(whole0).Obj(),
+	}
+	n := gpu.NewLedger().Node(node, 1, slices.Values(pods))
+	if got := usedMilli(n); got[0] != 2000 || got[1] != 0 {
+		t.Errorf("used = %v, want [2000 0]", got)
+	}
+	if n.FreeMilli(0) != 0 || n.FreeMilliTotal() != 1000 {
+		t.Errorf("free milli: GPU 0 %d, node %d; want 0 and 1000", n.FreeMilli(0), n.FreeMilliTotal())
+	}
+}
+
+// TestLedgerProperty drives a ledger with random sequences of assume, forget,
+// bind, delete, node change and scheduler restart, and checks after every step
+// that no GPU is allocated beyond its capacity and that the ledger agrees with
+// one rebuilt from scratch from the same pods and assumptions.
+func TestLedgerProperty(t *testing.T) {
+	policies := []gpu.PolicyType{gpu.PolicyBestFit, gpu.PolicySpread, gpu.PolicyPacking}
+	for seed := uint64(1); seed <= 20; seed++ {
+		nodes := []*v1.Node{
+			gt.MakeGPUNode("a100").GFD("A100", 8, 81920).Clique("c0").Obj(),
+			gt.MakeGPUNode("t4").GFD("T4", 4, 16384).Obj(),
+			gt.MakeGPUNode("mixed").Devices(
+				gpu.Device{Index: 2, UUID: "GPU-2", Model: "H100", MemoryMiB: 81559, Group: "x"},
+				gpu.Device{Index: 5, UUID: "GPU-5", Model: "H100", MemoryMiB: 81559, Group: "x"},
+				gpu.Device{Index: 9, UUID: "GPU-9", Model: "L4", MemoryMiB: 23034, Group: "y"},
+			).Obj(),
+		}
+		rng := rand.New(rand.NewPCG(seed, 0))
+		ledger, cache := gpu.NewLedger(), newPodCache()
+		inFlight := map[types.UID]gpu.Assignment{}
+		bound := map[types.UID]bool{}
+		next := 0
+		for step := range 400 {
+			switch op := rng.IntN(10); {
+			case op < 4: // schedule a random pod: place, assume, hold it on the node
+				d := gpu.Demand{Count: 1 + rng.IntN(3), Milli: 1000}
+				if rng.IntN(2) == 0 {
+					d = gpu.Demand{Count: 1, Milli: 1 + rng.Int64N(999), MemoryMiB: rng.Int64N(20000)}
+				}
+				policy, _ := gpu.NewPolicy(policies[rng.IntN(len(policies))], gpu.Weights{GPU: 1, Memory: rng.Int64N(2)})
+				n := cache.view(ledger, nodes[rng.IntN(len(nodes))])
+				chosen, reasons := gpu.Place(n, &d, policy)
+				if reasons != 0 {
+					continue
+				}
+				next++
+				uid := types.UID("pod-" + strconv.Itoa(next))
+				a := gpu.NewAssignment(n, &d, chosen)
+				if err := ledger.Assume(uid, a); err != nil {
+					t.Fatalf("seed %d step %d: Assume of a placement Place chose: %v", seed, step, err)
+				}
+				inFlight[uid] = a
+				cache.put(gt.MakeGPUPod(string(uid)).UID(string(uid)).Node(a.Node).Obj())
+			case op < 5: // an arbitrary assignment: must be refused rather than over-allocate
+				node := nodes[rng.IntN(len(nodes))]
+				cache.view(ledger, node)
+				a := gpu.Assignment{Node: node.Name, Devices: []int{rng.IntN(10)}, Milli: 1 + rng.Int64N(1000), MemoryMiB: rng.Int64N(90000)}
+				next++
+				uid := types.UID("raw-" + strconv.Itoa(next))
+				if ledger.Assume(uid, a) == nil {
+					inFlight[uid] = a
+					cache.put(gt.MakeGPUPod(string(uid)).UID(string(uid)).Node(a.Node).Obj())
+				}
+			case op < 6: // unreserve: forget, and the cache drops the pod
+				if uid, ok := pick(rng, inFlight); ok {
+					ledger.Forget(uid)
+					cache.remove(uid)
+					delete(inFlight, uid)
+				}
+			case op < 8: // bind: the pod comes back with its annotation
+				if uid, ok := pick(rng, inFlight); ok {
+					cache.put(gt.MakeGPUPod(string(uid)).UID(string(uid)).Node(inFlight[uid].Node).Assigned(inFlight[uid]).Obj())
+					bound[uid] = true
+					delete(inFlight, uid)
+				}
+			case op < 9: // a bound pod is deleted
+				if uid, ok := pick(rng, bound); ok {
+					cache.remove(uid)
+					delete(bound, uid)
+				}
+			default: // a node object changes, or the scheduler restarts
+				if rng.IntN(2) == 0 {
+					i := rng.IntN(len(nodes))
+					nodes[i] = nodes[i].DeepCopy()
+				} else {
+					// A new scheduler has nothing in flight: those pods go back to pending.
+					for uid := range inFlight {
+						cache.remove(uid)
+					}
+					clear(inFlight)
+					ledger = gpu.NewLedger()
+				}
+			}
+			fresh := gpu.NewLedger()
+			for _, node := range nodes {
+				got := cache.view(ledger, node)
+				want := fresh.Node(node, 0, slices.Values(cache.pods[node.Name]))
+				for _, a := range inFlight { // what the fresh ledger would count for pods in flight
+					if a.Node == node.Name {
+						for _, index := range a.Devices {
+							i := slices.IndexFunc(want.Inventory.Devices, func(d gpu.Device) bool { return d.Index == index })
+							want.Used[i].Milli += a.Milli
+							if a.Milli < gpu.MilliPerGPU {
+								want.Used[i].MemoryMiB += a.MemoryMiB
+							}
+						}
+					}
+				}
+				for i, u := range got.Used {
+					dev := got.Inventory.Devices[i]
+					if u.Milli > gpu.MilliPerGPU || u.Milli < 0 || u.MemoryMiB > dev.MemoryMiB || u.MemoryMiB < 0 {
+						t.Fatalf("seed %d step %d: node %s GPU %d over-allocated: %+v", seed, step, node.Name, dev.Index, u)
+					}
+					if u != want.Used[i] {
+						t.Fatalf("seed %d step %d: node %s GPU %d: ledger %+v, rebuilt %+v", seed, step, node.Name, dev.Index, u, want.Used[i])
+					}
+				}
+			}
+		}
+	}
+}
+
+func pick[V any](rng *rand.Rand, m map[types.UID]V) (types.UID, bool) {
+	if len(m) == 0 {
+		return "", false
+	}
+	keys := make([]types.UID, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys) // map order is random; sort for a reproducible pick
+	return keys[rng.IntN(len(keys))], true
+}

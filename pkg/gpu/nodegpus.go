@@ -1,0 +1,80 @@
+package gpu
+
+// Usage is what is allocated on one GPU.
+type Usage struct {
+	// Milli is the allocated part of the GPU in milli-GPU, 0..1000 (more only
+	// when bound pods conflict, see Ledger.SyncPod).
+	Milli int64
+	// MemoryMiB is the memory reserved by shares.
+	MemoryMiB int64
+}
+
+// NodeGPUs is one node's GPUs and what is allocated on them, as the ledger saw
+// them at one moment. It is immutable: the ledger replaces it on every change,
+// so a scheduling cycle can read it without locks.
+type NodeGPUs struct {
+	// Name is the node's name.
+	Name string
+	// Inventory is the node's GPUs; nil when Err is set.
+	Inventory *Inventory
+	// Err is why the node's GPU inventory could not be read, if it could not.
+	Err error
+	// Used is the allocation of each device, by position in Inventory.Devices.
+	Used []Usage
+	// usedMilli is the sum of Used[i].Milli, each clamped to the GPU's capacity.
+	usedMilli int64
+}
+
+func newNodeGPUs(name string, inv *Inventory, err error) *NodeGPUs {
+	n := &NodeGPUs{Name: name, Inventory: inv, Err: err}
+	if inv != nil {
+		n.Used = make([]Usage, inv.Len())
+	}
+	return n
+}
+
+// Len is the number of GPUs; 0 for a node whose inventory is invalid.
+func (n *NodeGPUs) Len() int { return len(n.Used) }
+
+// FreeMilli is the unallocated part of device i, never below 0.
+func (n *NodeGPUs) FreeMilli(i int) int64 {
+	return max(0, MilliPerGPU-n.Used[i].Milli)
+}
+
+// FreeMemoryMiB is the unreserved memory of device i: 0 for a GPU with nothing
+// free, since a whole-GPU pod owns all of its GPU's memory.
+func (n *NodeGPUs) FreeMemoryMiB(i int) int64 {
+	if n.Used[i].Milli >= MilliPerGPU {
+		return 0
+	}
+	return max(0, n.Inventory.Devices[i].MemoryMiB-n.Used[i].MemoryMiB)
+}
+
+// UsedMilli is the node's allocated milli-GPU, each GPU counted up to its capacity.
+func (n *NodeGPUs) UsedMilli() int64 { return n.usedMilli }
+
+// FreeMilliTotal is the node's unallocated milli-GPU.
+func (n *NodeGPUs) FreeMilliTotal() int64 {
+	return int64(n.Len())*MilliPerGPU - n.usedMilli
+}
+
+// add counts an assignment on n, which is still being built. GPUs the
+// inventory does not have are ignored.
+func (n *NodeGPUs) add(a *Assignment) {
+	n.apply(a, 1)
+}
+
+func (n *NodeGPUs) apply(a *Assignment, sign int64) {
+	for _, index := range a.Devices {
+		i := n.Inventory.position(index)
+		if i < 0 {
+			continue
+		}
+		before := min(MilliPerGPU, max(0, n.Used[i].Milli))
+		n.Used[i].Milli += sign * a.Milli
+		if a.Milli < MilliPerGPU {
+			n.Used[i].MemoryMiB += sign * a.MemoryMiB
+		}
+		n.usedMilli += min(MilliPerGPU, max(0, n.Used[i].Milli)) - before
+	}
+}
