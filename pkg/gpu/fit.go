@@ -1,6 +1,10 @@
 package gpu
 
-import "strings"
+import (
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+)
 
 // Reason is one cause for a demand not fitting a node. Its text (String) is
 // stable: events count nodes per reason, and users and tools match on it.
@@ -154,4 +158,12 @@ func NewAssignment(n *NodeGPUs, d *Demand, chosen DeviceSet) Assignment {
 		}
 	}
 	return a
+}
+
+// CouldFit reports whether d could fit node were all of its GPUs free: whether
+// the node is worth trying again when it appears or changes.
+func CouldFit(node *v1.Node, d *Demand) bool {
+	inv, err := InventoryFromNode(node)
+	_, reasons := Candidates(newNodeGPUs(node.Name, inv, err), d)
+	return !reasons.Unresolvable()
 }

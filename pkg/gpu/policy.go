@@ -210,3 +210,15 @@ func lowest(s DeviceSet, k int) DeviceSet {
 	}
 	return out
 }
+
+// Rescale maps an engine score to 0..maxOut, min-max over the scores of all
+// feasible nodes (lo and hi are their least and greatest), so that the
+// policy's preference decides among GPU nodes even when their scores differ
+// little. When every node scores the same, each gets maxOut. Every front end
+// rescales this way: 0..100 for the plugins, 0..10 for the extender.
+func Rescale(score, lo, hi, maxOut int64) int64 {
+	if hi <= lo {
+		return maxOut
+	}
+	return (score - lo) * maxOut / (hi - lo)
+}

@@ -1,0 +1,22 @@
+// Command gpusched is a full kube-scheduler with gpusched's plugins
+// registered: leader election, profiles, metrics and health endpoints are the
+// upstream command's. Enable the plugins in a profile of the
+// KubeSchedulerConfiguration passed with --config (see deploy/).
+package main
+
+import (
+	"os"
+
+	"k8s.io/component-base/cli"
+	"k8s.io/kubernetes/cmd/kube-scheduler/app"
+
+	_ "github.com/gpusched/gpusched/pkg/apis/config/scheme" // GPUPlacementArgs in the configuration scheme
+	"github.com/gpusched/gpusched/pkg/plugins/gpuplacement"
+)
+
+func main() {
+	command := app.NewSchedulerCommand(
+		app.WithPlugin(gpuplacement.Name, gpuplacement.New),
+	)
+	os.Exit(cli.Run(command))
+}

@@ -1,0 +1,89 @@
+package scheme_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"k8s.io/klog/v2/ktesting"
+	"k8s.io/kubernetes/cmd/kube-scheduler/app/options"
+
+	"github.com/gpusched/gpusched/pkg/apis/config"
+	_ "github.com/gpusched/gpusched/pkg/apis/config/scheme"
+)
+
+// TestLoadConfig reads KubeSchedulerConfigurations with the kube-scheduler's
+// own loader: GPUPlacementArgs decode, default and convert like in-tree args.
+func TestLoadConfig(t *testing.T) {
+	const header = `apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+profiles:
+- schedulerName: gpusched
+  plugins:
+    multiPoint:
+      enabled:
+      - name: GPUPlacement
+  pluginConfig:
+  - name: GPUPlacement
+    args:
+`
+	tests := []struct {
+		name    string
+		args    string
+		want    config.ScoringStrategy
+		wantErr string
+	}{
+		{
+			name: "empty args take the defaults",
+			args: "      {}\n",
+			want: config.ScoringStrategy{Type: config.BestFit, Resources: []config.ResourceSpec{{Name: config.ResourceGPU, Weight: 1}}},
+		},
+		{
+			name: "packing on compute and memory",
+			args: "      scoringStrategy:\n        type: Packing\n        resources:\n        - name: nvidia.com/gpu\n          weight: 2\n        - name: gpusched.io/gpu-memory\n",
+			want: config.ScoringStrategy{Type: config.Packing, Resources: []config.ResourceSpec{{Name: config.ResourceGPU, Weight: 2}, {Name: config.ResourceGPUMemory, Weight: 1}}},
+		},
+		{
+			name:    "an unknown field is rejected",
+			args:    "      scoringStrategy:\n        kind: Packing\n",
+			wantErr: `unknown field "scoringStrategy.kind"`,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			logger, _ := ktesting.NewTestContext(t)
+			file := filepath.Join(t.TempDir(), "config.yaml")
+			if err := os.WriteFile(file, []byte(header+tt.args), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			cfg, err := options.LoadConfigFromFile(logger, file)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("error = %v, want one containing %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got *config.GPUPlacementArgs
+			for _, pc := range cfg.Profiles[0].PluginConfig {
+				if pc.Name == "GPUPlacement" {
+					got, _ = pc.Args.(*config.GPUPlacementArgs)
+				}
+			}
+			if got == nil {
+				t.Fatalf("no GPUPlacementArgs in %+v", cfg.Profiles[0].PluginConfig)
+			}
+			if got.ScoringStrategy.Type != tt.want.Type || len(got.ScoringStrategy.Resources) != len(tt.want.Resources) {
+				t.Fatalf("strategy %+v, want %+v", got.ScoringStrategy, tt.want)
+			}
+			for i, r := range tt.want.Resources {
+				if got.ScoringStrategy.Resources[i] != r {
+					t.Errorf("resource %d: %+v, want %+v", i, got.ScoringStrategy.Resources[i], r)
+				}
+			}
+		})
+	}
+}

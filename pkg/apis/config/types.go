@@ -1,0 +1,57 @@
+package config
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+)
+
+// GPUPlacementArgs configures the GPUPlacement plugin.
+type GPUPlacementArgs struct {
+	metav1.TypeMeta
+
+	// ScoringStrategy selects the placement policy and how it weighs resources.
+	ScoringStrategy ScoringStrategy
+}
+
+// ScoringStrategyType names a placement policy.
+type ScoringStrategyType string
+
+// The placement policies; see docs/policies.md.
+const (
+	BestFit ScoringStrategyType = "BestFit"
+	Spread  ScoringStrategyType = "Spread"
+	Packing ScoringStrategyType = "Packing"
+)
+
+// ScoringStrategy is a placement policy and the weights of the resources it scores.
+type ScoringStrategy struct {
+	Type      ScoringStrategyType
+	Resources []ResourceSpec
+}
+
+// ResourceSpec weighs one resource in scoring.
+type ResourceSpec struct {
+	// Name is ResourceGPU ("nvidia.com/gpu": GPU compute in milli-GPU) or
+	// ResourceGPUMemory ("gpusched.io/gpu-memory").
+	Name   string
+	Weight int64
+}
+
+// The resources a scoring strategy can weigh.
+const (
+	ResourceGPU       = "nvidia.com/gpu"
+	ResourceGPUMemory = "gpusched.io/gpu-memory"
+)
+
+// DeepCopyInto copies a into out.
+func (a *GPUPlacementArgs) DeepCopyInto(out *GPUPlacementArgs) {
+	*out = *a
+	out.ScoringStrategy.Resources = append([]ResourceSpec(nil), a.ScoringStrategy.Resources...)
+}
+
+// DeepCopyObject implements runtime.Object.
+func (a *GPUPlacementArgs) DeepCopyObject() runtime.Object {
+	out := new(GPUPlacementArgs)
+	a.DeepCopyInto(out)
+	return out
+}

@@ -1,0 +1,24 @@
+package v1
+
+import "github.com/gpusched/gpusched/pkg/apis/config"
+
+// SetDefaults_GPUPlacementArgs fills in what the user left out: the BestFit
+// policy, scoring GPU compute, each resource with weight 1.
+func SetDefaults_GPUPlacementArgs(a *GPUPlacementArgs) {
+	if a.ScoringStrategy == nil {
+		a.ScoringStrategy = &ScoringStrategy{}
+	}
+	s := a.ScoringStrategy
+	if s.Type == "" {
+		s.Type = string(config.BestFit)
+	}
+	if len(s.Resources) == 0 {
+		s.Resources = []ResourceSpec{{Name: config.ResourceGPU}}
+	}
+	for i := range s.Resources {
+		if s.Resources[i].Weight == nil {
+			one := int64(1)
+			s.Resources[i].Weight = &one
+		}
+	}
+}

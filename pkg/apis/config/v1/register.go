@@ -1,0 +1,57 @@
+package v1
+
+import (
+	"k8s.io/apimachinery/pkg/conversion"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/gpusched/gpusched/pkg/apis/config"
+)
+
+// SchemeGroupVersion is kubescheduler.config.k8s.io/v1.
+var SchemeGroupVersion = schema.GroupVersion{Group: config.GroupName, Version: "v1"}
+
+// AddToScheme registers the v1 types, their defaults and their conversions to
+// and from the internal types.
+func AddToScheme(s *runtime.Scheme) error {
+	s.AddKnownTypes(SchemeGroupVersion, &GPUPlacementArgs{})
+	s.AddTypeDefaultingFunc(&GPUPlacementArgs{}, func(obj any) { SetDefaults_GPUPlacementArgs(obj.(*GPUPlacementArgs)) })
+	if err := s.AddConversionFunc((*GPUPlacementArgs)(nil), (*config.GPUPlacementArgs)(nil), func(a, b any, _ conversion.Scope) error {
+		Convert_v1_GPUPlacementArgs_To_config_GPUPlacementArgs(a.(*GPUPlacementArgs), b.(*config.GPUPlacementArgs))
+		return nil
+	}); err != nil {
+		return err
+	}
+	return s.AddConversionFunc((*config.GPUPlacementArgs)(nil), (*GPUPlacementArgs)(nil), func(a, b any, _ conversion.Scope) error {
+		Convert_config_GPUPlacementArgs_To_v1_GPUPlacementArgs(a.(*config.GPUPlacementArgs), b.(*GPUPlacementArgs))
+		return nil
+	})
+}
+
+// Convert_v1_GPUPlacementArgs_To_config_GPUPlacementArgs converts user-facing
+// args to internal ones. A missing weight converts to 0, which validation
+// rejects: defaults are applied before conversion.
+func Convert_v1_GPUPlacementArgs_To_config_GPUPlacementArgs(in *GPUPlacementArgs, out *config.GPUPlacementArgs) {
+	*out = config.GPUPlacementArgs{}
+	if in.ScoringStrategy == nil {
+		return
+	}
+	out.ScoringStrategy.Type = config.ScoringStrategyType(in.ScoringStrategy.Type)
+	for _, r := range in.ScoringStrategy.Resources {
+		spec := config.ResourceSpec{Name: r.Name}
+		if r.Weight != nil {
+			spec.Weight = *r.Weight
+		}
+		out.ScoringStrategy.Resources = append(out.ScoringStrategy.Resources, spec)
+	}
+}
+
+// Convert_config_GPUPlacementArgs_To_v1_GPUPlacementArgs converts internal args
+// to their user-facing form.
+func Convert_config_GPUPlacementArgs_To_v1_GPUPlacementArgs(in *config.GPUPlacementArgs, out *GPUPlacementArgs) {
+	*out = GPUPlacementArgs{ScoringStrategy: &ScoringStrategy{Type: string(in.ScoringStrategy.Type)}}
+	for _, r := range in.ScoringStrategy.Resources {
+		w := r.Weight
+		out.ScoringStrategy.Resources = append(out.ScoringStrategy.Resources, ResourceSpec{Name: r.Name, Weight: &w})
+	}
+}

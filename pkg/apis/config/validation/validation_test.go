@@ -1,0 +1,49 @@
+package validation
+
+import (
+	"testing"
+
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/gpusched/gpusched/pkg/apis/config"
+)
+
+func TestValidateGPUPlacementArgs(t *testing.T) {
+	gpu := func(w int64) config.ResourceSpec { return config.ResourceSpec{Name: config.ResourceGPU, Weight: w} }
+	tests := []struct {
+		name     string
+		strategy config.ScoringStrategy
+		want     []string // "field: type" of each error
+	}{
+		{name: "valid", strategy: config.ScoringStrategy{Type: config.Packing, Resources: []config.ResourceSpec{gpu(1), {Name: config.ResourceGPUMemory, Weight: 100}}}},
+		{name: "unknown type", strategy: config.ScoringStrategy{Type: "Tetris", Resources: []config.ResourceSpec{gpu(1)}},
+			want: []string{"args.scoringStrategy.type: Unsupported value"}},
+		{name: "no resources", strategy: config.ScoringStrategy{Type: config.BestFit},
+			want: []string{"args.scoringStrategy.resources: Required value"}},
+		{name: "unknown resource, duplicate, bad weights", strategy: config.ScoringStrategy{Type: config.BestFit, Resources: []config.ResourceSpec{
+			{Name: "cpu", Weight: 1}, gpu(0), gpu(101)}},
+			want: []string{
+				"args.scoringStrategy.resources[0].name: Unsupported value",
+				"args.scoringStrategy.resources[1].weight: Invalid value",
+				"args.scoringStrategy.resources[2].name: Duplicate value",
+				"args.scoringStrategy.resources[2].weight: Invalid value",
+			}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			errs := ValidateGPUPlacementArgs(field.NewPath("args"), &config.GPUPlacementArgs{ScoringStrategy: tt.strategy})
+			var got []string
+			for _, e := range errs {
+				got = append(got, e.Field+": "+e.Type.String())
+			}
+			if len(got) != len(tt.want) {
+				t.Fatalf("errors %q, want %q", got, tt.want)
+			}
+			for i := range got {
+				if got[i] != tt.want[i] {
+					t.Errorf("error %d: %q, want %q", i, got[i], tt.want[i])
+				}
+			}
+		})
+	}
+}

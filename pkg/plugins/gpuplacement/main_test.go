@@ -1,0 +1,13 @@
+package gpuplacement_test
+
+import (
+	"os"
+	"testing"
+
+	"k8s.io/kubernetes/pkg/scheduler/metrics"
+)
+
+func TestMain(m *testing.M) {
+	metrics.Register() // the scheduler cache reports to these
+	os.Exit(m.Run())
+}

@@ -1,0 +1,240 @@
+// Package gpuplacement is the GPUPlacement kube-scheduler plugin: a thin
+// adapter from the scheduling framework's extension points to the placement
+// engine in pkg/gpu. Every decision is the engine's; this package maps the
+// engine's results to framework statuses and keeps the ledger in step with the
+// scheduling cycle.
+package gpuplacement
+
+import (
+	"context"
+	"fmt"
+	"iter"
+	"slices"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+
+	"github.com/gpusched/gpusched/pkg/apis/config"
+	configv1 "github.com/gpusched/gpusched/pkg/apis/config/v1"
+	"github.com/gpusched/gpusched/pkg/apis/config/validation"
+	"github.com/gpusched/gpusched/pkg/gpu"
+)
+
+// Name is the plugin's name in a KubeSchedulerConfiguration.
+const Name = "GPUPlacement"
+
+// stateKey is where PreFilter leaves the pod's demand in the CycleState.
+const stateKey fwk.StateKey = "PreFilter" + Name
+
+// assignmentKey is where Reserve leaves the pod's assignment for PreBind.
+const assignmentKey fwk.StateKey = "Reserve" + Name
+
+// GPUPlacement places pods on GPUs. See the package comment.
+type GPUPlacement struct {
+	handle fwk.Handle
+	policy gpu.Policy
+	ledger *gpu.Ledger
+}
+
+var (
+	_ fwk.PreFilterPlugin   = &GPUPlacement{}
+	_ fwk.FilterPlugin      = &GPUPlacement{}
+	_ fwk.PreScorePlugin    = &GPUPlacement{}
+	_ fwk.ScorePlugin       = &GPUPlacement{}
+	_ fwk.ScoreExtensions   = &GPUPlacement{}
+	_ fwk.ReservePlugin     = &GPUPlacement{}
+	_ fwk.PreBindPlugin     = &GPUPlacement{}
+	_ fwk.EnqueueExtensions = &GPUPlacement{}
+	_ fwk.SignPlugin        = &GPUPlacement{}
+)
+
+// New builds the plugin from its args: the internal GPUPlacementArgs the
+// kube-scheduler's configuration loader produces, or nil for the defaults.
+// The args are validated again here, so a plugin built any other way (tests,
+// the simulator) is held to the same rules.
+func New(_ context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
+	args, err := argsFrom(obj)
+	if err != nil {
+		return nil, err
+	}
+	policy, err := PolicyFromArgs(args)
+	if err != nil {
+		return nil, err
+	}
+	return &GPUPlacement{handle: h, policy: policy, ledger: gpu.NewLedger()}, nil
+}
+
+// argsFrom returns validated internal args.
+func argsFrom(obj runtime.Object) (*config.GPUPlacementArgs, error) {
+	var args *config.GPUPlacementArgs
+	switch a := obj.(type) {
+	case nil:
+		var external configv1.GPUPlacementArgs
+		configv1.SetDefaults_GPUPlacementArgs(&external)
+		args = &config.GPUPlacementArgs{}
+		configv1.Convert_v1_GPUPlacementArgs_To_config_GPUPlacementArgs(&external, args)
+	case *config.GPUPlacementArgs:
+		args = a
+	default:
+		return nil, fmt.Errorf("%s: want args of type GPUPlacementArgs, got %T", Name, obj)
+	}
+	if errs := validation.ValidateGPUPlacementArgs(nil, args); len(errs) > 0 {
+		return nil, fmt.Errorf("%s: invalid args: %w", Name, errs.ToAggregate())
+	}
+	return args, nil
+}
+
+// PolicyFromArgs builds the engine policy that validated args select.
+func PolicyFromArgs(args *config.GPUPlacementArgs) (gpu.Policy, error) {
+	var w gpu.Weights
+	for _, r := range args.ScoringStrategy.Resources {
+		switch r.Name {
+		case config.ResourceGPU:
+			w.GPU = r.Weight
+		case config.ResourceGPUMemory:
+			w.Memory = r.Weight
+		}
+	}
+	return gpu.NewPolicy(gpu.PolicyType(args.ScoringStrategy.Type), w)
+}
+
+// Name implements fwk.Plugin.
+func (p *GPUPlacement) Name() string { return Name }
+
+// podState is the pod's demand, computed once per cycle by PreFilter.
+type podState struct{ demand gpu.Demand }
+
+// Clone implements fwk.StateData; podState is never modified after PreFilter.
+func (s *podState) Clone() fwk.StateData { return s }
+
+// PreFilter reads the pod's GPU demand. A pod that asks for no GPU skips the
+// plugin. A malformed demand is UnschedulableAndUnresolvable with the engine's
+// message, which names the annotation, the value and what is allowed; it
+// reaches the user in the FailedScheduling event, and the pod is retried when
+// it is updated.
+func (p *GPUPlacement) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
+	demand, err := gpu.DemandFromPod(pod)
+	if err != nil {
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
+	}
+	if demand.IsZero() {
+		return nil, fwk.NewStatus(fwk.Skip)
+	}
+	state.Write(stateKey, &podState{demand: demand})
+	return nil, nil
+}
+
+// PreFilterExtensions implements fwk.PreFilterPlugin. The plugin has none:
+// preemption's what-if evaluation re-reads the node's pods through its
+// NodeInfo, whose generation changes with them.
+func (p *GPUPlacement) PreFilterExtensions() fwk.PreFilterExtensions { return nil }
+
+func demandOf(state fwk.CycleState) (*gpu.Demand, *fwk.Status) {
+	data, err := state.Read(stateKey)
+	if err != nil {
+		return nil, fwk.AsStatus(fmt.Errorf("%s: reading pod state: %w", Name, err))
+	}
+	return &data.(*podState).demand, nil
+}
+
+// nodeGPUs is the ledger's view of a node in the cycle's snapshot.
+func (p *GPUPlacement) nodeGPUs(nodeInfo fwk.NodeInfo) *gpu.NodeGPUs {
+	return p.ledger.Node(nodeInfo.Node(), nodeInfo.GetGeneration(), podsOf(nodeInfo))
+}
+
+func podsOf(nodeInfo fwk.NodeInfo) iter.Seq[*v1.Pod] {
+	return func(yield func(*v1.Pod) bool) {
+		for _, pi := range nodeInfo.GetPods() {
+			if !yield(pi.GetPod()) {
+				return
+			}
+		}
+	}
+}
+
+// Filter checks that the node has GPUs for the demand. It returns one reason
+// per cause, UnschedulableAndUnresolvable when freeing GPUs on the node cannot
+// help (model, memory size, GPU count), else Unschedulable (preemption may help).
+func (p *GPUPlacement) Filter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeInfo fwk.NodeInfo) *fwk.Status {
+	demand, status := demandOf(state)
+	if status != nil {
+		return status
+	}
+	_, reasons := gpu.Candidates(p.nodeGPUs(nodeInfo), demand)
+	return statusOf(reasons)
+}
+
+func statusOf(reasons gpu.Reasons) *fwk.Status {
+	if reasons == 0 {
+		return nil
+	}
+	code := fwk.Unschedulable
+	if reasons.Unresolvable() {
+		code = fwk.UnschedulableAndUnresolvable
+	}
+	return fwk.NewStatus(code, reasons.Strings()...)
+}
+
+// PreScore skips scoring for a pod without GPU demand (PreFilter skipped it).
+func (p *GPUPlacement) PreScore(ctx context.Context, state fwk.CycleState, pod *v1.Pod, _ []fwk.NodeInfo) *fwk.Status {
+	if _, err := state.Read(stateKey); err != nil {
+		return fwk.NewStatus(fwk.Skip)
+	}
+	return nil
+}
+
+// Score is the policy's engine score for placing the pod on the node, in
+// 0..gpu.MaxScore; NormalizeScore rescales it.
+func (p *GPUPlacement) Score(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeInfo fwk.NodeInfo) (int64, *fwk.Status) {
+	demand, status := demandOf(state)
+	if status != nil {
+		return 0, status
+	}
+	n := p.nodeGPUs(nodeInfo)
+	chosen, reasons := gpu.Place(n, demand, p.policy)
+	if reasons != 0 {
+		return 0, nil // the node changed since Filter; it will not be chosen
+	}
+	return p.policy.Score(n, demand, chosen), nil
+}
+
+// ScoreExtensions implements fwk.ScorePlugin.
+func (p *GPUPlacement) ScoreExtensions() fwk.ScoreExtensions { return p }
+
+// NormalizeScore rescales engine scores to 0..100, min-max over the feasible
+// nodes (gpu.Rescale).
+func (p *GPUPlacement) NormalizeScore(ctx context.Context, state fwk.CycleState, pod *v1.Pod, scores fwk.NodeScoreList) *fwk.Status {
+	if len(scores) == 0 {
+		return nil
+	}
+	lo, hi := scores[0].Score, scores[0].Score
+	for _, s := range scores[1:] {
+		lo, hi = min(lo, s.Score), max(hi, s.Score)
+	}
+	for i := range scores {
+		scores[i].Score = gpu.Rescale(scores[i].Score, lo, hi, fwk.MaxNodeScore)
+	}
+	return nil
+}
+
+// SignPod lets opportunistic batching treat pods with equal GPU demand alike:
+// the plugin's decisions depend on the pod only through its demand. A pod
+// whose demand is malformed is not signed.
+func (p *GPUPlacement) SignPod(ctx context.Context, pod *v1.Pod) ([]fwk.SignFragment, *fwk.Status) {
+	demand, err := gpu.DemandFromPod(pod)
+	if err != nil {
+		return nil, fwk.NewStatus(fwk.Unschedulable, err.Error())
+	}
+	models := slices.Clone(demand.Models)
+	slices.Sort(models)
+	return []fwk.SignFragment{{
+		Key:   "gpusched.io/GPUPlacement.Demand()",
+		Value: [4]any{demand.Count, demand.Milli, demand.MemoryMiB, models},
+	}}, nil
+}
+
+func logger(ctx context.Context) klog.Logger {
+	return klog.FromContext(ctx).WithValues("plugin", Name)
+}

@@ -1,0 +1,309 @@
+package gpuplacement_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/backend/cache"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/defaultbinder"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/queuesort"
+	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
+	tf "k8s.io/kubernetes/pkg/scheduler/testing/framework"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/ktesting"
+
+	"github.com/gpusched/gpusched/pkg/apis/config"
+	"github.com/gpusched/gpusched/pkg/gpu"
+	gt "github.com/gpusched/gpusched/pkg/gpu/gputest"
+	"github.com/gpusched/gpusched/pkg/plugins/gpuplacement"
+)
+
+const (
+	a100 = "NVIDIA-A100-SXM4-80GB"
+	t4   = "Tesla-T4"
+)
+
+// testCluster is a real framework over a real scheduler cache and snapshot,
+// with GPUPlacement at all of its extension points and a fake API client for
+// PreBind's patch.
+type testCluster struct {
+	fw       framework.Framework
+	cache    cache.Cache
+	snapshot *cache.Snapshot
+	client   *fake.Clientset
+	logger   klog.Logger
+}
+
+func newCluster(t *testing.T, args *config.GPUPlacementArgs, nodes []*v1.Node, pods []*v1.Pod) *testCluster {
+	t.Helper()
+	logger, ctx := ktesting.NewTestContext(t)
+	c := &testCluster{cache: cache.New(ctx, nil, false, false), snapshot: cache.NewEmptySnapshot(), client: fake.NewClientset(), logger: logger}
+	for _, n := range nodes {
+		c.cache.AddNode(logger, n)
+	}
+	for _, p := range pods {
+		if err := c.cache.AddPod(logger, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.refresh(t)
+	factory := func(ctx context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
+		if args == nil {
+			return gpuplacement.New(ctx, nil, h)
+		}
+		return gpuplacement.New(ctx, args, h)
+	}
+	fw, err := tf.NewFramework(ctx, []tf.RegisterPluginFunc{
+		tf.RegisterQueueSortPlugin(queuesort.Name, queuesort.New),
+		tf.RegisterBindPlugin(defaultbinder.Name, defaultbinder.New),
+		tf.RegisterPluginAsExtensions(gpuplacement.Name, factory, "PreFilter", "Filter", "PreScore", "Score", "Reserve", "PreBind"),
+	}, "gpusched",
+		frameworkruntime.WithSnapshotSharedLister(c.snapshot),
+		frameworkruntime.WithClientSet(c.client))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.fw = fw
+	return c
+}
+
+// refresh takes a new snapshot of the cache, as each scheduling cycle does.
+func (c *testCluster) refresh(t *testing.T) {
+	if err := c.cache.UpdateSnapshot(c.logger, c.snapshot); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func testNodes() []*v1.Node {
+	return []*v1.Node{
+		gt.MakeGPUNode("a100").GFD(a100, 8, 81920).Obj(),
+		gt.MakeGPUNode("t4").GFD(t4, 4, 15360).Obj(),
+		gt.MakeGPUNode("cpu").Obj(),
+	}
+}
+
+// filter runs PreFilter and Filter for pod on every node, and returns each
+// node's status code and reasons.
+func filter(t *testing.T, c *testCluster, pod *v1.Pod) (map[string]string, *fwk.Status) {
+	t.Helper()
+	fw := c.fw
+	ctx := context.Background()
+	state := framework.NewCycleState()
+	if _, status, _ := fw.RunPreFilterPlugins(ctx, state, pod); !status.IsSuccess() {
+		return nil, status
+	}
+	nodeInfos, err := fw.SnapshotSharedLister().NodeInfos().List()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, ni := range nodeInfos {
+		status := fw.RunFilterPlugins(ctx, state, pod, ni)
+		out[ni.Node().Name] = "Success: "
+		if status != nil {
+			out[ni.Node().Name] = status.Code().String() + ": " + strings.Join(status.Reasons(), ", ")
+		}
+	}
+	return out, nil
+}
+
+func TestFilter(t *testing.T) {
+	busy := gt.MakeGPUPod("busy").Node("t4").Assigned(gpu.Assignment{Node: "t4", Devices: []int{0, 1, 2}, Milli: 1000}).Obj()
+	const (
+		ok           = "Success: "
+		noGPUs       = "UnschedulableAndUnresolvable: node has no GPUs"
+		modelNotOK   = "UnschedulableAndUnresolvable: GPU model not allowed"
+		memoryTooLow = "UnschedulableAndUnresolvable: GPU memory below request"
+	)
+	tests := []struct {
+		name string
+		pod  *v1.Pod
+		want map[string]string
+	}{
+		{
+			name: "two whole GPUs: the T4 node has one free",
+			pod:  gt.MakeGPUPod("p").GPUs(2).Obj(),
+			want: map[string]string{"a100": ok, "t4": "Unschedulable: insufficient free GPUs", "cpu": noGPUs},
+		},
+		{
+			name: "model constraint",
+			pod:  gt.MakeGPUPod("p").GPUs(1).Models(a100).Obj(),
+			want: map[string]string{"a100": ok, "t4": modelNotOK, "cpu": noGPUs},
+		},
+		{
+			name: "memory constraint on a share",
+			pod:  gt.MakeGPUPod("p").Milli(300).GPUMemory("20Gi").Obj(),
+			want: map[string]string{"a100": ok, "t4": memoryTooLow, "cpu": noGPUs},
+		},
+		{
+			name: "more GPUs than any node has",
+			pod:  gt.MakeGPUPod("p").GPUs(9).Obj(),
+			want: map[string]string{"a100": "UnschedulableAndUnresolvable: too few GPUs on node", "t4": "UnschedulableAndUnresolvable: too few GPUs on node", "cpu": noGPUs},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, status := filter(t, newCluster(t, nil, testNodes(), []*v1.Pod{busy}), tt.pod)
+			if status != nil {
+				t.Fatalf("PreFilter: %v", status)
+			}
+			for node, want := range tt.want {
+				if got[node] != want {
+					t.Errorf("node %s: %q, want %q", node, got[node], want)
+				}
+			}
+		})
+	}
+}
+
+func TestPreFilter(t *testing.T) {
+	c := newCluster(t, nil, testNodes(), nil)
+	// A pod without GPU demand skips the plugin: it passes Filter everywhere.
+	got, status := filter(t, c, gt.MakeGPUPod("plain").CPU("1").Obj())
+	if status != nil || got["cpu"] != "Success: " {
+		t.Errorf("plain pod: status %v, filter %v", status, got)
+	}
+	// A malformed annotation is rejected with a message naming it.
+	_, status = filter(t, c, gt.MakeGPUPod("bad").Annotation(gpu.AnnotationMilli, "half").Obj())
+	if status.Code() != fwk.UnschedulableAndUnresolvable || !strings.Contains(status.Message(), gpu.AnnotationMilli) || !strings.Contains(status.Message(), `"half"`) {
+		t.Errorf("malformed pod: %v", status)
+	}
+}
+
+func TestScore(t *testing.T) {
+	// Three 4×A100 nodes: "empty", "quarter" (GPU 0 at 250 milli), "half" (GPU 0 at 500).
+	nodes := []*v1.Node{
+		gt.MakeGPUNode("empty").GFD(a100, 4, 81920).Obj(),
+		gt.MakeGPUNode("quarter").GFD(a100, 4, 81920).Obj(),
+		gt.MakeGPUNode("half").GFD(a100, 4, 81920).Obj(),
+	}
+	pods := []*v1.Pod{
+		gt.MakeGPUPod("q").Node("quarter").Assigned(gpu.Assignment{Node: "quarter", Devices: []int{0}, Milli: 250}).Obj(),
+		gt.MakeGPUPod("h").Node("half").Assigned(gpu.Assignment{Node: "half", Devices: []int{0}, Milli: 500}).Obj(),
+	}
+	share := gt.MakeGPUPod("share").Milli(250).Obj()
+	tests := []struct {
+		name     string
+		strategy config.ScoringStrategyType
+		want     map[string]int64
+	}{
+		{
+			// Engine: empty 1e6×250/4000 = 62500, quarter 1e6×500/4000 = 125000,
+			// half 1e6×750/4000 = 187500; min-max to 0..100: 0, 50, 100.
+			name: "best-fit", strategy: config.BestFit,
+			want: map[string]int64{"empty": 0, "quarter": 50, "half": 100},
+		},
+		{
+			// Engine: 1e6 minus the above: 937500, 875000, 812500 → 100, 50, 0.
+			name: "spread", strategy: config.Spread,
+			want: map[string]int64{"empty": 100, "quarter": 50, "half": 0},
+		},
+		{
+			// Engine: empty band 0: 62500/3 = 20833; quarter band 2: 666666 + 125000/3 = 708332;
+			// half band 2: 666666 + 187500/3 = 729166. Min-max: 0, (708332−20833)×100/708333 = 97, 100.
+			name: "packing", strategy: config.Packing,
+			want: map[string]int64{"empty": 0, "quarter": 97, "half": 100},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			args := &config.GPUPlacementArgs{ScoringStrategy: config.ScoringStrategy{
+				Type: tt.strategy, Resources: []config.ResourceSpec{{Name: config.ResourceGPU, Weight: 1}}}}
+			fw := newCluster(t, args, nodes, pods).fw
+			ctx, state := context.Background(), framework.NewCycleState()
+			if _, status, _ := fw.RunPreFilterPlugins(ctx, state, share); !status.IsSuccess() {
+				t.Fatal(status)
+			}
+			nodeInfos, _ := fw.SnapshotSharedLister().NodeInfos().List()
+			if status := fw.RunPreScorePlugins(ctx, state, share, nodeInfos); !status.IsSuccess() {
+				t.Fatal(status)
+			}
+			scores, status := fw.RunScorePlugins(ctx, state, share, nodeInfos)
+			if !status.IsSuccess() {
+				t.Fatal(status)
+			}
+			for _, s := range scores {
+				if s.TotalScore != tt.want[s.Name] {
+					t.Errorf("node %s: score %d, want %d", s.Name, s.TotalScore, tt.want[s.Name])
+				}
+			}
+		})
+	}
+}
+
+// schedule runs one scheduling cycle for pod on node, as the scheduler does:
+// a new snapshot, PreFilter, Filter, the cache assumes the pod, Reserve,
+// PreBind. It returns the assignment PreBind wrote.
+func (c *testCluster) schedule(t *testing.T, pod *v1.Pod, node string) (fwk.CycleState, string) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := c.client.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c.refresh(t)
+	state := framework.NewCycleState()
+	if _, status, _ := c.fw.RunPreFilterPlugins(ctx, state, pod); !status.IsSuccess() {
+		t.Fatal(status)
+	}
+	nodeInfo, err := c.snapshot.NodeInfos().Get(node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if status := c.fw.RunFilterPlugins(ctx, state, pod, nodeInfo); !status.IsSuccess() {
+		t.Fatalf("pod %s does not fit node %s: %v", pod.Name, node, status)
+	}
+	assumed := pod.DeepCopy()
+	assumed.Spec.NodeName = node
+	if err := c.cache.AssumePod(c.logger, assumed); err != nil {
+		t.Fatal(err)
+	}
+	if status := c.fw.RunReservePluginsReserve(ctx, state, pod, node); !status.IsSuccess() {
+		t.Fatal(status)
+	}
+	if status := c.fw.RunPreBindPlugins(ctx, state, pod, node); !status.IsSuccess() {
+		t.Fatal(status)
+	}
+	got, err := c.client.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return state, got.Annotations[gpu.AnnotationAssigned]
+}
+
+func TestReservePreBindUnreserve(t *testing.T) {
+	nodes := []*v1.Node{gt.MakeGPUNode("n").Devices(
+		gpu.Device{Index: 0, UUID: "GPU-0", Model: a100, MemoryMiB: 81920},
+		gpu.Device{Index: 1, UUID: "GPU-1", Model: a100, MemoryMiB: 81920},
+	).Obj()}
+	existing := gt.MakeGPUPod("existing").Node("n").Assigned(gpu.Assignment{Node: "n", Devices: []int{1}, Milli: 600}).Obj()
+	c := newCluster(t, nil, nodes, []*v1.Pod{existing})
+
+	// Best-fit puts the share on GPU 1, which has exactly 400 free.
+	first := gt.MakeGPUPod("first").Milli(400).GPUMemory("1024").Obj()
+	firstState, got := c.schedule(t, first, "n")
+	if want := "node=n;gpus=1;milli=400;memory=1024;uuids=GPU-1"; got != want {
+		t.Errorf("first: annotation %q, want %q", got, want)
+	}
+	// While the first is assumed, GPU 1 is full: the next share goes to GPU 0.
+	if _, got := c.schedule(t, gt.MakeGPUPod("second").Milli(400).Obj(), "n"); !strings.Contains(got, "gpus=0;") {
+		t.Errorf("second: annotation %q, want GPU 0", got)
+	}
+	// Unreserve (and the cache forgetting the pod) gives GPU 1's 400 back:
+	// the tightest fit for a third share is GPU 1 again (GPU 0 has 600 free).
+	c.fw.RunReservePluginsUnreserve(context.Background(), firstState, first, "n")
+	assumedFirst := first.DeepCopy()
+	assumedFirst.Spec.NodeName = "n"
+	if err := c.cache.ForgetPod(c.logger, assumedFirst); err != nil {
+		t.Fatal(err)
+	}
+	if _, got := c.schedule(t, gt.MakeGPUPod("third").Milli(400).Obj(), "n"); !strings.Contains(got, "gpus=1;") {
+		t.Errorf("third: annotation %q, want GPU 1", got)
+	}
+}

@@ -1,0 +1,84 @@
+package gpuplacement
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+
+	"github.com/gpusched/gpusched/pkg/gpu"
+)
+
+// assignmentState carries the pod's assignment from Reserve to PreBind.
+type assignmentState struct{ assignment gpu.Assignment }
+
+// Clone implements fwk.StateData; assignmentState is never modified.
+func (s *assignmentState) Clone() fwk.StateData { return s }
+
+// Reserve chooses the pod's GPUs on the selected node, as Score did, and
+// assumes them in the ledger so that no later pod is given them while this one
+// is bound. It fails, and the pod is retried, if the GPUs are no longer free.
+func (p *GPUPlacement) Reserve(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
+	data, err := state.Read(stateKey)
+	if err != nil {
+		return nil // no GPU demand
+	}
+	demand := &data.(*podState).demand
+	nodeInfo, err := p.handle.SnapshotSharedLister().NodeInfos().Get(nodeName)
+	if err != nil {
+		return fwk.AsStatus(fmt.Errorf("%s: node %s: %w", Name, nodeName, err))
+	}
+	n := p.nodeGPUs(nodeInfo)
+	chosen, reasons := gpu.Place(n, demand, p.policy)
+	if reasons != 0 {
+		return statusOf(reasons)
+	}
+	a := gpu.NewAssignment(n, demand, chosen)
+	if err := p.ledger.Assume(pod.UID, a); err != nil {
+		return fwk.NewStatus(fwk.Unschedulable, err.Error())
+	}
+	state.Write(assignmentKey, &assignmentState{assignment: a})
+	logger(ctx).V(4).Info("Reserved GPUs", "pod", klog.KObj(pod), "assignment", a.String())
+	return nil
+}
+
+// Unreserve releases what Reserve assumed.
+func (p *GPUPlacement) Unreserve(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeName string) {
+	p.ledger.Forget(pod.UID)
+}
+
+// PreBindPreFlight tells the framework whether PreBind has work for this pod.
+func (p *GPUPlacement) PreBindPreFlight(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeName string) (*fwk.PreBindPreFlightResult, *fwk.Status) {
+	if _, err := state.Read(assignmentKey); err != nil {
+		return nil, fwk.NewStatus(fwk.Skip)
+	}
+	return &fwk.PreBindPreFlightResult{AllowParallel: true}, nil
+}
+
+// PreBind writes the assignment annotation before the pod is bound, so that it
+// is on the pod the moment the pod lands on its node: the node agent reads it
+// there, and a restarted scheduler rebuilds its ledger from it. The patch
+// touches only the annotation, so it cannot undo a concurrent change to the pod.
+func (p *GPUPlacement) PreBind(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
+	data, err := state.Read(assignmentKey)
+	if err != nil {
+		return nil
+	}
+	a := data.(*assignmentState).assignment
+	patch, err := json.Marshal(map[string]any{
+		"metadata": map[string]any{"annotations": map[string]string{gpu.AnnotationAssigned: a.String()}},
+	})
+	if err != nil {
+		return fwk.AsStatus(err)
+	}
+	_, err = p.handle.ClientSet().CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+	if err != nil {
+		return fwk.AsStatus(fmt.Errorf("%s: writing %s on pod %s/%s: %w", Name, gpu.AnnotationAssigned, pod.Namespace, pod.Name, err))
+	}
+	return nil
+}
