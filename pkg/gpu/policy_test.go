@@ -119,7 +119,7 @@ func TestRescale(t *testing.T) {
 	tests := []struct{ score, lo, hi, maxOut, want int64 }{
 		{score: 250000, lo: 250000, hi: 750000, maxOut: 100, want: 0},
 		{score: 750000, lo: 250000, hi: 750000, maxOut: 100, want: 100},
-		{score: 500000, lo: 250000, hi: 750000, maxOut: 10, want: 5},  // (500000−250000)×10/500000
+		{score: 500000, lo: 250000, hi: 750000, maxOut: 10, want: 5},   // (500000−250000)×10/500000
 		{score: 300000, lo: 250000, hi: 750000, maxOut: 100, want: 10}, // (300000−250000)×100/500000
 		{score: 42, lo: 42, hi: 42, maxOut: 100, want: 100},            // all equal: all best
 	}
