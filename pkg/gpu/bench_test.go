@@ -1,0 +1,81 @@
+package gpu_test
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/gpusched/gpusched/pkg/gpu"
+	gt "github.com/gpusched/gpusched/pkg/gpu/gputest"
+)
+
+// busyNode is an 8-GPU node with GPUs 0-2 whole, 3 and 4 shared, 5-7 free.
+func busyNode(b *testing.B, name string) (*v1.Node, []*v1.Pod) {
+	node := gt.MakeGPUNode(name).GFD("A100", 8, 81920).Clique("c").Obj()
+	pods := []*v1.Pod{
+		gt.MakeGPUPod(name + "-w").Node(name).Assigned(gpu.Assignment{Node: name, Devices: []int{0, 1, 2}, Milli: 1000}).Obj(),
+	}
+	for i, m := range []int64{300, 450, 200, 700} {
+		pods = append(pods, gt.MakeGPUPod(fmt.Sprintf("%s-s%d", name, i)).Node(name).
+			Assigned(gpu.Assignment{Node: name, Devices: []int{3 + i%2}, Milli: m / 2, MemoryMiB: 4096}).Obj())
+	}
+	return node, pods
+}
+
+// BenchmarkFitScore is the engine's per-node work in one scheduling cycle:
+// Filter (Candidates) and Score (Place + Score) on an 8-GPU node whose view
+// is cached, as it is for every node that did not change since the last cycle.
+func BenchmarkFitScore(b *testing.B) {
+	node, pods := busyNode(b, "n")
+	ledger := gpu.NewLedger()
+	policy, _ := gpu.NewPolicy(gpu.PolicyBestFit, gpu.Weights{GPU: 1, Memory: 1})
+	for _, tc := range []struct {
+		name   string
+		demand gpu.Demand
+	}{
+		{"share", gpu.Demand{Count: 1, Milli: 250, MemoryMiB: 8192}},
+		{"whole-2", gpu.Demand{Count: 2, Milli: 1000}},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				n := ledger.Node(node, 1, slices.Values(pods))
+				if _, reasons := gpu.Candidates(n, &tc.demand); reasons != 0 {
+					b.Fatal(reasons)
+				}
+				n = ledger.Node(node, 1, slices.Values(pods))
+				chosen, _ := gpu.Place(n, &tc.demand, policy)
+				policy.Score(n, &tc.demand, chosen)
+			}
+		})
+	}
+}
+
+// BenchmarkLedgerRebuild is what a newly started scheduler does before it
+// can place GPUs: read every node's inventory and every bound pod's
+// assignment. 5000 8-GPU nodes, 10 pods each (50,000 pods).
+func BenchmarkLedgerRebuild(b *testing.B) {
+	const nodes, podsPerNode = 5000, 10
+	type nodePods struct {
+		node *v1.Node
+		pods []*v1.Pod
+	}
+	cluster := make([]nodePods, nodes)
+	for i := range cluster {
+		name := fmt.Sprintf("node-%d", i)
+		cluster[i].node = gt.MakeGPUNode(name).GFD("A100", 8, 81920).Obj()
+		for j := range podsPerNode {
+			a := gpu.Assignment{Node: name, Devices: []int{j % 8}, Milli: 100, MemoryMiB: 1024}
+			cluster[i].pods = append(cluster[i].pods, gt.MakeGPUPod(fmt.Sprintf("%s-%d", name, j)).Node(name).Assigned(a).Obj())
+		}
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		l := gpu.NewLedger()
+		for i := range cluster {
+			l.Node(cluster[i].node, 1, slices.Values(cluster[i].pods))
+		}
+	}
+}
