@@ -6,6 +6,10 @@ import (
 	"slices"
 	"testing"
 
+	schedulingv1 "k8s.io/api/scheduling/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
 	"github.com/gpusched/gpusched/pkg/gpu"
 	gt "github.com/gpusched/gpusched/pkg/gpu/gputest"
 	"github.com/gpusched/gpusched/test/testcluster"
@@ -87,6 +91,14 @@ func TestGPUPlacement(t *testing.T) {
 		if a := assignmentOf(ctx, t, c, "after-malformed"); a.Node != "t4-0" {
 			t.Errorf("after-malformed: %s, want t4-0", a.String())
 		}
+		// Fixing the annotation requeues the pod, and it schedules.
+		patch := []byte(`{"metadata":{"annotations":{"` + gpu.AnnotationMilli + `":"100"}}}`)
+		if _, err := c.Client.CoreV1().Pods("default").Patch(ctx, "malformed", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if a := assignmentOf(ctx, t, c, "malformed"); a.Milli != 100 {
+			t.Errorf("malformed after the fix: %s, want 100 milli-GPU", a.String())
+		}
 	})
 
 	assertNoGPUGivenTwice(ctx, t, c)
@@ -121,4 +133,32 @@ func TestSchedulerRestart(t *testing.T) {
 	ev := testcluster.WaitForPodEvent(ctx, t, c.Client, "default", "after-too-big", "FailedScheduling", timeout)
 	containsAll(t, "event", ev.Message, "insufficient free GPU share")
 	assertNoGPUGivenTwice(ctx, t, c)
+}
+
+// TestPriorityOrdersQueue: with one GPU left, the pod with the higher
+// PriorityClass gets it, whatever the creation order.
+func TestPriorityOrdersQueue(t *testing.T) {
+	ctx := context.Background()
+	c := testcluster.Start(t)
+	testcluster.CreateNode(ctx, t, c.Client, gt.MakeGPUNode("a100-0").GFD(a100, 1, 81920).Obj())
+	for name, value := range map[string]int32{"gpu-batch": 100, "gpu-production": 100000} {
+		pc := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Value: value}
+		if _, err := c.Client.SchedulingV1().PriorityClasses().Create(ctx, pc, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Both wait in the queue before the scheduler starts; the batch pod is older.
+	batch := gt.MakeGPUPod("batch").GPUs(1).Obj()
+	batch.Spec.PriorityClassName = "gpu-batch"
+	createPod(ctx, t, c, batch)
+	serve := gt.MakeGPUPod("serve").GPUs(1).Obj()
+	serve.Spec.PriorityClassName = "gpu-production"
+	createPod(ctx, t, c, serve)
+
+	startGPUSched(ctx, t, c)
+	if a := assignmentOf(ctx, t, c, "serve"); a.Node != "a100-0" {
+		t.Errorf("serve: %s", a.String())
+	}
+	ev := testcluster.WaitForPodEvent(ctx, t, c.Client, "default", "batch", "FailedScheduling", timeout)
+	containsAll(t, "event", ev.Message, "1 Insufficient nvidia.com/gpu")
 }

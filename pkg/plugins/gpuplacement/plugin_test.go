@@ -307,3 +307,30 @@ func TestReservePreBindUnreserve(t *testing.T) {
 		t.Errorf("third: annotation %q, want GPU 1", got)
 	}
 }
+
+// TestFilterWithoutVictims is what preemption asks: would the pod fit if
+// these pods were gone? It clones the node's NodeInfo, removes the victim, and
+// filters again; the ledger must see the clone's pods, not the cached view.
+func TestFilterWithoutVictims(t *testing.T) {
+	victim := gt.MakeGPUPod("victim").Node("n").Assigned(gpu.Assignment{Node: "n", Devices: []int{0}, Milli: 1000}).Obj()
+	c := newCluster(t, nil, []*v1.Node{gt.MakeGPUNode("n").GFD(a100, 1, 81920).Obj()}, []*v1.Pod{victim})
+	ctx, state := context.Background(), framework.NewCycleState()
+	pod := gt.MakeGPUPod("preemptor").GPUs(1).Obj()
+	if _, status, _ := c.fw.RunPreFilterPlugins(ctx, state, pod); !status.IsSuccess() {
+		t.Fatal(status)
+	}
+	nodeInfo, _ := c.snapshot.NodeInfos().Get("n")
+	if status := c.fw.RunFilterPlugins(ctx, state, pod, nodeInfo); status.Code() != fwk.Unschedulable {
+		t.Fatalf("with the victim: %v, want Unschedulable (preemption may help)", status)
+	}
+	without := nodeInfo.Snapshot()
+	if err := without.RemovePod(c.logger, victim); err != nil {
+		t.Fatal(err)
+	}
+	if status := c.fw.RunFilterPlugins(ctx, state, pod, without); !status.IsSuccess() {
+		t.Errorf("without the victim: %v, want Success", status)
+	}
+	if status := c.fw.RunFilterPlugins(ctx, state, pod, nodeInfo); status.Code() != fwk.Unschedulable {
+		t.Errorf("the real node again: %v, want Unschedulable", status)
+	}
+}
