@@ -61,7 +61,7 @@ func NewLedger() *Ledger {
 func (l *Ledger) Node(node *v1.Node, generation int64, pods iter.Seq[*v1.Pod]) *NodeGPUs {
 	l.mu.RLock()
 	c := l.views[node.Name]
-	if c != nil && !c.stale && c.generation == generation && c.source == node {
+	if c != nil && !c.stale && c.generation == generation && sameNode(c.source, node) {
 		view := c.view
 		l.mu.RUnlock()
 		return view
@@ -90,22 +90,43 @@ func sameNode(seen, node *v1.Node) bool {
 }
 
 // compute derives a node's view from its pods. Callers hold l.mu for writing.
+//
+// Pods with an assignment or an assumption count on the GPUs they name. A pod
+// with a GPU demand and neither — one nominated to the node by preemption, or
+// one bound by another scheduler — still needs GPUs there: it is counted on
+// the GPUs best-fit would give it, so that its claim is held.
 func (l *Ledger) compute(name string, inv *Inventory, invErr error, pods iter.Seq[*v1.Pod]) *NodeGPUs {
 	n := newNodeGPUs(name, inv, invErr)
 	if inv == nil {
 		return n
 	}
+	var unplaced []*v1.Pod
 	for pod := range pods {
+		if isTerminated(pod) {
+			continue
+		}
 		a, counted := AssignmentOf(pod)
 		if counted && a.Node == name {
 			delete(l.assumed, pod.UID) // bound with its annotation: the assumption is done
-		} else if a, counted = l.assumed[pod.UID]; !counted || a.Node != name || isTerminated(pod) {
+		} else if a, counted = l.assumed[pod.UID]; !counted || a.Node != name {
+			unplaced = append(unplaced, pod)
 			continue
 		}
 		n.add(&a)
 	}
+	for _, pod := range unplaced {
+		if d, err := DemandFromPod(pod); err == nil && !d.IsZero() {
+			if chosen, reasons := Place(n, &d, unplacedPolicy); reasons == 0 {
+				a := NewAssignment(n, &d, chosen)
+				n.add(&a)
+			}
+		}
+	}
 	return n
 }
+
+// unplacedPolicy places the GPU claims of pods without an assignment.
+var unplacedPolicy = bestFit{DefaultWeights}
 
 // AssignmentOf returns the assignment a pod holds as a bound pod: one read from
 // its annotation, for the node it is bound to, while it is not terminated.

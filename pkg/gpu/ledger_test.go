@@ -248,3 +248,22 @@ func pick[V any](rng *rand.Rand, m map[types.UID]V) (types.UID, bool) {
 	slices.Sort(keys) // map order is random; sort for a reproducible pick
 	return keys[rng.IntN(len(keys))], true
 }
+
+// TestLedgerHoldsUnplacedClaims: a pod on the node with a GPU demand but no
+// assignment (nominated by preemption, or bound by another scheduler) holds
+// the GPUs best-fit would give it.
+func TestLedgerHoldsUnplacedClaims(t *testing.T) {
+	node := gt.MakeGPUNode("n").GFD("A100", 4, 40960).Obj()
+	pods := []*v1.Pod{
+		gt.MakeGPUPod("ours").Node("n").Assigned(gpu.Assignment{Node: "n", Devices: []int{0}, Milli: 600}).Obj(),
+		gt.MakeGPUPod("foreign").GPUs(2).Node("n").Obj(), // bound by another scheduler
+		gt.MakeGPUPod("nominated").Milli(300).Obj(),      // not bound: a nominated pod
+		gt.MakeGPUPod("no-gpu").CPU("2").Node("n").Obj(),
+	}
+	n := gpu.NewLedger().Node(node, 1, slices.Values(pods))
+	// Whole GPUs go to the lowest fully free GPUs, 1 and 2; the share to the
+	// tightest GPU that fits, GPU 0 (400 free).
+	if got, want := usedMilli(n), []int64{900, 1000, 1000, 0}; !slices.Equal(got, want) {
+		t.Errorf("used = %v, want %v", got, want)
+	}
+}
