@@ -2,7 +2,7 @@
 # runs every test.
 GO ?= go
 
-.PHONY: build test vet bench fuzz
+.PHONY: build test vet bench bench-engine bench-scheduler fuzz
 
 build: ## the gpusched scheduler binary in bin/
 	$(GO) build -o bin/gpusched ./cmd/gpusched
@@ -13,8 +13,20 @@ test: ## every test: engine, plugins, and end to end against a real API server
 vet:
 	$(GO) vet ./...
 
-bench: ## engine benchmarks (see docs/benchmarks.md)
+bench: bench-engine bench-scheduler ## every benchmark in docs/benchmarks.md
+
+bench-engine: ## engine benchmarks: Fit + Score per node, ledger rebuild
 	$(GO) test -run '^$$' -bench . -benchmem ./pkg/gpu/
+
+# scheduler_perf workloads (test/perf/performance-config.yaml); LABELS=short
+# for a quick run of every workload on 10 nodes. Results: test/perf/*.json.
+LABELS ?= performance
+bench-scheduler: bin/etcd
+	cd test/perf && PATH=$(CURDIR)/bin:$$PATH $(GO) test -tags perf -run '^$$' -bench BenchmarkPerfScheduling \
+		-benchtime 1x -timeout 120m . -args -perf-scheduling-label-filter=$(LABELS)
+
+bin/etcd: ## etcd for scheduler_perf, from the module's own etcd version
+	$(GO) build -o bin/etcd go.etcd.io/etcd/server/v3
 
 fuzz: ## each fuzz target for 30s; new findings land in the Go cache, add them to testdata/fuzz
 	for f in FuzzDemandFromPod FuzzParseAssignment FuzzInventoryFromNode; do \

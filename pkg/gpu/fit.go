@@ -87,6 +87,18 @@ func Candidates(n *NodeGPUs, d *Demand) (DeviceSet, Reasons) {
 	if n.Len() == 0 {
 		return 0, Reasons(ReasonNoGPUs)
 	}
+	if len(d.Models) == 0 && d.MemoryMiB == 0 { // every GPU is suitable: answer from the summaries
+		switch {
+		case !d.IsShare() && n.Len() < d.Count:
+			return n.idle, Reasons(ReasonTooFewGPUs)
+		case !d.IsShare() && n.idle.Len() < d.Count:
+			return n.idle, Reasons(ReasonInsufficientGPUs)
+		case !d.IsShare():
+			return n.idle, 0
+		case n.maxFreeMilli < d.Milli:
+			return 0, Reasons(ReasonInsufficientShare)
+		}
+	}
 	var suitable, free DeviceSet
 	var static, short Reasons
 	for i := range n.Inventory.Devices {

@@ -24,15 +24,19 @@ import (
 // facts and are always counted, even if their assignments conflict (two
 // schedulers, a hand-edited annotation); such a GPU simply has nothing free.
 //
-// A Ledger is safe for concurrent use.
+// A Ledger is safe for concurrent use. Reading a node whose view is cached
+// takes no lock (Filter and Score read every node of every cycle, in
+// parallel); computing a view, assuming and forgetting take l.mu.
 type Ledger struct {
-	mu sync.RWMutex
-	// assumed holds the assignments of pods in flight.
+	mu sync.Mutex
+	// assumed holds the assignments of pods in flight. Guarded by mu.
 	assumed map[types.UID]Assignment
-	// views caches each node's last computed view.
-	views map[string]*cachedView
+	// views maps a node name to its last computed *cachedView. Entries are
+	// immutable and replaced under mu.
+	views sync.Map
 }
 
+// cachedView is one node's view and what it was computed from. Immutable.
 type cachedView struct {
 	// source is the Node object the inventory was read from.
 	source *v1.Node
@@ -47,7 +51,7 @@ type cachedView struct {
 
 // NewLedger returns an empty ledger.
 func NewLedger() *Ledger {
-	return &Ledger{assumed: map[types.UID]Assignment{}, views: map[string]*cachedView{}}
+	return &Ledger{assumed: map[types.UID]Assignment{}}
 }
 
 // Node returns node's GPUs and their allocation by pods.
@@ -59,27 +63,29 @@ func NewLedger() *Ledger {
 // is returned without reading pods. The inventory is read again only when node
 // is a different object with a different resourceVersion.
 func (l *Ledger) Node(node *v1.Node, generation int64, pods iter.Seq[*v1.Pod]) *NodeGPUs {
-	l.mu.RLock()
-	c := l.views[node.Name]
-	if c != nil && !c.stale && c.generation == generation && sameNode(c.source, node) {
-		view := c.view
-		l.mu.RUnlock()
-		return view
+	if c := l.cached(node.Name); c != nil && !c.stale && c.generation == generation && sameNode(c.source, node) {
+		return c.view
 	}
-	l.mu.RUnlock()
 
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if c == nil {
-		c = &cachedView{}
-		l.views[node.Name] = c
+	next := &cachedView{source: node, generation: generation}
+	if c := l.cached(node.Name); c != nil && sameNode(c.source, node) {
+		next.inv, next.invErr = c.inv, c.invErr
+	} else {
+		next.inv, next.invErr = InventoryFromNode(node)
 	}
-	if !sameNode(c.source, node) {
-		c.inv, c.invErr = InventoryFromNode(node)
+	next.view = l.compute(node.Name, next.inv, next.invErr, pods)
+	l.views.Store(node.Name, next)
+	return next.view
+}
+
+// cached returns the node's cached view, or nil.
+func (l *Ledger) cached(name string) *cachedView {
+	if v, ok := l.views.Load(name); ok {
+		return v.(*cachedView)
 	}
-	c.source, c.generation, c.stale = node, generation, false
-	c.view = l.compute(node.Name, c.inv, c.invErr, pods)
-	return c.view
+	return nil
 }
 
 func sameNode(seen, node *v1.Node) bool {
@@ -89,7 +95,7 @@ func sameNode(seen, node *v1.Node) bool {
 	return seen == node || (node.ResourceVersion != "" && seen.ResourceVersion == node.ResourceVersion)
 }
 
-// compute derives a node's view from its pods. Callers hold l.mu for writing.
+// compute derives a node's view from its pods. Callers hold l.mu.
 //
 // Pods with an assignment or an assumption count on the GPUs they name. A pod
 // with a GPU demand and neither — one nominated to the node by preemption, or
@@ -114,11 +120,13 @@ func (l *Ledger) compute(name string, inv *Inventory, invErr error, pods iter.Se
 		}
 		n.add(&a)
 	}
+	n.summarize()
 	for _, pod := range unplaced {
 		if d, err := DemandFromPod(pod); err == nil && !d.IsZero() {
 			if chosen, reasons := Place(n, &d, unplacedPolicy); reasons == 0 {
 				a := NewAssignment(n, &d, chosen)
 				n.add(&a)
+				n.summarize() // the next unplaced pod must see this one
 			}
 		}
 	}
@@ -156,7 +164,7 @@ func isTerminated(pod *v1.Pod) bool {
 func (l *Ledger) Assume(uid types.UID, a Assignment) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	c := l.views[a.Node]
+	c := l.cached(a.Node)
 	switch {
 	case c == nil || c.inv == nil:
 		return fmt.Errorf("node %s has no known GPU inventory", a.Node)
@@ -187,16 +195,18 @@ func (l *Ledger) Forget(uid types.UID) {
 
 // Assumed returns the assignment assumed for a pod in flight, if any.
 func (l *Ledger) Assumed(uid types.UID) (Assignment, bool) {
-	l.mu.RLock()
-	defer l.mu.RUnlock()
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	a, ok := l.assumed[uid]
 	return a, ok
 }
 
 // markStale forces the node's next read to recompute. Callers hold l.mu.
 func (l *Ledger) markStale(node string) {
-	if c := l.views[node]; c != nil {
-		c.stale = true
+	if c := l.cached(node); c != nil && !c.stale {
+		stale := *c
+		stale.stale = true
+		l.views.Store(node, &stale)
 	}
 }
 

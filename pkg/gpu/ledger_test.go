@@ -152,10 +152,21 @@ func TestLedgerProperty(t *testing.T) {
 			case op < 4: // schedule a random pod: place, assume, hold it on the node
 				d := gpu.Demand{Count: 1 + rng.IntN(3), Milli: 1000}
 				if rng.IntN(2) == 0 {
-					d = gpu.Demand{Count: 1, Milli: 1 + rng.Int64N(999), MemoryMiB: rng.Int64N(20000)}
+					d = gpu.Demand{Count: 1, Milli: 1 + rng.Int64N(999), MemoryMiB: rng.Int64N(20000) * rng.Int64N(2)}
 				}
 				policy, _ := gpu.NewPolicy(policies[rng.IntN(len(policies))], gpu.Weights{GPU: 1, Memory: rng.Int64N(2)})
 				n := cache.view(ledger, nodes[rng.IntN(len(nodes))])
+				// The summaries' fast path must agree with the per-device loop,
+				// which a model list that allows every model forces.
+				if d.MemoryMiB == 0 {
+					slow := d
+					slow.Models = []string{"A100", "T4", "H100", "L4"}
+					fastFree, fastReasons := gpu.Candidates(n, &d)
+					slowFree, slowReasons := gpu.Candidates(n, &slow)
+					if fastReasons != slowReasons || (fastReasons == 0 && fastFree != slowFree) {
+						t.Fatalf("seed %d step %d: Candidates(%v) = %b %v, per device %b %v", seed, step, d, fastFree, fastReasons, slowFree, slowReasons)
+					}
+				}
 				chosen, reasons := gpu.Place(n, &d, policy)
 				if reasons != 0 {
 					continue

@@ -23,6 +23,11 @@ type NodeGPUs struct {
 	Used []Usage
 	// usedMilli is the sum of Used[i].Milli, each clamped to the GPU's capacity.
 	usedMilli int64
+	// idle is the set of GPUs with nothing allocated, and maxFreeMilli the
+	// most free milli-GPU of any GPU: summaries that let Candidates answer
+	// unconstrained demands without reading every device (see summarize).
+	idle         DeviceSet
+	maxFreeMilli int64
 }
 
 func newNodeGPUs(name string, inv *Inventory, err error) *NodeGPUs {
@@ -30,7 +35,20 @@ func newNodeGPUs(name string, inv *Inventory, err error) *NodeGPUs {
 	if inv != nil {
 		n.Used = make([]Usage, inv.Len())
 	}
+	n.summarize()
 	return n
+}
+
+// summarize computes idle and maxFreeMilli from Used; it is called once a
+// view is complete.
+func (n *NodeGPUs) summarize() {
+	n.idle, n.maxFreeMilli = 0, 0
+	for i := range n.Used {
+		if n.Used[i].Milli == 0 {
+			n.idle |= 1 << uint(i)
+		}
+		n.maxFreeMilli = max(n.maxFreeMilli, n.FreeMilli(i))
+	}
 }
 
 // Len is the number of GPUs; 0 for a node whose inventory is invalid.

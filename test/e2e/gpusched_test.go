@@ -66,14 +66,15 @@ func TestGPUPlacement(t *testing.T) {
 
 	t.Run("a pod that fits nowhere stays pending with reasons per node", func(t *testing.T) {
 		// a100-0 has 6 whole GPUs free (GPUs 0 and 1 hold shares); h100-0
-		// (4 free), t4-0 and cpu-0 have fewer than 7 GPUs left to request,
-		// which the in-tree NodeResourcesFit reports before GPUPlacement runs.
+		// is not an allowed model; t4-0 has 4 GPUs; cpu-0 none.
 		createPod(ctx, t, c, gt.MakeGPUPod("too-big").GPUs(7).Models(a100, t4).Obj())
 		ev := testcluster.WaitForPodEvent(ctx, t, c.Client, "default", "too-big", "FailedScheduling", timeout)
 		containsAll(t, "event", ev.Message,
 			"0/4 nodes are available",
 			"1 insufficient free GPUs",
-			"3 Insufficient nvidia.com/gpu")
+			"1 GPU model not allowed",
+			"1 too few GPUs on node",
+			"1 node has no GPUs")
 		// A share of a model no node has: every GPU node gives the model
 		// reason, the CPU node its own.
 		createPod(ctx, t, c, gt.MakeGPUPod("no-such-model").Milli(100).Models("NVIDIA-B200").Obj())
@@ -106,13 +107,14 @@ func TestGPUPlacement(t *testing.T) {
 
 // TestSchedulerRestart stops the scheduler mid-run and starts a new one: the
 // new instance rebuilds its ledger from the annotations of the bound pods and
-// gives no GPU twice.
+// gives no GPU twice. The first instance writes assignments in PreBind, the
+// second in Bind: both paths leave the same record.
 func TestSchedulerRestart(t *testing.T) {
 	ctx := context.Background()
 	c := testcluster.Start(t)
 	testcluster.CreateNode(ctx, t, c.Client, gt.MakeGPUNode("a100-0").GFD(a100, 2, 81920).Obj())
 
-	first := startGPUSched(ctx, t, c)
+	first := startGPUSchedPreBind(ctx, t, c)
 	createPod(ctx, t, c, gt.MakeGPUPod("before-0").Milli(600).Obj())
 	createPod(ctx, t, c, gt.MakeGPUPod("before-1").GPUs(1).Obj())
 	before0, before1 := assignmentOf(ctx, t, c, "before-0"), assignmentOf(ctx, t, c, "before-1")
@@ -160,5 +162,5 @@ func TestPriorityOrdersQueue(t *testing.T) {
 		t.Errorf("serve: %s", a.String())
 	}
 	ev := testcluster.WaitForPodEvent(ctx, t, c.Client, "default", "batch", "FailedScheduling", timeout)
-	containsAll(t, "event", ev.Message, "1 Insufficient nvidia.com/gpu")
+	containsAll(t, "event", ev.Message, "1 insufficient free GPUs")
 }

@@ -46,9 +46,26 @@ func exampleConfig(t *testing.T) string {
 	return string(raw)
 }
 
-// startGPUSched runs the gpusched scheduler in-process against the cluster.
+// startGPUSched runs the gpusched scheduler in-process against the cluster,
+// with the example configuration: GPUPlacement binds GPU pods itself.
 func startGPUSched(ctx context.Context, t *testing.T, c *testcluster.Cluster) *testcluster.Scheduler {
 	return c.StartScheduler(ctx, t, exampleConfig(t), app.WithPlugin(gpuplacement.Name, gpuplacement.New))
+}
+
+// preBindConfig enables GPUPlacement without making it a binder: PreBind
+// patches the assignment onto the pod and DefaultBinder binds it.
+const preBindConfig = `
+profiles:
+- schedulerName: gpusched
+  plugins:
+    multiPoint:
+      enabled:
+      - name: GPUPlacement
+`
+
+// startGPUSchedPreBind runs the gpusched scheduler with preBindConfig.
+func startGPUSchedPreBind(ctx context.Context, t *testing.T, c *testcluster.Cluster) *testcluster.Scheduler {
+	return c.StartScheduler(ctx, t, preBindConfig, app.WithPlugin(gpuplacement.Name, gpuplacement.New))
 }
 
 // gpuNodes are the cluster's nodes: three GPU models and a CPU-only node.

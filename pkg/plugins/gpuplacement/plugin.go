@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"iter"
 	"slices"
+	"sync"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -36,6 +37,11 @@ type GPUPlacement struct {
 	handle fwk.Handle
 	policy gpu.Policy
 	ledger *gpu.Ledger
+
+	// bindOrder guards binds: whether this plugin is the profile's first
+	// bind plugin, read once the framework is complete (see bindsFirst).
+	bindOrder sync.Once
+	binds     bool
 }
 
 var (
@@ -46,6 +52,7 @@ var (
 	_ fwk.ScoreExtensions   = &GPUPlacement{}
 	_ fwk.ReservePlugin     = &GPUPlacement{}
 	_ fwk.PreBindPlugin     = &GPUPlacement{}
+	_ fwk.BindPlugin        = &GPUPlacement{}
 	_ fwk.EnqueueExtensions = &GPUPlacement{}
 	_ fwk.SignPlugin        = &GPUPlacement{}
 )

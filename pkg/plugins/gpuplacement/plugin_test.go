@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -42,6 +43,12 @@ type testCluster struct {
 }
 
 func newCluster(t *testing.T, args *config.GPUPlacementArgs, nodes []*v1.Node, pods []*v1.Pod) *testCluster {
+	return newClusterBinding(t, args, nodes, pods, false)
+}
+
+// newClusterBinding is newCluster with GPUPlacement as the first bind plugin
+// when gpuBindsFirst, else DefaultBinder alone.
+func newClusterBinding(t *testing.T, args *config.GPUPlacementArgs, nodes []*v1.Node, pods []*v1.Pod, gpuBindsFirst bool) *testCluster {
 	t.Helper()
 	logger, ctx := ktesting.NewTestContext(t)
 	c := &testCluster{cache: cache.New(ctx, nil, false, false), snapshot: cache.NewEmptySnapshot(), client: fake.NewClientset(), logger: logger}
@@ -60,10 +67,14 @@ func newCluster(t *testing.T, args *config.GPUPlacementArgs, nodes []*v1.Node, p
 		}
 		return gpuplacement.New(ctx, args, h)
 	}
+	extensions := []string{"PreFilter", "Filter", "PreScore", "Score", "Reserve", "PreBind"}
+	if gpuBindsFirst {
+		extensions = append(extensions, "Bind")
+	}
 	fw, err := tf.NewFramework(ctx, []tf.RegisterPluginFunc{
 		tf.RegisterQueueSortPlugin(queuesort.Name, queuesort.New),
+		tf.RegisterPluginAsExtensions(gpuplacement.Name, factory, extensions...),
 		tf.RegisterBindPlugin(defaultbinder.Name, defaultbinder.New),
-		tf.RegisterPluginAsExtensions(gpuplacement.Name, factory, "PreFilter", "Filter", "PreScore", "Score", "Reserve", "PreBind"),
 	}, "gpusched",
 		frameworkruntime.WithSnapshotSharedLister(c.snapshot),
 		frameworkruntime.WithClientSet(c.client))
@@ -332,5 +343,60 @@ func TestFilterWithoutVictims(t *testing.T) {
 	}
 	if status := c.fw.RunFilterPlugins(ctx, state, pod, nodeInfo); status.Code() != fwk.Unschedulable {
 		t.Errorf("the real node again: %v, want Unschedulable", status)
+	}
+}
+
+// TestBind: as the first bind plugin, GPUPlacement binds a GPU pod with its
+// assignment in the Binding (and PreBind has nothing to do); a pod without
+// GPUs falls through to DefaultBinder.
+func TestBind(t *testing.T) {
+	ctx := context.Background()
+	nodes := []*v1.Node{gt.MakeGPUNode("n").GFD(a100, 2, 81920).Obj()}
+	c := newClusterBinding(t, nil, nodes, nil, true)
+
+	pod := gt.MakeGPUPod("share").Milli(500).Obj()
+	if _, err := c.client.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	state := framework.NewCycleState()
+	if _, status, _ := c.fw.RunPreFilterPlugins(ctx, state, pod); !status.IsSuccess() {
+		t.Fatal(status)
+	}
+	if status := c.fw.RunReservePluginsReserve(ctx, state, pod, "n"); !status.IsSuccess() {
+		t.Fatal(status)
+	}
+	if status := c.fw.RunPreBindPreFlights(ctx, state, pod, "n"); !status.IsSkip() {
+		t.Errorf("PreBindPreFlight = %v, want Skip: Bind writes the annotation", status)
+	}
+	if status := c.fw.RunBindPlugins(ctx, state, pod, "n"); !status.IsSuccess() {
+		t.Fatal(status)
+	}
+	plain := gt.MakeGPUPod("plain").CPU("1").Obj()
+	if _, err := c.client.CoreV1().Pods("default").Create(ctx, plain, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	plainState := framework.NewCycleState()
+	c.fw.RunPreFilterPlugins(ctx, plainState, plain)
+	if status := c.fw.RunBindPlugins(ctx, plainState, plain, "n"); !status.IsSuccess() {
+		t.Fatal(status)
+	}
+
+	var bindings []*v1.Binding
+	for _, action := range c.client.Actions() {
+		if create, ok := action.(clienttesting.CreateAction); ok && action.GetSubresource() == "binding" {
+			bindings = append(bindings, create.GetObject().(*v1.Binding))
+		}
+		if action.GetVerb() == "patch" {
+			t.Errorf("unexpected %s of %s: the Binding carries the annotation", action.GetVerb(), action.GetResource().Resource)
+		}
+	}
+	if len(bindings) != 2 {
+		t.Fatalf("%d bindings, want 2", len(bindings))
+	}
+	if got, want := bindings[0].Annotations[gpu.AnnotationAssigned], "node=n;gpus=0;milli=500;memory=0"; got != want || bindings[0].Target.Name != "n" {
+		t.Errorf("GPU pod's binding: annotation %q to %s, want %q to n", got, bindings[0].Target.Name, want)
+	}
+	if _, ok := bindings[1].Annotations[gpu.AnnotationAssigned]; ok || bindings[1].Name != "plain" {
+		t.Errorf("plain pod's binding %+v: want DefaultBinder's, without an assignment", bindings[1].ObjectMeta)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
+	schedconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
 
 	"github.com/gpusched/gpusched/pkg/gpu"
 )
@@ -52,18 +53,21 @@ func (p *GPUPlacement) Unreserve(ctx context.Context, state fwk.CycleState, pod 
 	p.ledger.Forget(pod.UID)
 }
 
-// PreBindPreFlight tells the framework whether PreBind has work for this pod.
+// PreBindPreFlight tells the framework whether PreBind has work for this pod:
+// it has none for a pod without GPUs, nor when GPUPlacement is the profile's
+// first bind plugin, since Bind then writes the assignment in the Binding.
 func (p *GPUPlacement) PreBindPreFlight(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeName string) (*fwk.PreBindPreFlightResult, *fwk.Status) {
-	if _, err := state.Read(assignmentKey); err != nil {
+	if _, err := state.Read(assignmentKey); err != nil || p.bindsFirst() {
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
 	return &fwk.PreBindPreFlightResult{AllowParallel: true}, nil
 }
 
-// PreBind writes the assignment annotation before the pod is bound, so that it
-// is on the pod the moment the pod lands on its node: the node agent reads it
-// there, and a restarted scheduler rebuilds its ledger from it. The patch
-// touches only the annotation, so it cannot undo a concurrent change to the pod.
+// PreBind writes the assignment annotation before another bind plugin binds
+// the pod, so that it is on the pod the moment the pod lands on its node: the
+// node agent reads it there, and a restarted scheduler rebuilds its ledger
+// from it. The merge patch touches only the annotation, so it cannot undo a
+// concurrent change to the pod.
 func (p *GPUPlacement) PreBind(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
 	data, err := state.Read(assignmentKey)
 	if err != nil {
@@ -81,4 +85,47 @@ func (p *GPUPlacement) PreBind(ctx context.Context, state fwk.CycleState, pod *v
 		return fwk.AsStatus(fmt.Errorf("%s: writing %s on pod %s/%s: %w", Name, gpu.AnnotationAssigned, pod.Namespace, pod.Name, err))
 	}
 	return nil
+}
+
+// Bind binds a pod that holds GPUs with the assignment annotation in the
+// Binding itself: the API server sets the node and the annotation in one
+// write, so a bound pod never lacks its assignment, and it costs one API call
+// instead of two. Pods without GPUs are left to the next bind plugin (Skip).
+// It runs only when GPUPlacement comes before DefaultBinder in the profile's
+// bind plugins, as in examples/gpusched-config.yaml; otherwise PreBind
+// writes the annotation and DefaultBinder binds.
+func (p *GPUPlacement) Bind(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
+	data, err := state.Read(assignmentKey)
+	if err != nil {
+		return fwk.NewStatus(fwk.Skip)
+	}
+	a := data.(*assignmentState).assignment
+	binding := &v1.Binding{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace:   pod.Namespace,
+			Name:        pod.Name,
+			UID:         pod.UID,
+			Annotations: map[string]string{gpu.AnnotationAssigned: a.String()},
+		},
+		Target: v1.ObjectReference{Kind: "Node", Name: nodeName},
+	}
+	if err := p.handle.ClientSet().CoreV1().Pods(pod.Namespace).Bind(ctx, binding, metav1.CreateOptions{}); err != nil {
+		return fwk.AsStatus(fmt.Errorf("%s: binding pod %s/%s to %s: %w", Name, pod.Namespace, pod.Name, nodeName, err))
+	}
+	return nil
+}
+
+// bindsFirst reports whether the framework offers pods to this plugin's Bind
+// before any other bind plugin. It reads the profile once, on first use, when
+// the framework is complete; a handle that cannot list its plugins counts as
+// "no", which keeps PreBind writing the annotation.
+func (p *GPUPlacement) bindsFirst() bool {
+	p.bindOrder.Do(func() {
+		if lister, ok := p.handle.(interface{ ListPlugins() *schedconfig.Plugins }); ok {
+			if plugins := lister.ListPlugins(); plugins != nil && len(plugins.Bind.Enabled) > 0 {
+				p.binds = plugins.Bind.Enabled[0].Name == Name
+			}
+		}
+	})
+	return p.binds
 }
