@@ -116,6 +116,11 @@ func allocatedAfter(n *NodeGPUs, d *Demand, chosen DeviceSet, w Weights) int64 {
 	if n.Len() == 0 {
 		return 0
 	}
+	capMilli := int64(n.Len()) * MilliPerGPU
+	if w.Memory == 0 || n.Inventory.memoryMiB == 0 {
+		// Compute alone: the chosen GPUs have room for d, so nothing is clamped.
+		return MaxScore * (n.usedMilli + int64(chosen.Len())*d.Milli) / capMilli
+	}
 	var usedMilli, usedMem int64
 	for i := range n.Used {
 		milli, mem := n.Used[i].Milli, n.Used[i].MemoryMiB
@@ -130,18 +135,9 @@ func allocatedAfter(n *NodeGPUs, d *Demand, chosen DeviceSet, w Weights) int64 {
 		usedMilli += milli
 		usedMem += min(mem, capMem)
 	}
-	capMilli, capMem := int64(n.Len())*MilliPerGPU, n.Inventory.memoryMiB
+	capMem := n.Inventory.memoryMiB
 	wGPU, wMem := float64(w.GPU), float64(w.Memory)
-	if capMem == 0 {
-		wMem = 0
-	}
-	if wGPU+wMem == 0 {
-		return 0
-	}
-	frac := wGPU * float64(usedMilli) / float64(capMilli)
-	if wMem > 0 {
-		frac += wMem * float64(usedMem) / float64(capMem)
-	}
+	frac := wGPU*float64(usedMilli)/float64(capMilli) + wMem*float64(usedMem)/float64(capMem)
 	return int64(float64(MaxScore) * frac / (wGPU + wMem))
 }
 
@@ -158,11 +154,14 @@ func chooseShare(n *NodeGPUs, candidates DeviceSet, tightest bool) DeviceSet {
 			best = i
 			continue
 		}
-		dm, dmem := n.FreeMilli(i)-n.FreeMilli(best), n.FreeMemoryMiB(i)-n.FreeMemoryMiB(best)
-		if !tightest {
-			dm, dmem = -dm, -dmem
+		dm := n.FreeMilli(i) - n.FreeMilli(best)
+		if dm == 0 { // a tie on milli-GPU: compare memory (which reads the inventory)
+			dm = n.FreeMemoryMiB(i) - n.FreeMemoryMiB(best)
 		}
-		if dm < 0 || dm == 0 && dmem < 0 {
+		if !tightest {
+			dm = -dm
+		}
+		if dm < 0 {
 			best = i
 		}
 	}
