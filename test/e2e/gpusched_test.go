@@ -148,6 +148,8 @@ func TestPriorityOrdersQueue(t *testing.T) {
 		if _, err := c.Client.SchedulingV1().PriorityClasses().Create(ctx, pc, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
+		// Pod admission reads classes from an informer: wait until it sees this one.
+		waitForPriorityClass(ctx, t, c, name)
 	}
 	// Both wait in the queue before the scheduler starts; the batch pod is older.
 	batch := gt.MakeGPUPod("batch").GPUs(1).Obj()

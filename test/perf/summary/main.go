@@ -19,7 +19,8 @@ import (
 
 const reference = "DefaultProfilePlainPods"
 
-// result is one benchmark line's metrics, by unit ("SchedulingThroughput/Average").
+// result is a test case's metrics, by unit ("SchedulingThroughput/Average"),
+// averaged over the runs of the input (go test -count).
 type result map[string]float64
 
 // benchLine matches "BenchmarkPerfScheduling/<case>/<workload>-<procs> <iterations> <value> <unit> ...".
@@ -27,6 +28,7 @@ var benchLine = regexp.MustCompile(`^BenchmarkPerfScheduling/([^/\s]+)/([^/\s]+?
 
 func parse(r io.Reader) (map[string]map[string]result, error) {
 	out := map[string]map[string]result{} // workload → case → metrics
+	runs := map[string]float64{}          // workload/case → runs summed so far
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 1<<20), 1<<24)
 	for sc.Scan() {
@@ -43,10 +45,22 @@ func parse(r io.Reader) (map[string]map[string]result, error) {
 			}
 			res[fields[i+1]] = v
 		}
+		if len(res) == 0 {
+			continue // a repeated run's header line without metrics
+		}
 		if out[m[2]] == nil {
 			out[m[2]] = map[string]result{}
 		}
-		out[m[2]][m[1]] = res
+		key := m[2] + "/" + m[1]
+		n := runs[key]
+		sum := out[m[2]][m[1]]
+		if sum == nil {
+			sum = result{}
+		}
+		for unit, v := range res {
+			sum[unit] = (sum[unit]*n + v) / (n + 1) // running mean
+		}
+		out[m[2]][m[1]], runs[key] = sum, n+1
 	}
 	return out, sc.Err()
 }

@@ -1,0 +1,215 @@
+package extender
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+
+	"github.com/gpusched/gpusched/pkg/gpu"
+)
+
+// Bind results, the values of the binds metric's result label.
+const (
+	BindResultBound        = "bound"
+	BindResultAlreadyBound = "already-bound"
+	BindResultError        = "error"
+)
+
+// bindTimeout bounds the API calls of one bind. They do not end with the
+// request: once the binding is written, the scheduler learns of it from its
+// informer even if it stopped waiting for the answer.
+const bindTimeout = 30 * time.Second
+
+// Bind binds the pod to the node, giving it GPUs.
+//
+// It reads the pod (the UID must match: a pod deleted and recreated under the
+// same name is not bound, "pod was replaced"), chooses its GPUs on the node
+// from the ledger view as Filter and Prioritize saw it, assumes them, and
+// binds with one write: a Binding that carries the gpusched.io/gpu-assigned
+// annotation, which the API server copies onto the pod in the same update
+// that sets spec.nodeName, so a bound pod never lacks its assignment. The
+// Binding names the pod's UID, so the write fails if the pod was replaced
+// meanwhile. A pod without GPU demand gets a plain Binding.
+//
+// Bind is idempotent: when the pod is already bound to the node with an
+// assignment for it (or needs no GPUs), it succeeds without writing. Bound
+// elsewhere, or without an assignment, it fails. With leader election, an
+// instance that does not hold the lease fails every bind (errNotLeader).
+func (e *Extender) Bind(ctx context.Context, args *extenderv1.ExtenderBindingArgs) *extenderv1.ExtenderBindingResult {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), bindTimeout)
+	defer cancel()
+	result, err := e.bind(ctx, args)
+	if e.onBind != nil {
+		e.onBind(result)
+	}
+	if err != nil {
+		klog.FromContext(ctx).V(2).Info("Bind failed", "err", err)
+		return &extenderv1.ExtenderBindingResult{Error: err.Error()}
+	}
+	return &extenderv1.ExtenderBindingResult{}
+}
+
+func (e *Extender) bind(ctx context.Context, args *extenderv1.ExtenderBindingArgs) (string, error) {
+	logger := klog.FromContext(ctx)
+	if !e.mayBind() {
+		return BindResultError, errNotLeader
+	}
+	pod, err := e.podToBind(ctx, args)
+	if err != nil {
+		return BindResultError, err
+	}
+	if pod.Spec.NodeName != "" {
+		if err := alreadyBound(pod, args.Node); err != nil {
+			return BindResultError, err
+		}
+		logger.V(2).Info("Pod already bound", "node", args.Node)
+		return BindResultAlreadyBound, nil
+	}
+	demand, err := gpu.DemandFromPod(pod)
+	if err != nil {
+		return BindResultError, fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	if demand.IsZero() {
+		if err := e.writeBinding(ctx, args, nil); err != nil {
+			return BindResultError, err
+		}
+		logger.V(2).Info("Bound pod", "node", args.Node)
+		return BindResultBound, nil
+	}
+
+	a, held, err := e.assume(pod, &demand, args.Node)
+	if err != nil {
+		return BindResultError, err
+	}
+	defer e.inFlight.Delete(pod.UID)
+	if err := e.writeBinding(ctx, args, &a); err != nil {
+		if e.boundAnyway(ctx, args, &a) {
+			logger.V(2).Info("Bound pod; the API server's answer was lost", "node", args.Node, "assignment", a.String(), "err", err)
+			return BindResultBound, nil
+		}
+		e.cluster.Release(held)
+		e.ledger.Forget(pod.UID)
+		return BindResultError, err
+	}
+	logger.V(2).Info("Bound pod", "node", args.Node, "assignment", a.String())
+	return BindResultBound, nil
+}
+
+// podToBind returns the pod the scheduler asks to bind: the copy the
+// extender holds on a node (it is bound; while its Binding is being written,
+// errInFlight), else the informer's, else the API server's when the informer
+// does not have it or has another pod under the name.
+func (e *Extender) podToBind(ctx context.Context, args *extenderv1.ExtenderBindingArgs) (*v1.Pod, error) {
+	if pod, ok := e.cluster.BoundPod(args.PodUID); ok {
+		if _, writing := e.inFlight.Load(args.PodUID); writing {
+			return nil, fmt.Errorf("pod %s/%s: %w", args.PodNamespace, args.PodName, errInFlight)
+		}
+		return pod, nil
+	}
+	var pod *v1.Pod
+	if lister := e.cluster.PodLister(); lister != nil {
+		pod, _ = lister.Pods(args.PodNamespace).Get(args.PodName)
+	}
+	if pod == nil || pod.UID != args.PodUID {
+		var err error
+		pod, err = e.client.CoreV1().Pods(args.PodNamespace).Get(ctx, args.PodName, metav1.GetOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("reading pod %s/%s: %w", args.PodNamespace, args.PodName, err)
+		}
+	}
+	if pod.UID != args.PodUID {
+		return nil, fmt.Errorf("pod %s/%s was replaced: it has UID %s, the scheduler placed UID %s", args.PodNamespace, args.PodName, pod.UID, args.PodUID)
+	}
+	return pod, nil
+}
+
+// alreadyBound returns nil if a bound pod is bound as a bind to node would
+// have left it: to that node, with an assignment for it if it needs GPUs.
+func alreadyBound(pod *v1.Pod, node string) error {
+	if pod.Spec.NodeName != node {
+		return fmt.Errorf("pod %s/%s is already bound to node %s", pod.Namespace, pod.Name, pod.Spec.NodeName)
+	}
+	if d, err := gpu.DemandFromPod(pod); err == nil && d.IsZero() {
+		return nil
+	}
+	if a, ok := gpu.AssignmentOf(pod); ok && a.Node == node {
+		return nil
+	}
+	return fmt.Errorf("pod %s/%s is bound to node %s without a gpusched GPU assignment", pod.Namespace, pod.Name, node)
+}
+
+// errInFlight: a bind of the pod is writing its Binding; whether it will
+// succeed is not known yet.
+var errInFlight = errors.New("a bind of this pod is in flight, retry")
+
+// errNotHeld: the informer reported the pod bound while the extender was
+// choosing its GPUs; someone else bound it.
+var errNotHeld = errors.New("pod was bound by someone else meanwhile")
+
+// assume chooses the pod's GPUs on the node, assumes them in the ledger and
+// holds the pod, with spec.nodeName and its assignment, on the node in the
+// cluster view, all under bindMu: from then on every read of the node counts
+// these GPUs as taken. It returns the assignment and the held copy.
+func (e *Extender) assume(pod *v1.Pod, demand *gpu.Demand, node string) (gpu.Assignment, *v1.Pod, error) {
+	e.bindMu.Lock()
+	defer e.bindMu.Unlock()
+	state := e.cluster.Node(node)
+	if state == nil || state.Node == nil {
+		return gpu.Assignment{}, nil, fmt.Errorf("binding pod %s/%s: node %s: %s", pod.Namespace, pod.Name, node, MsgUnknownNode)
+	}
+	n := e.ledger.Node(state.Node, state.Generation, state.PodSeq())
+	chosen, reasons := gpu.Place(n, demand, e.policy)
+	if reasons != 0 {
+		return gpu.Assignment{}, nil, fmt.Errorf("pod %s/%s (%s) no longer fits node %s: %s", pod.Namespace, pod.Name, demand, node, reasons)
+	}
+	a := gpu.NewAssignment(n, demand, chosen)
+	if err := e.ledger.Assume(pod.UID, a); err != nil {
+		return gpu.Assignment{}, nil, fmt.Errorf("assuming GPUs for pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	held := pod.DeepCopy()
+	held.Spec.NodeName = node
+	if held.Annotations == nil {
+		held.Annotations = map[string]string{}
+	}
+	held.Annotations[gpu.AnnotationAssigned] = a.String()
+	e.inFlight.Store(pod.UID, struct{}{})
+	if !e.cluster.Hold(held) {
+		e.inFlight.Delete(pod.UID)
+		e.ledger.Forget(pod.UID)
+		return gpu.Assignment{}, nil, fmt.Errorf("binding pod %s/%s: %w", pod.Namespace, pod.Name, errNotHeld)
+	}
+	return a, held, nil
+}
+
+// writeBinding binds the pod with one write; a non-nil assignment travels in
+// the Binding's annotations, which the API server copies onto the pod
+// atomically with spec.nodeName. The Binding's UID makes the write fail if
+// the pod was replaced.
+func (e *Extender) writeBinding(ctx context.Context, args *extenderv1.ExtenderBindingArgs, a *gpu.Assignment) error {
+	binding := &v1.Binding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: args.PodNamespace, Name: args.PodName, UID: args.PodUID},
+		Target:     v1.ObjectReference{Kind: "Node", Name: args.Node},
+	}
+	if a != nil {
+		binding.Annotations = map[string]string{gpu.AnnotationAssigned: a.String()}
+	}
+	if err := e.client.CoreV1().Pods(args.PodNamespace).Bind(ctx, binding, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("binding pod %s/%s to %s: %w", args.PodNamespace, args.PodName, args.Node, err)
+	}
+	return nil
+}
+
+// boundAnyway reports whether a binding whose write returned an error took
+// effect all the same (the answer was lost): the pod is bound to the node
+// with exactly this assignment.
+func (e *Extender) boundAnyway(ctx context.Context, args *extenderv1.ExtenderBindingArgs, a *gpu.Assignment) bool {
+	pod, err := e.client.CoreV1().Pods(args.PodNamespace).Get(ctx, args.PodName, metav1.GetOptions{})
+	return err == nil && pod.UID == args.PodUID && pod.Spec.NodeName == args.Node &&
+		pod.Annotations[gpu.AnnotationAssigned] == a.String()
+}

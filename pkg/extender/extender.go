@@ -1,0 +1,360 @@
+// Package extender serves gpusched's placement engine (pkg/gpu) behind the
+// stock kube-scheduler's HTTP extender API (k8s.io/kube-scheduler/extender/v1):
+// /filter, /prioritize, /bind and /preempt, plus /healthz, /readyz and
+// /metrics.
+//
+// Every decision is the engine's and is made exactly as the GPUPlacement
+// plugin makes it (pkg/plugins/gpuplacement): the demand from
+// gpu.DemandFromPod, feasibility and reasons from gpu.Candidates, the GPUs
+// from gpu.Place, the score from the policy, rescaled with gpu.Rescale (to
+// 0..10 here, 0..100 there). Only the source of a node's pods differs: the
+// plugin reads the scheduler's snapshot, the extender its own informer-fed
+// Cluster. See docs/extender.md.
+package extender
+
+import (
+	"context"
+	"iter"
+	"sync"
+	"sync/atomic"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+
+	"github.com/gpusched/gpusched/pkg/gpu"
+)
+
+// MsgUnknownNode is the failure message for a node the extender's informers
+// have not (yet) seen, for a pod that needs its GPUs.
+const MsgUnknownNode = "node unknown to gpusched"
+
+// Extender makes the extender's decisions on typed requests; Server serves
+// them over HTTP. It is safe for concurrent use.
+type Extender struct {
+	cluster *Cluster
+	ledger  *gpu.Ledger
+	policy  gpu.Policy
+	client  kubernetes.Interface
+
+	// bindMu serializes the part of each bind that reads a node's GPUs,
+	// chooses GPUs, assumes them and holds the pod on the node, as
+	// gpu.Ledger.Assume requires; the API write happens outside it.
+	bindMu sync.Mutex
+	// onBind, when set, observes the result of every bind ("bound",
+	// "already-bound", "error"): the server's metrics.
+	onBind func(result string)
+	// leaderOnly: bind only while leading, that is while this instance
+	// holds the leader lease (leader.go). Set before serving.
+	leaderOnly bool
+	leading    atomic.Bool
+	// inFlight holds the UIDs of pods held on a node whose Binding is being
+	// written: a retry must not report them bound before the write is done.
+	inFlight sync.Map
+}
+
+// New returns an Extender deciding with policy over the cluster's view,
+// binding through client.
+func New(cluster *Cluster, client kubernetes.Interface, policy gpu.Policy) *Extender {
+	return &Extender{cluster: cluster, ledger: gpu.NewLedger(), policy: policy, client: client}
+}
+
+// candidate is one node of a filter or prioritize request, and what was
+// found for it.
+type candidate struct {
+	name string
+	// node is the Node object the node's GPUs are read from: the request's
+	// when it carries Node objects (nodeCacheCapable: false), else the
+	// informer's; nil when unknown.
+	node  *v1.Node
+	state *NodeState
+	// reasons (Filter) and score (Prioritize) are the results.
+	reasons gpu.Reasons
+	score   int64
+}
+
+// candidates resolves the request's nodes against the cluster view, in the
+// request's order. Pass the list to putCandidates when done with it.
+func (e *Extender) candidates(args *extenderv1.ExtenderArgs) *[]candidate {
+	list := candidateLists.Get().(*[]candidate)
+	out := (*list)[:0]
+	if args.NodeNames != nil {
+		for _, name := range *args.NodeNames {
+			out = append(out, candidate{name: name})
+		}
+	} else {
+		for i := range args.Nodes.Items {
+			out = append(out, candidate{name: args.Nodes.Items[i].Name, node: &args.Nodes.Items[i]})
+		}
+	}
+	e.cluster.resolve(out)
+	if args.NodeNames != nil {
+		for i := range out {
+			if out[i].state != nil {
+				out[i].node = out[i].state.Node
+			}
+		}
+	}
+	*list = out
+	return list
+}
+
+// view is the ledger's view of a known candidate's GPUs.
+//
+// When the candidate's node is the cluster's own Node object, the view is
+// memoized in the NodeState. That is exact: the ledger's view of a node
+// depends on the node, its pods and the assumptions for those pods, and the
+// extender assumes GPUs only for a pod it holds on the node with the
+// assignment annotation, which the ledger counts on its own; every Hold and
+// Release makes a new NodeState.
+func (e *Extender) view(c *candidate) *gpu.NodeGPUs {
+	if c.state == nil {
+		return e.ledger.Node(c.node, 0, c.state.PodSeq())
+	}
+	if c.node != c.state.Node {
+		return e.ledger.Node(c.node, c.state.Generation, c.state.PodSeq())
+	}
+	if n := c.state.gpus.Load(); n != nil {
+		return n
+	}
+	n := e.ledger.Node(c.node, c.state.Generation, c.state.PodSeq())
+	c.state.gpus.Store(n)
+	return n
+}
+
+// Filter returns every node of the request the pod's GPU demand fits, and
+// for each other node why not: in FailedAndUnresolvableNodes when freeing
+// GPUs cannot help (gpu.Reasons.Unresolvable), else in FailedNodes. A pod
+// without GPU demand fits every node. A malformed demand fails every node as
+// unresolvable with the engine's message, which names the annotation, the
+// value and what is allowed. A node unknown to the extender fails (resolvably)
+// with MsgUnknownNode. The request must have a Pod and either NodeNames or
+// Nodes (see validArgs).
+func (e *Extender) Filter(ctx context.Context, args *extenderv1.ExtenderArgs) *extenderv1.ExtenderFilterResult {
+	result := &extenderv1.ExtenderFilterResult{
+		FailedNodes:                extenderv1.FailedNodesMap{},
+		FailedAndUnresolvableNodes: extenderv1.FailedNodesMap{},
+	}
+	demand, err := gpu.DemandFromPod(args.Pod)
+	switch {
+	case err != nil:
+		msg := err.Error()
+		for name := range nodeNames(args) {
+			result.FailedAndUnresolvableNodes[name] = msg
+		}
+		setFeasible(result, args, nil)
+		return result
+	case demand.IsZero():
+		setFeasible(result, args, func(int) bool { return true })
+		return result
+	}
+
+	list := e.candidates(args)
+	defer putCandidates(list)
+	cands := *list
+	parallelize(len(cands), func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			if c := &cands[i]; c.node != nil {
+				_, c.reasons = gpu.Candidates(e.view(c), &demand)
+			}
+		}
+	})
+	for i := range cands {
+		switch c := &cands[i]; {
+		case c.node == nil:
+			result.FailedNodes[c.name] = MsgUnknownNode
+		case c.reasons == 0:
+		case c.reasons.Unresolvable():
+			result.FailedAndUnresolvableNodes[c.name] = reasonsText(c.reasons)
+		default:
+			result.FailedNodes[c.name] = reasonsText(c.reasons)
+		}
+	}
+	setFeasible(result, args, func(i int) bool { return cands[i].node != nil && cands[i].reasons == 0 })
+	return result
+}
+
+// reasonTexts memoizes gpu.Reasons.String: thousands of nodes of a request
+// can fail for the same reasons.
+var reasonTexts sync.Map // gpu.Reasons -> string
+
+func reasonsText(r gpu.Reasons) string {
+	if s, ok := reasonTexts.Load(r); ok {
+		return s.(string)
+	}
+	s := r.String()
+	reasonTexts.Store(r, s)
+	return s
+}
+
+// nodeNames yields the names of the request's nodes.
+func nodeNames(args *extenderv1.ExtenderArgs) iter.Seq[string] {
+	return func(yield func(string) bool) {
+		if args.NodeNames != nil {
+			for _, name := range *args.NodeNames {
+				if !yield(name) {
+					return
+				}
+			}
+			return
+		}
+		for i := range args.Nodes.Items {
+			if !yield(args.Nodes.Items[i].Name) {
+				return
+			}
+		}
+	}
+}
+
+// setFeasible fills the result's feasible nodes, in the form of the request:
+// names for nodeCacheCapable, else Node objects. Always non-nil, since the
+// scheduler reads a nil list as "no node fits".
+func setFeasible(result *extenderv1.ExtenderFilterResult, args *extenderv1.ExtenderArgs, fits func(i int) bool) {
+	if args.NodeNames != nil {
+		names := getNames(len(*args.NodeNames))
+		for i, name := range *args.NodeNames {
+			if fits != nil && fits(i) {
+				names = append(names, name)
+			}
+		}
+		result.NodeNames = &names
+		return
+	}
+	list := &v1.NodeList{Items: make([]v1.Node, 0, len(args.Nodes.Items))}
+	for i := range args.Nodes.Items {
+		if fits != nil && fits(i) {
+			list.Items = append(list.Items, args.Nodes.Items[i])
+		}
+	}
+	result.Nodes = list
+}
+
+// Prioritize scores every node of the request 0..extenderv1.MaxExtenderPriority:
+// the policy's engine score for the GPUs gpu.Place chooses, rescaled min-max
+// over the nodes (gpu.Rescale), exactly as the plugin's Score and
+// NormalizeScore do. A node the demand no longer fits scores 0 and, as in the
+// plugin, takes part in the min-max; an unknown node scores 0 and does not.
+// A pod without GPU demand (or with a malformed one) gets 0 everywhere, so
+// that the scheduler's own scores decide.
+func (e *Extender) Prioritize(ctx context.Context, args *extenderv1.ExtenderArgs) extenderv1.HostPriorityList {
+	out := getPriorities(nodeCount(args))
+	for name := range nodeNames(args) {
+		out = append(out, extenderv1.HostPriority{Host: name})
+	}
+	demand, err := gpu.DemandFromPod(args.Pod)
+	if err != nil || demand.IsZero() {
+		return out
+	}
+	list := e.candidates(args)
+	defer putCandidates(list)
+	cands := *list
+	parallelize(len(cands), func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			if c := &cands[i]; c.node != nil {
+				n := e.view(c)
+				if chosen, reasons := gpu.Place(n, &demand, e.policy); reasons == 0 {
+					c.score = e.policy.Score(n, &demand, chosen)
+				}
+			}
+		}
+	})
+	lo, hi, seen := int64(0), int64(0), false
+	for i := range cands {
+		if cands[i].node == nil {
+			continue
+		}
+		if !seen {
+			lo, hi, seen = cands[i].score, cands[i].score, true
+		}
+		lo, hi = min(lo, cands[i].score), max(hi, cands[i].score)
+	}
+	for i := range cands {
+		if cands[i].node != nil {
+			out[i].Score = gpu.Rescale(cands[i].score, lo, hi, extenderv1.MaxExtenderPriority)
+		}
+	}
+	return out
+}
+
+// nodeCount is the number of the request's nodes.
+func nodeCount(args *extenderv1.ExtenderArgs) int {
+	if args.NodeNames != nil {
+		return len(*args.NodeNames)
+	}
+	return len(args.Nodes.Items)
+}
+
+// Preempt checks the scheduler's preemption candidates: it keeps a node only
+// if the pod's GPU demand fits there once the node's victims are gone,
+// evaluated on a throwaway ledger so that the real one is untouched, and
+// returns the kept nodes with their victims by UID. Victims are the
+// scheduler's choice (by priority and PodDisruptionBudgets); the extender
+// does not add any. A pod without GPU demand keeps every node; a malformed
+// demand, or a node unknown to the extender, keeps none.
+func (e *Extender) Preempt(ctx context.Context, args *extenderv1.ExtenderPreemptionArgs) *extenderv1.ExtenderPreemptionResult {
+	victims := metaVictims(args)
+	result := &extenderv1.ExtenderPreemptionResult{NodeNameToMetaVictims: map[string]*extenderv1.MetaVictims{}}
+	demand, err := gpu.DemandFromPod(args.Pod)
+	if err != nil {
+		return result
+	}
+	if demand.IsZero() {
+		result.NodeNameToMetaVictims = victims
+		return result
+	}
+	// A bind in its critical section has assumed GPUs but may not hold its
+	// pod on the node yet; waiting for it makes the states below complete.
+	e.bindMu.Lock()
+	states := make(map[string]*NodeState, len(victims))
+	for name := range victims {
+		states[name] = e.cluster.Node(name)
+	}
+	e.bindMu.Unlock()
+
+	whatIf := gpu.NewLedger()
+	for name, v := range victims {
+		state := states[name]
+		if state == nil || state.Node == nil || v == nil {
+			continue
+		}
+		gone := make(map[types.UID]bool, len(v.Pods))
+		for _, p := range v.Pods {
+			if p != nil {
+				gone[types.UID(p.UID)] = true
+			}
+		}
+		rest := func(yield func(*v1.Pod) bool) {
+			for _, p := range state.Pods {
+				if !gone[p.UID] && !yield(p) {
+					return
+				}
+			}
+		}
+		if _, reasons := gpu.Candidates(whatIf.Node(state.Node, state.Generation, rest), &demand); reasons == 0 {
+			result.NodeNameToMetaVictims[name] = v
+		}
+	}
+	return result
+}
+
+// metaVictims returns the request's victims by UID, whichever form it came in.
+func metaVictims(args *extenderv1.ExtenderPreemptionArgs) map[string]*extenderv1.MetaVictims {
+	if args.NodeNameToMetaVictims != nil {
+		return args.NodeNameToMetaVictims
+	}
+	out := make(map[string]*extenderv1.MetaVictims, len(args.NodeNameToVictims))
+	for name, v := range args.NodeNameToVictims {
+		if v == nil {
+			continue
+		}
+		mv := &extenderv1.MetaVictims{Pods: make([]*extenderv1.MetaPod, 0, len(v.Pods)), NumPDBViolations: v.NumPDBViolations}
+		for _, p := range v.Pods {
+			if p != nil {
+				mv.Pods = append(mv.Pods, &extenderv1.MetaPod{UID: string(p.UID)})
+			}
+		}
+		out[name] = mv
+	}
+	return out
+}

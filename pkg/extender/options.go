@@ -1,0 +1,164 @@
+package extender
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/gpusched/gpusched/pkg/apis/config/validation"
+	"github.com/gpusched/gpusched/pkg/gpu"
+)
+
+// Options configure an extender server; they are the gpusched-extender
+// command's flags.
+type Options struct {
+	// Kubeconfig is the kubeconfig file; empty means the in-cluster config.
+	Kubeconfig string
+	// KubeAPIQPS and KubeAPIBurst limit the client's requests to the API server.
+	KubeAPIQPS   float32
+	KubeAPIBurst int
+
+	// BindAddress is the host:port the server listens on.
+	BindAddress string
+	// TLSCertFile and TLSPrivateKeyFile, when both set, make the server speak
+	// HTTPS (the scheduler's extender config then sets enableHTTPS and tlsConfig).
+	TLSCertFile       string
+	TLSPrivateKeyFile string
+	// MaxRequestBytes bounds a request body; larger ones get 413.
+	MaxRequestBytes int64
+	// ReadHeaderTimeout, ReadTimeout and WriteTimeout are the http.Server's.
+	ReadHeaderTimeout time.Duration
+	ReadTimeout       time.Duration
+	WriteTimeout      time.Duration
+	// ShutdownTimeout bounds how long a stopping server waits for requests in flight.
+	ShutdownTimeout time.Duration
+
+	// LeaderElect makes the instance bind only while it holds the Lease
+	// LeaderElectionNamespace/LeaderElectionName, so that of several
+	// instances (replicas, or both pods of a rollout) exactly one binds.
+	LeaderElect             bool
+	LeaderElectionNamespace string
+	LeaderElectionName      string
+	LeaseDuration           time.Duration
+	RenewDeadline           time.Duration
+	RetryPeriod             time.Duration
+
+	// Policy is the placement policy, and GPUWeight and MemoryWeight the
+	// weights of GPU compute and GPU memory in its score: the plugin's
+	// scoringStrategy (type, and the weights of resources nvidia.com/gpu and
+	// gpusched.io/gpu-memory; 0 leaves a resource out).
+	Policy       string
+	GPUWeight    int64
+	MemoryWeight int64
+}
+
+// NewOptions returns the defaults: BestFit on GPU compute alone, as the
+// plugin's defaults; port 8888 on every address.
+func NewOptions() *Options {
+	return &Options{
+		KubeAPIQPS:        50,
+		KubeAPIBurst:      100,
+		BindAddress:       "0.0.0.0:8888",
+		MaxRequestBytes:   DefaultMaxRequestBytes,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		ShutdownTimeout:   10 * time.Second,
+
+		LeaderElectionNamespace: "kube-system",
+		LeaderElectionName:      "gpusched-extender",
+		LeaseDuration:           15 * time.Second,
+		RenewDeadline:           10 * time.Second,
+		RetryPeriod:             2 * time.Second,
+		Policy:                  string(gpu.PolicyBestFit),
+		GPUWeight:               gpu.DefaultWeights.GPU,
+		MemoryWeight:            gpu.DefaultWeights.Memory,
+	}
+}
+
+// AddFlags registers the options as flags.
+func (o *Options) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "kubeconfig file; empty: the in-cluster configuration")
+	fs.Float32Var(&o.KubeAPIQPS, "kube-api-qps", o.KubeAPIQPS, "queries per second to the API server")
+	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", o.KubeAPIBurst, "burst of queries to the API server")
+	fs.StringVar(&o.BindAddress, "bind-address", o.BindAddress, "host:port to serve the extender API, health and metrics on")
+	fs.StringVar(&o.TLSCertFile, "tls-cert-file", o.TLSCertFile, "serve HTTPS with this PEM certificate (chain); needs --tls-private-key-file")
+	fs.StringVar(&o.TLSPrivateKeyFile, "tls-private-key-file", o.TLSPrivateKeyFile, "the PEM private key of --tls-cert-file")
+	fs.Int64Var(&o.MaxRequestBytes, "max-request-bytes", o.MaxRequestBytes, "largest request body accepted; larger ones get 413")
+	fs.DurationVar(&o.ReadHeaderTimeout, "read-header-timeout", o.ReadHeaderTimeout, "time to read a request's headers")
+	fs.DurationVar(&o.ReadTimeout, "read-timeout", o.ReadTimeout, "time to read a whole request")
+	fs.DurationVar(&o.WriteTimeout, "write-timeout", o.WriteTimeout, "time from the end of a request's headers to the end of its answer")
+	fs.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", o.ShutdownTimeout, "on SIGTERM, how long to let requests in flight finish")
+	fs.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect, "bind only while holding the leader lease, so that of several instances exactly one binds (filter, prioritize and preempt are served by all)")
+	fs.StringVar(&o.LeaderElectionNamespace, "leader-elect-resource-namespace", o.LeaderElectionNamespace, "namespace of the leader Lease")
+	fs.StringVar(&o.LeaderElectionName, "leader-elect-resource-name", o.LeaderElectionName, "name of the leader Lease")
+	fs.DurationVar(&o.LeaseDuration, "leader-elect-lease-duration", o.LeaseDuration, "how long a non-leader waits after the last renewal before taking the lease")
+	fs.DurationVar(&o.RenewDeadline, "leader-elect-renew-deadline", o.RenewDeadline, "how long the leader retries renewing before it stops binding; less than the lease duration")
+	fs.DurationVar(&o.RetryPeriod, "leader-elect-retry-period", o.RetryPeriod, "how often to try to take or renew the lease")
+	fs.StringVar(&o.Policy, "policy", o.Policy, fmt.Sprintf("placement policy, one of %v (docs/policies.md)", gpu.PolicyTypes))
+	fs.Int64Var(&o.GPUWeight, "gpu-weight", o.GPUWeight, fmt.Sprintf("weight of GPU compute in the policy's score, 0..%d", validation.MaxWeight))
+	fs.Int64Var(&o.MemoryWeight, "memory-weight", o.MemoryWeight, fmt.Sprintf("weight of GPU memory in the policy's score, 0..%d", validation.MaxWeight))
+}
+
+// Validate reports every invalid option, each naming its flag, the value and
+// what is allowed. The policy rules are the plugin's
+// (pkg/apis/config/validation): a weight of 0 leaves the resource out, as
+// leaving it out of the plugin's resources does.
+func (o *Options) Validate() error {
+	var errs []error
+	bad := func(flag string, value any, allowed string) {
+		errs = append(errs, fmt.Errorf("invalid --%s %v: %s", flag, value, allowed))
+	}
+	if !slices.Contains(gpu.PolicyTypes, gpu.PolicyType(o.Policy)) {
+		bad("policy", fmt.Sprintf("%q", o.Policy), fmt.Sprintf("want one of %v", gpu.PolicyTypes))
+	}
+	for flag, w := range map[string]int64{"gpu-weight": o.GPUWeight, "memory-weight": o.MemoryWeight} {
+		if w < 0 || w > validation.MaxWeight {
+			bad(flag, w, fmt.Sprintf("want a weight from 0 to %d", validation.MaxWeight))
+		}
+	}
+	if o.GPUWeight <= 0 && o.MemoryWeight <= 0 {
+		errs = append(errs, errors.New("invalid --gpu-weight and --memory-weight: at least one must be positive"))
+	}
+	if _, _, err := net.SplitHostPort(o.BindAddress); err != nil {
+		bad("bind-address", fmt.Sprintf("%q", o.BindAddress), "want host:port")
+	}
+	if (o.TLSCertFile == "") != (o.TLSPrivateKeyFile == "") {
+		errs = append(errs, errors.New("invalid --tls-cert-file and --tls-private-key-file: set both or neither"))
+	}
+	if o.MaxRequestBytes <= 0 {
+		bad("max-request-bytes", o.MaxRequestBytes, "want a positive number of bytes")
+	}
+	for flag, d := range map[string]time.Duration{
+		"read-header-timeout": o.ReadHeaderTimeout, "read-timeout": o.ReadTimeout,
+		"write-timeout": o.WriteTimeout, "shutdown-timeout": o.ShutdownTimeout,
+	} {
+		if d <= 0 {
+			bad(flag, d, "want a positive duration")
+		}
+	}
+	if o.LeaderElect {
+		switch {
+		case o.LeaderElectionNamespace == "" || o.LeaderElectionName == "":
+			errs = append(errs, errors.New("invalid --leader-elect-resource-namespace or --leader-elect-resource-name: want both non-empty"))
+		case o.RetryPeriod <= 0 || o.RenewDeadline <= o.RetryPeriod || o.LeaseDuration <= o.RenewDeadline:
+			errs = append(errs, fmt.Errorf("invalid --leader-elect-lease-duration %v, --leader-elect-renew-deadline %v, --leader-elect-retry-period %v: want lease duration > renew deadline > retry period > 0",
+				o.LeaseDuration, o.RenewDeadline, o.RetryPeriod))
+		}
+	}
+	if o.KubeAPIQPS <= 0 || o.KubeAPIBurst <= 0 {
+		errs = append(errs, fmt.Errorf("invalid --kube-api-qps %v or --kube-api-burst %d: want positive values", o.KubeAPIQPS, o.KubeAPIBurst))
+	}
+	slices.SortFunc(errs, func(a, b error) int { return strings.Compare(a.Error(), b.Error()) })
+	return errors.Join(errs...)
+}
+
+// NewPolicy returns the policy the options select; they must be valid.
+func (o *Options) NewPolicy() (gpu.Policy, error) {
+	return gpu.NewPolicy(gpu.PolicyType(o.Policy), gpu.Weights{GPU: o.GPUWeight, Memory: o.MemoryWeight})
+}

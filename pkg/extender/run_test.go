@@ -1,0 +1,232 @@
+package extender
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/klog/v2/ktesting"
+
+	"github.com/gpusched/gpusched/pkg/gpu"
+	gt "github.com/gpusched/gpusched/pkg/gpu/gputest"
+)
+
+func TestOptionsValidate(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		set   func(o *Options)
+		wants []string // parts of the error; none: valid
+	}{
+		{"defaults", func(*Options) {}, nil},
+		{"memory only", func(o *Options) { o.GPUWeight, o.MemoryWeight = 0, 3 }, nil},
+		{"Packing", func(o *Options) { o.Policy = "Packing" }, nil},
+		{"an unknown policy", func(o *Options) { o.Policy = "bestfit" }, []string{`invalid --policy "bestfit": want one of [BestFit Spread Packing]`}},
+		{"a negative weight", func(o *Options) { o.MemoryWeight = -1 }, []string{"invalid --memory-weight -1: want a weight from 0 to 100"}},
+		{"a weight over 100", func(o *Options) { o.GPUWeight = 101 }, []string{"invalid --gpu-weight 101: want a weight from 0 to 100"}},
+		{"no positive weight", func(o *Options) { o.GPUWeight = 0 }, []string{"invalid --gpu-weight and --memory-weight: at least one must be positive"}},
+		{"a certificate without key", func(o *Options) { o.TLSCertFile = "c.pem" }, []string{"--tls-cert-file and --tls-private-key-file: set both or neither"}},
+		{"no port", func(o *Options) { o.BindAddress = "127.0.0.1" }, []string{`invalid --bind-address "127.0.0.1": want host:port`}},
+		{"no body", func(o *Options) { o.MaxRequestBytes = 0 }, []string{"invalid --max-request-bytes 0"}},
+		{"no timeout", func(o *Options) { o.WriteTimeout = 0 }, []string{"invalid --write-timeout 0s: want a positive duration"}},
+		{"leader election", func(o *Options) { o.LeaderElect = true }, nil},
+		{"a renew deadline past the lease", func(o *Options) { o.LeaderElect, o.RenewDeadline = true, time.Minute }, []string{
+			"invalid --leader-elect-lease-duration 15s, --leader-elect-renew-deadline 1m0s, --leader-elect-retry-period 2s: want lease duration > renew deadline > retry period > 0",
+		}},
+		{"every error at once", func(o *Options) { o.Policy, o.GPUWeight, o.ReadTimeout = "x", -5, -time.Second }, []string{
+			"--policy", "--gpu-weight -5", "at least one must be positive", "--read-timeout -1s",
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := NewOptions()
+			tc.set(o)
+			err := o.Validate()
+			if len(tc.wants) == 0 {
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := o.NewPolicy(); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("valid, want %q", tc.wants)
+			}
+			for _, want := range tc.wants {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q lacks %q", err, want)
+				}
+			}
+		})
+	}
+}
+
+// TestStartStop runs a server on loopback, over plain HTTP and over TLS: it
+// becomes ready once the informers sync, answers, and stops.
+func TestStartStop(t *testing.T) {
+	for _, useTLS := range []bool{false, true} {
+		t.Run(map[bool]string{false: "http", true: "https"}[useTLS], func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			opts := NewOptions()
+			opts.BindAddress = "127.0.0.1:0"
+			client := &http.Client{Timeout: 5 * time.Second}
+			scheme := "http"
+			if useTLS {
+				opts.TLSCertFile, opts.TLSPrivateKeyFile = writeSelfSigned(t)
+				client.Transport = &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}} //nolint:gosec // a throwaway test certificate
+				scheme = "https"
+			}
+			s, err := Start(ctx, opts, fake.NewClientset())
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = s.Stop() })
+			if err := s.WaitForSync(ctx); err != nil {
+				t.Fatal(err)
+			}
+			resp, err := client.Get(scheme + "://" + s.Addr().String() + "/readyz")
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK || strings.TrimSpace(string(body)) != "ok" {
+				t.Errorf("readyz: %d %q", resp.StatusCode, body)
+			}
+			if err := s.Stop(); err != nil {
+				t.Errorf("Stop: %v", err)
+			}
+			select {
+			case <-s.Done():
+			default:
+				t.Error("Done not closed after Stop")
+			}
+			if _, err := client.Get(scheme + "://" + s.Addr().String() + "/healthz"); err == nil {
+				t.Error("a stopped server still answers")
+			}
+		})
+	}
+}
+
+// TestLeaderElection: of two instances on one lease only the leader binds;
+// when it stops, it hands the lease over and the other binds.
+func TestLeaderElection(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	node := gt.MakeGPUNode("a100-0").GFD(a100, 2, 81920).Obj()
+	p0, p1 := gt.MakeGPUPod("p0").GPUs(1).Obj(), gt.MakeGPUPod("p1").GPUs(1).Obj()
+	client := fake.NewClientset(node, p0, p1)
+	client.PrependReactor("create", "pods", bindReactor(client.Tracker()))
+	start := func() *Server {
+		opts := NewOptions()
+		opts.BindAddress = "127.0.0.1:0"
+		opts.LeaderElect = true
+		opts.LeaseDuration, opts.RenewDeadline, opts.RetryPeriod = 3*time.Second, 2*time.Second, 100*time.Millisecond
+		s, err := Start(ctx, opts, client)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Stop() })
+		if err := s.WaitForSync(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	first := start()
+	eventually(t, "the first instance to lead", first.ext.mayBind)
+	second := start()
+	if r := second.ext.Bind(ctx, bindArgs(p0, "a100-0")); !strings.Contains(r.Error, "does not hold the leader lease") {
+		t.Fatalf("bind on the instance that does not lead: %q", r.Error)
+	}
+	if r := first.ext.Bind(ctx, bindArgs(p0, "a100-0")); r.Error != "" {
+		t.Fatalf("bind on the leader: %s", r.Error)
+	}
+	if err := first.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the second instance to lead", second.ext.mayBind)
+	if r := second.ext.Bind(ctx, bindArgs(p1, "a100-0")); r.Error != "" {
+		t.Fatalf("bind on the new leader: %s", r.Error)
+	}
+	got, err := client.CoreV1().Pods("default").Get(ctx, "p1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The new leader saw p0 on GPU 0.
+	if a, ok := gpu.AssignmentOf(got); !ok || a.Devices[0] != 1 {
+		t.Errorf("p1: %s, want GPU 1", got.Annotations[gpu.AnnotationAssigned])
+	}
+}
+
+func TestStartFails(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	for name, set := range map[string]func(o *Options){
+		"invalid options":  func(o *Options) { o.Policy = "x" },
+		"port in use":      func(o *Options) { o.BindAddress = busy.Addr().String() },
+		"missing TLS file": func(o *Options) { o.TLSCertFile, o.TLSPrivateKeyFile = "/nonexistent/c.pem", "/nonexistent/k.pem" },
+	} {
+		t.Run(name, func(t *testing.T) {
+			opts := NewOptions()
+			opts.BindAddress = "127.0.0.1:0"
+			set(opts)
+			if s, err := Start(ctx, opts, fake.NewClientset()); err == nil {
+				s.Stop()
+				t.Fatal("Start succeeded")
+			}
+		})
+	}
+}
+
+// writeSelfSigned writes a certificate for 127.0.0.1 and its key.
+func writeSelfSigned(t *testing.T) (certFile, keyFile string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1),
+		Subject:      pkix.Name{CommonName: "gpusched-extender-test"},
+		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	certFile, keyFile = filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return certFile, keyFile
+}

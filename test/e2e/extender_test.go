@@ -1,0 +1,214 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	schedulingv1 "k8s.io/api/scheduling/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gpusched/gpusched/pkg/gpu"
+	gt "github.com/gpusched/gpusched/pkg/gpu/gputest"
+	"github.com/gpusched/gpusched/test/testcluster"
+)
+
+// TestExtenderGPUPlacement runs TestGPUPlacement's scenarios in extender
+// mode: the stock kube-scheduler (default plugins, no gpusched plugin) with
+// the extender on loopback, once with nodeCacheCapable: true (node names)
+// and once with false (full Node objects). The same pods get the same nodes,
+// GPUs, milli-GPU and memory as in plugin mode.
+//
+// One difference is in the events: the stock profile's NodeResourcesFit
+// still counts nvidia.com/gpu and runs before the extender, so a node it
+// rejects says "Insufficient nvidia.com/gpu" instead of gpusched's reason.
+func TestExtenderGPUPlacement(t *testing.T) {
+	for _, nodeCacheCapable := range []bool{true, false} {
+		t.Run(fmt.Sprintf("nodeCacheCapable=%t", nodeCacheCapable), func(t *testing.T) {
+			ctx := context.Background()
+			c := testcluster.Start(t)
+			for _, n := range gpuNodes() {
+				testcluster.CreateNode(ctx, t, c.Client, n)
+			}
+			addr := freeLoopbackAddr(t)
+			startExtender(ctx, t, c, addr)
+			c.StartScheduler(ctx, t, extenderConfig(t, addr, nodeCacheCapable))
+			runPlacementScenarios(ctx, t, c)
+		})
+	}
+}
+
+// runPlacementScenarios are TestGPUPlacement's, in order, with the pods
+// created for the default scheduler.
+func runPlacementScenarios(ctx context.Context, t *testing.T, c *testcluster.Cluster) {
+	t.Run("whole GPUs with model constraints", func(t *testing.T) {
+		createStockPod(ctx, t, c, gt.MakeGPUPod("train").GPUs(4).Models(h100).Obj())
+		createStockPod(ctx, t, c, gt.MakeGPUPod("infer").GPUs(1).Models(t4).Obj())
+		if a := assignmentOf(ctx, t, c, "train"); a.Node != "h100-0" || !slices.Equal(a.Devices, []int{0, 1, 2, 3}) || a.Milli != 1000 {
+			t.Errorf("train: %s, want h100-0 GPUs 0-3", a.String())
+		}
+		if a := assignmentOf(ctx, t, c, "infer"); a.Node != "t4-0" || !slices.Equal(a.Devices, []int{0}) {
+			t.Errorf("infer: %s, want t4-0 GPU 0", a.String())
+		}
+	})
+
+	t.Run("fractional pods share one GPU", func(t *testing.T) {
+		for i := range 4 {
+			name := fmt.Sprintf("share-%d", i)
+			createStockPod(ctx, t, c, gt.MakeGPUPod(name).Milli(250).GPUMemory("10Gi").Models(a100).Obj())
+			if a := assignmentOf(ctx, t, c, name); a.Node != "a100-0" || !slices.Equal(a.Devices, []int{0}) || a.Milli != 250 || a.MemoryMiB != 10240 {
+				t.Errorf("%s: %s, want a100-0 GPU 0 with 250 milli and 10240 MiB", name, a.String())
+			}
+		}
+		createStockPod(ctx, t, c, gt.MakeGPUPod("share-4").Milli(250).Models(a100).Obj())
+		if a := assignmentOf(ctx, t, c, "share-4"); !slices.Equal(a.Devices, []int{1}) {
+			t.Errorf("share-4: %s, want GPU 1", a.String())
+		}
+	})
+
+	t.Run("memory constraint keeps a share off small GPUs", func(t *testing.T) {
+		createStockPod(ctx, t, c, gt.MakeGPUPod("big-share").Milli(500).GPUMemory("40Gi").Models(a100, t4).Obj())
+		if a := assignmentOf(ctx, t, c, "big-share"); a.Node != "a100-0" || !slices.Equal(a.Devices, []int{1}) {
+			t.Errorf("big-share: %s, want a100-0 GPU 1", a.String())
+		}
+	})
+
+	t.Run("a pod that fits nowhere stays pending with reasons per node", func(t *testing.T) {
+		// NodeResourcesFit rejects h100-0 (4 GPUs free of 8), t4-0 (3 of
+		// 4) and cpu-0 before the extender sees them; the extender finds 6
+		// idle GPUs on a100-0 (GPUs 0 and 1 hold shares, which request no
+		// nvidia.com/gpu).
+		createStockPod(ctx, t, c, gt.MakeGPUPod("too-big").GPUs(7).Models(a100, t4).Obj())
+		ev := testcluster.WaitForPodEvent(ctx, t, c.Client, "default", "too-big", "FailedScheduling", timeout)
+		containsAll(t, "event", ev.Message,
+			"0/4 nodes are available",
+			"1 insufficient free GPUs",
+			"3 Insufficient nvidia.com/gpu")
+		// A share asks for no nvidia.com/gpu: every node reaches the
+		// extender, and the reasons are plugin mode's.
+		createStockPod(ctx, t, c, gt.MakeGPUPod("no-such-model").Milli(100).Models("NVIDIA-B200").Obj())
+		ev = testcluster.WaitForPodEvent(ctx, t, c.Client, "default", "no-such-model", "FailedScheduling", timeout)
+		containsAll(t, "event", ev.Message, "0/4 nodes are available", "3 GPU model not allowed", "1 node has no GPUs")
+		testcluster.AssertPodNotScheduled(ctx, t, c.Client, "default", "too-big", 0)
+		testcluster.AssertPodNotScheduled(ctx, t, c.Client, "default", "no-such-model", 0)
+	})
+
+	t.Run("a malformed annotation is reported and others still schedule", func(t *testing.T) {
+		createStockPod(ctx, t, c, gt.MakeGPUPod("malformed").Annotation(gpu.AnnotationMilli, "half").Obj())
+		createStockPod(ctx, t, c, gt.MakeGPUPod("after-malformed").GPUs(1).Models(t4).Obj())
+		ev := testcluster.WaitForPodEvent(ctx, t, c.Client, "default", "malformed", "FailedScheduling", timeout)
+		containsAll(t, "event", ev.Message, gpu.AnnotationMilli, `"half"`, "from 1 to 999")
+		if a := assignmentOf(ctx, t, c, "after-malformed"); a.Node != "t4-0" {
+			t.Errorf("after-malformed: %s, want t4-0", a.String())
+		}
+		// Fixing the annotation requeues the pod (the scheduler retries a
+		// pod an extender rejected on any change), and it schedules.
+		patch := []byte(`{"metadata":{"annotations":{"` + gpu.AnnotationMilli + `":"100"}}}`)
+		if _, err := c.Client.CoreV1().Pods("default").Patch(ctx, "malformed", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if a := assignmentOf(ctx, t, c, "malformed"); a.Milli != 100 {
+			t.Errorf("malformed after the fix: %s, want 100 milli-GPU", a.String())
+		}
+	})
+
+	assertNoGPUGivenTwice(ctx, t, c)
+}
+
+// TestExtenderRestart stops the extender mid-run (its server and informers)
+// while the scheduler keeps running, creates pods, and starts a new extender
+// on the same address: it rebuilds every GPU's allocation from the
+// assignment annotations its informers list, places the new pods on the GPUs
+// left free, and gives no GPU twice.
+func TestExtenderRestart(t *testing.T) {
+	ctx := context.Background()
+	c := testcluster.Start(t)
+	testcluster.CreateNode(ctx, t, c.Client, gt.MakeGPUNode("a100-0").GFD(a100, 2, 81920).Obj())
+	addr := freeLoopbackAddr(t)
+	first := startExtender(ctx, t, c, addr)
+	c.StartScheduler(ctx, t, extenderConfig(t, addr, true))
+
+	createStockPod(ctx, t, c, gt.MakeGPUPod("before-0").Milli(600).Obj())
+	createStockPod(ctx, t, c, gt.MakeGPUPod("before-1").GPUs(1).Obj())
+	before0, before1 := assignmentOf(ctx, t, c, "before-0"), assignmentOf(ctx, t, c, "before-1")
+	if before0.Devices[0] == before1.Devices[0] {
+		t.Fatalf("one GPU given to a share and a whole-GPU pod: %s, %s", before0.String(), before1.String())
+	}
+	if err := first.Stop(); err != nil {
+		t.Fatal(err)
+	}
+
+	// Created while no extender runs: the scheduler cannot place them (its
+	// extender calls fail) and retries them with backoff. The new extender
+	// must see the share GPU at 600 milli and the other GPU full.
+	createStockPod(ctx, t, c, gt.MakeGPUPod("after-fits").Milli(400).Obj())
+	createStockPod(ctx, t, c, gt.MakeGPUPod("after-too-big").Milli(500).Obj())
+	testcluster.AssertPodNotScheduled(ctx, t, c.Client, "default", "after-fits", time.Second)
+
+	startExtender(ctx, t, c, addr)
+	if a := assignmentOf(ctx, t, c, "after-fits"); a.Devices[0] != before0.Devices[0] {
+		t.Errorf("after-fits: %s, want the share GPU %d", a.String(), before0.Devices[0])
+	}
+	waitForEventWith(ctx, t, c, "after-too-big", "insufficient free GPU share")
+	testcluster.AssertPodNotScheduled(ctx, t, c.Client, "default", "after-too-big", 0)
+	assertNoGPUGivenTwice(ctx, t, c)
+}
+
+// TestExtenderPreemption: the scheduler picks preemption victims by its own
+// plugins, which count only whole nvidia.com/gpu requests; the extender's
+// preempt verb keeps a node only if the pod's GPUs fit there once the
+// victims are gone.
+//
+// On a100-0 (2 GPUs) a low-priority whole-GPU pod and a low-priority share
+// hold one GPU each. For a 2-GPU pod, NodeResourcesFit would evict the
+// whole-GPU pod alone, which frees one GPU, not two: the extender drops the
+// node and nothing is evicted. On h100-0 (1 GPU) evicting the low-priority
+// pod does free the GPU: the extender keeps the node, the scheduler preempts.
+func TestExtenderPreemption(t *testing.T) {
+	ctx := context.Background()
+	c := testcluster.Start(t)
+	testcluster.CreateNode(ctx, t, c.Client, gt.MakeGPUNode("a100-0").GFD(a100, 2, 81920).Obj())
+	testcluster.CreateNode(ctx, t, c.Client, gt.MakeGPUNode("h100-0").GFD(h100, 1, 81559).Obj())
+	for name, value := range map[string]int32{"gpu-low": 100, "gpu-urgent": 100000} {
+		pc := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Value: value}
+		if _, err := c.Client.SchedulingV1().PriorityClasses().Create(ctx, pc, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitForPriorityClass(ctx, t, c, name)
+	}
+	addr := freeLoopbackAddr(t)
+	startExtender(ctx, t, c, addr)
+	c.StartScheduler(ctx, t, extenderConfig(t, addr, true))
+
+	withPriority := func(w *gt.PodWrapper, class string) *gt.PodWrapper {
+		w.Spec.PriorityClassName = class
+		return w
+	}
+	createStockPod(ctx, t, c, withPriority(gt.MakeGPUPod("low-whole").GPUs(1).Models(a100), "gpu-low").Obj())
+	createStockPod(ctx, t, c, withPriority(gt.MakeGPUPod("low-share").Milli(500).Models(a100), "gpu-low").Obj())
+	createStockPod(ctx, t, c, withPriority(gt.MakeGPUPod("low-h100").GPUs(1).Models(h100), "gpu-low").Obj())
+	for _, name := range []string{"low-whole", "low-share", "low-h100"} {
+		assignmentOf(ctx, t, c, name)
+	}
+
+	createStockPod(ctx, t, c, withPriority(gt.MakeGPUPod("urgent-a100").GPUs(2).Models(a100), "gpu-urgent").Obj())
+	testcluster.WaitForPodEvent(ctx, t, c.Client, "default", "urgent-a100", "FailedScheduling", timeout)
+	assertNotDeleted(ctx, t, c, "low-whole", 2*time.Second)
+
+	createStockPod(ctx, t, c, withPriority(gt.MakeGPUPod("urgent-h100").GPUs(1).Models(h100), "gpu-urgent").Obj())
+	waitForDeletion(ctx, t, c, "low-h100")
+	// No kubelet ends the victim's containers; finish its deletion as one would.
+	zero := int64(0)
+	if err := c.Client.CoreV1().Pods("default").Delete(ctx, "low-h100", metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
+		t.Fatal(err)
+	}
+	if a := assignmentOf(ctx, t, c, "urgent-h100"); a.Node != "h100-0" || !slices.Equal(a.Devices, []int{0}) {
+		t.Errorf("urgent-h100: %s, want h100-0 GPU 0", a.String())
+	}
+	assertNotDeleted(ctx, t, c, "low-whole", 0)
+	testcluster.AssertPodNotScheduled(ctx, t, c.Client, "default", "urgent-a100", 0)
+	assertNoGPUGivenTwice(ctx, t, c)
+}
