@@ -29,6 +29,7 @@ bin/etcd: ## etcd for scheduler_perf, from the module's own etcd version
 	$(GO) build -o bin/etcd go.etcd.io/etcd/server/v3
 
 fuzz: ## each fuzz target for 30s; new findings land in the Go cache, add them to testdata/fuzz
-	for f in FuzzDemandFromPod FuzzParseAssignment FuzzInventoryFromNode; do \
-		$(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime 30s ./pkg/gpu/ || exit 1; \
+	for t in gpu:FuzzDemandFromPod gpu:FuzzParseAssignment gpu:FuzzInventoryFromNode \
+		extender:FuzzFilterRequest extender:FuzzDecodeArgs; do \
+		$(GO) test -run '^$$' -fuzz "^$${t#*:}\$$" -fuzztime 30s ./pkg/$${t%%:*}/ || exit 1; \
 	done

@@ -9,9 +9,7 @@ import (
 
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/gpusched/gpusched/pkg/gpu"
 	gt "github.com/gpusched/gpusched/pkg/gpu/gputest"
 	"github.com/gpusched/gpusched/test/testcluster"
 )
@@ -36,86 +34,9 @@ func TestExtenderGPUPlacement(t *testing.T) {
 			addr := freeLoopbackAddr(t)
 			startExtender(ctx, t, c, addr)
 			c.StartScheduler(ctx, t, extenderConfig(t, addr, nodeCacheCapable))
-			runPlacementScenarios(ctx, t, c)
+			runPlacementScenarios(ctx, t, c, extenderMode)
 		})
 	}
-}
-
-// runPlacementScenarios are TestGPUPlacement's, in order, with the pods
-// created for the default scheduler.
-func runPlacementScenarios(ctx context.Context, t *testing.T, c *testcluster.Cluster) {
-	t.Run("whole GPUs with model constraints", func(t *testing.T) {
-		createStockPod(ctx, t, c, gt.MakeGPUPod("train").GPUs(4).Models(h100).Obj())
-		createStockPod(ctx, t, c, gt.MakeGPUPod("infer").GPUs(1).Models(t4).Obj())
-		if a := assignmentOf(ctx, t, c, "train"); a.Node != "h100-0" || !slices.Equal(a.Devices, []int{0, 1, 2, 3}) || a.Milli != 1000 {
-			t.Errorf("train: %s, want h100-0 GPUs 0-3", a.String())
-		}
-		if a := assignmentOf(ctx, t, c, "infer"); a.Node != "t4-0" || !slices.Equal(a.Devices, []int{0}) {
-			t.Errorf("infer: %s, want t4-0 GPU 0", a.String())
-		}
-	})
-
-	t.Run("fractional pods share one GPU", func(t *testing.T) {
-		for i := range 4 {
-			name := fmt.Sprintf("share-%d", i)
-			createStockPod(ctx, t, c, gt.MakeGPUPod(name).Milli(250).GPUMemory("10Gi").Models(a100).Obj())
-			if a := assignmentOf(ctx, t, c, name); a.Node != "a100-0" || !slices.Equal(a.Devices, []int{0}) || a.Milli != 250 || a.MemoryMiB != 10240 {
-				t.Errorf("%s: %s, want a100-0 GPU 0 with 250 milli and 10240 MiB", name, a.String())
-			}
-		}
-		createStockPod(ctx, t, c, gt.MakeGPUPod("share-4").Milli(250).Models(a100).Obj())
-		if a := assignmentOf(ctx, t, c, "share-4"); !slices.Equal(a.Devices, []int{1}) {
-			t.Errorf("share-4: %s, want GPU 1", a.String())
-		}
-	})
-
-	t.Run("memory constraint keeps a share off small GPUs", func(t *testing.T) {
-		createStockPod(ctx, t, c, gt.MakeGPUPod("big-share").Milli(500).GPUMemory("40Gi").Models(a100, t4).Obj())
-		if a := assignmentOf(ctx, t, c, "big-share"); a.Node != "a100-0" || !slices.Equal(a.Devices, []int{1}) {
-			t.Errorf("big-share: %s, want a100-0 GPU 1", a.String())
-		}
-	})
-
-	t.Run("a pod that fits nowhere stays pending with reasons per node", func(t *testing.T) {
-		// NodeResourcesFit rejects h100-0 (4 GPUs free of 8), t4-0 (3 of
-		// 4) and cpu-0 before the extender sees them; the extender finds 6
-		// idle GPUs on a100-0 (GPUs 0 and 1 hold shares, which request no
-		// nvidia.com/gpu).
-		createStockPod(ctx, t, c, gt.MakeGPUPod("too-big").GPUs(7).Models(a100, t4).Obj())
-		ev := testcluster.WaitForPodEvent(ctx, t, c.Client, "default", "too-big", "FailedScheduling", timeout)
-		containsAll(t, "event", ev.Message,
-			"0/4 nodes are available",
-			"1 insufficient free GPUs",
-			"3 Insufficient nvidia.com/gpu")
-		// A share asks for no nvidia.com/gpu: every node reaches the
-		// extender, and the reasons are plugin mode's.
-		createStockPod(ctx, t, c, gt.MakeGPUPod("no-such-model").Milli(100).Models("NVIDIA-B200").Obj())
-		ev = testcluster.WaitForPodEvent(ctx, t, c.Client, "default", "no-such-model", "FailedScheduling", timeout)
-		containsAll(t, "event", ev.Message, "0/4 nodes are available", "3 GPU model not allowed", "1 node has no GPUs")
-		testcluster.AssertPodNotScheduled(ctx, t, c.Client, "default", "too-big", 0)
-		testcluster.AssertPodNotScheduled(ctx, t, c.Client, "default", "no-such-model", 0)
-	})
-
-	t.Run("a malformed annotation is reported and others still schedule", func(t *testing.T) {
-		createStockPod(ctx, t, c, gt.MakeGPUPod("malformed").Annotation(gpu.AnnotationMilli, "half").Obj())
-		createStockPod(ctx, t, c, gt.MakeGPUPod("after-malformed").GPUs(1).Models(t4).Obj())
-		ev := testcluster.WaitForPodEvent(ctx, t, c.Client, "default", "malformed", "FailedScheduling", timeout)
-		containsAll(t, "event", ev.Message, gpu.AnnotationMilli, `"half"`, "from 1 to 999")
-		if a := assignmentOf(ctx, t, c, "after-malformed"); a.Node != "t4-0" {
-			t.Errorf("after-malformed: %s, want t4-0", a.String())
-		}
-		// Fixing the annotation requeues the pod (the scheduler retries a
-		// pod an extender rejected on any change), and it schedules.
-		patch := []byte(`{"metadata":{"annotations":{"` + gpu.AnnotationMilli + `":"100"}}}`)
-		if _, err := c.Client.CoreV1().Pods("default").Patch(ctx, "malformed", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		if a := assignmentOf(ctx, t, c, "malformed"); a.Milli != 100 {
-			t.Errorf("malformed after the fix: %s, want 100 milli-GPU", a.String())
-		}
-	})
-
-	assertNoGPUGivenTwice(ctx, t, c)
 }
 
 // TestExtenderRestart stops the extender mid-run (its server and informers)
