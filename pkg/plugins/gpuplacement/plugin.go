@@ -42,6 +42,9 @@ type GPUPlacement struct {
 	// bind plugin, read once the framework is complete (see bindsFirst).
 	bindOrder sync.Once
 	binds     bool
+	// reportedNodes maps a node name to the resourceVersion whose invalid GPU
+	// inventory was last reported in an event (see reportInvalidInventory).
+	reportedNodes sync.Map
 }
 
 var (
@@ -169,8 +172,27 @@ func (p *GPUPlacement) Filter(ctx context.Context, state fwk.CycleState, pod *v1
 	if status != nil {
 		return status
 	}
-	_, reasons := gpu.Candidates(p.nodeGPUs(nodeInfo), demand)
+	n := p.nodeGPUs(nodeInfo)
+	_, reasons := gpu.Candidates(n, demand)
+	if reasons.Has(gpu.ReasonInventoryInvalid) {
+		p.reportInvalidInventory(nodeInfo.Node(), n.Err)
+	}
 	return statusOf(reasons)
+}
+
+// reportInvalidInventory records a Warning event on a node whose GPU labels
+// or annotation are malformed, naming the field, the value and what is
+// allowed: the pods' events only say "node GPU inventory invalid". It reports
+// each version of the node once.
+func (p *GPUPlacement) reportInvalidInventory(node *v1.Node, err error) {
+	if last, ok := p.reportedNodes.Load(node.Name); ok && last == node.ResourceVersion {
+		return
+	}
+	p.reportedNodes.Store(node.Name, node.ResourceVersion)
+	if recorder := p.handle.EventRecorder(); recorder != nil {
+		recorder.Eventf(node, nil, v1.EventTypeWarning, "InvalidGPUInventory", "Scheduling",
+			"gpusched cannot place pods on this node's GPUs: %v", err)
+	}
 }
 
 func statusOf(reasons gpu.Reasons) *fwk.Status {

@@ -2,6 +2,7 @@ package gpuplacement_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -10,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -39,6 +41,7 @@ type testCluster struct {
 	cache    cache.Cache
 	snapshot *cache.Snapshot
 	client   *fake.Clientset
+	recorder *events.FakeRecorder
 	logger   klog.Logger
 }
 
@@ -51,7 +54,7 @@ func newCluster(t *testing.T, args *config.GPUPlacementArgs, nodes []*v1.Node, p
 func newClusterBinding(t *testing.T, args *config.GPUPlacementArgs, nodes []*v1.Node, pods []*v1.Pod, gpuBindsFirst bool) *testCluster {
 	t.Helper()
 	logger, ctx := ktesting.NewTestContext(t)
-	c := &testCluster{cache: cache.New(ctx, nil, false, false), snapshot: cache.NewEmptySnapshot(), client: fake.NewClientset(), logger: logger}
+	c := &testCluster{cache: cache.New(ctx, nil, false, false), snapshot: cache.NewEmptySnapshot(), client: fake.NewClientset(), recorder: events.NewFakeRecorder(10), logger: logger}
 	for _, n := range nodes {
 		c.cache.AddNode(logger, n)
 	}
@@ -77,7 +80,8 @@ func newClusterBinding(t *testing.T, args *config.GPUPlacementArgs, nodes []*v1.
 		tf.RegisterBindPlugin(defaultbinder.Name, defaultbinder.New),
 	}, "gpusched",
 		frameworkruntime.WithSnapshotSharedLister(c.snapshot),
-		frameworkruntime.WithClientSet(c.client))
+		frameworkruntime.WithClientSet(c.client),
+		frameworkruntime.WithEventRecorder(c.recorder))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -398,5 +402,26 @@ func TestBind(t *testing.T) {
 	}
 	if _, ok := bindings[1].Annotations[gpu.AnnotationAssigned]; ok || bindings[1].Name != "plain" {
 		t.Errorf("plain pod's binding %+v: want DefaultBinder's, without an assignment", bindings[1].ObjectMeta)
+	}
+}
+
+// TestInvalidInventoryEvent: a node whose GPU annotation is malformed fails
+// Filter with the stable reason, and gets one Warning event naming the
+// annotation, however many pods try it.
+func TestInvalidInventoryEvent(t *testing.T) {
+	bad := gt.MakeGPUNode("bad").Annotation(gpu.AnnotationDevices, `[{"index":0},{"index":0}]`).Obj()
+	bad.ResourceVersion = "7"
+	c := newCluster(t, nil, []*v1.Node{bad}, nil)
+	for i := range 3 {
+		got, status := filter(t, c, gt.MakeGPUPod(fmt.Sprintf("p%d", i)).GPUs(1).Obj())
+		if status != nil || got["bad"] != "UnschedulableAndUnresolvable: node GPU inventory invalid" {
+			t.Fatalf("filter: %v %v", status, got)
+		}
+	}
+	if n := len(c.recorder.Events); n != 1 {
+		t.Fatalf("%d events, want 1", n)
+	}
+	if ev := <-c.recorder.Events; !strings.Contains(ev, "InvalidGPUInventory") || !strings.Contains(ev, gpu.AnnotationDevices) || !strings.Contains(ev, "listed twice") {
+		t.Errorf("event %q does not name the annotation and the problem", ev)
 	}
 }
