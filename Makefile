@@ -4,8 +4,9 @@ GO ?= go
 
 .PHONY: build test vet bench bench-engine bench-scheduler fuzz
 
-build: ## the gpusched scheduler binary in bin/
+build: ## the scheduler and extender binaries in bin/
 	$(GO) build -o bin/gpusched ./cmd/gpusched
+	$(GO) build -o bin/gpusched-extender ./cmd/gpusched-extender
 
 test: ## every test: engine, plugins, and end to end against a real API server
 	$(GO) test ./...
