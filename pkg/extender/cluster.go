@@ -188,11 +188,18 @@ func (c *Cluster) onPod(obj any) {
 	c.putPod(pod)
 }
 
-func (c *Cluster) onPodDelete(obj any) {
+// deleted returns the object of a delete event, unwrapping the tombstone an
+// informer delivers when it missed the deletion itself.
+func deleted[T any](obj any) (T, bool) {
 	if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = tombstone.Obj
 	}
-	pod, ok := obj.(*v1.Pod)
+	t, ok := obj.(T)
+	return t, ok
+}
+
+func (c *Cluster) onPodDelete(obj any) {
+	pod, ok := deleted[*v1.Pod](obj)
 	if !ok {
 		return
 	}
@@ -214,10 +221,7 @@ func (c *Cluster) onNode(obj any) {
 }
 
 func (c *Cluster) onNodeDelete(obj any) {
-	if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = tombstone.Obj
-	}
-	node, ok := obj.(*v1.Node)
+	node, ok := deleted[*v1.Node](obj)
 	if !ok {
 		return
 	}

@@ -8,9 +8,6 @@ package e2e
 
 import (
 	"context"
-	"os"
-	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -38,12 +35,7 @@ const (
 // exampleConfig is the configuration shipped in examples/, so the tests run
 // what users run.
 func exampleConfig(t *testing.T) string {
-	_, file, _, _ := runtime.Caller(0)
-	raw, err := os.ReadFile(filepath.Join(filepath.Dir(file), "..", "..", "examples", "gpusched-config.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(raw)
+	return string(readRepoFile(t, "examples", "gpusched-config.yaml"))
 }
 
 // startGPUSched runs the gpusched scheduler in-process against the cluster,
