@@ -1,0 +1,177 @@
+// Package controlplane runs a Kubernetes control plane inside the calling
+// process: an embedded etcd, a kube-apiserver backed by it, and on demand a
+// kube-scheduler built exactly as the kube-scheduler command builds itself
+// (k8s.io/kubernetes/cmd/kube-scheduler/app). The playground and the
+// end-to-end tests both run on it.
+//
+// Every listener binds to 127.0.0.1. No kubelet, controller-manager or
+// service-account controller runs: nodes and their pods are API objects that
+// something else (a test, or simulated kubelets) keeps up to date.
+package controlplane
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"k8s.io/apiserver/pkg/storage/storagebackend"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	kubeapiservertesting "k8s.io/kubernetes/cmd/kube-apiserver/app/testing"
+	"k8s.io/kubernetes/test/utils/ktesting"
+	"k8s.io/kubernetes/test/utils/ktesting/initoption"
+)
+
+// DefaultAPIServerFlags are the kube-apiserver flags a control plane without
+// controllers needs. Callers pass them first in Options.APIServerFlags (a
+// later occurrence of a flag overrides an earlier one).
+//
+//   - ServiceAccount admission is disabled because no service-account
+//     controller creates the "default" ServiceAccount, so every pod create
+//     would be rejected.
+//   - TaintNodesByCondition admission is disabled because it adds the
+//     node.kubernetes.io/not-ready:NoSchedule taint on node creation and only
+//     the (absent) node lifecycle controller would remove it.
+var DefaultAPIServerFlags = []string{
+	"--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
+	"--endpoint-reconciler-type=none",
+}
+
+// Options configure Start.
+type Options struct {
+	// Dir holds etcd's data and the API server's scratch files. When empty,
+	// Start creates a temporary directory and Stop removes it; a directory
+	// the caller names is left in place.
+	Dir string
+	// APIServerFlags are the kube-apiserver's command line flags, usually
+	// DefaultAPIServerFlags followed by the caller's own.
+	APIServerFlags []string
+	// Logf, when set, receives the API server's contextual log output and
+	// etcd's errors. When nil they go to klog (see QuietKlog) and nowhere.
+	Logf func(format string, args ...any)
+}
+
+// ControlPlane is a running etcd and kube-apiserver. The exported fields are
+// set by Start and must be treated as read-only.
+type ControlPlane struct {
+	// Client is an admin (system:masters) clientset for the API server.
+	Client kubernetes.Interface
+	// RestConfig is the admin client configuration Client was built from.
+	// Callers that modify it must copy it first (rest.CopyConfig).
+	RestConfig *rest.Config
+	// EtcdEndpoint is the client URL of the embedded etcd
+	// (http://127.0.0.1:<port>).
+	EtcdEndpoint string
+
+	stopOnce sync.Once
+	stops    []func() // run in reverse order by Stop
+}
+
+// Start brings up an embedded etcd and a kube-apiserver backed by it, and
+// returns once the API server reports healthy and the "default" namespace
+// exists (about 3 s). On error everything started so far is stopped again.
+// Call Stop to shut the control plane down.
+func Start(opts Options) (_ *ControlPlane, err error) {
+	c := &ControlPlane{}
+	defer func() {
+		if err != nil {
+			c.Stop()
+		}
+	}()
+
+	dir := opts.Dir
+	if dir == "" {
+		if dir, err = os.MkdirTemp("", "gpusched-controlplane-"); err != nil {
+			return nil, fmt.Errorf("creating a data directory: %w", err)
+		}
+		c.stops = append(c.stops, func() { os.RemoveAll(dir) })
+	}
+
+	etcd, etcdURL, err := startEtcd(filepath.Join(dir, "etcd"), opts.Logf != nil)
+	if err != nil {
+		return nil, fmt.Errorf("starting etcd: %w", err)
+	}
+	c.stops = append(c.stops, etcd.Close) // Close blocks until etcd is down
+	c.EtcdEndpoint = etcdURL
+
+	storage := storagebackend.NewDefaultConfig("/registry", nil)
+	storage.Transport.ServerList = []string{c.EtcdEndpoint}
+	instance := kubeapiservertesting.NewDefaultTestServerOptions()
+	// The invariant checks run at teardown concern the API server's own
+	// metrics, not what runs against it.
+	instance.DisableInvariantChecks = true
+
+	tb := newRunner(dir, opts.Logf)
+	c.stops = append(c.stops, tb.cleanup)
+	server, err := startAPIServer(tb, instance, opts.APIServerFlags, storage)
+	if err != nil {
+		return nil, fmt.Errorf("starting kube-apiserver: %w", err)
+	}
+	c.stops = append(c.stops, server.TearDownFn)
+
+	c.RestConfig = rest.CopyConfig(server.ClientConfig)
+	if c.Client, err = kubernetes.NewForConfig(c.RestConfig); err != nil {
+		return nil, fmt.Errorf("creating a client: %w", err)
+	}
+	return c, nil
+}
+
+// startAPIServer runs StartTestServer, turning a Fatal on tb into an error.
+func startAPIServer(tb *runner, instance *kubeapiservertesting.TestServerInstanceOptions, flags []string, storage *storagebackend.Config) (server kubeapiservertesting.TestServer, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			f, ok := r.(fatal)
+			if !ok {
+				panic(r)
+			}
+			err = errors.New(string(f))
+		}
+	}()
+	tCtx := ktesting.Init(tb, initoption.PerTestOutput(tb.logf != nil))
+	return kubeapiservertesting.StartTestServer(tCtx, instance, flags, storage)
+}
+
+// Stop shuts the API server down, then etcd, and removes a temporary data
+// directory. It blocks until they are down, is idempotent, and may be called
+// on a partly started control plane.
+func (c *ControlPlane) Stop() {
+	c.stopOnce.Do(func() {
+		for i := len(c.stops) - 1; i >= 0; i-- {
+			c.stops[i]()
+		}
+	})
+}
+
+// WriteKubeconfig writes a kubeconfig file with the control plane's admin
+// credentials (server URL, CA, TLS server name and bearer token) to path,
+// with mode 0600. The file is valid while the control plane runs.
+func (c *ControlPlane) WriteKubeconfig(path string) error {
+	rc := c.RestConfig
+	const name = "gpusched"
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters[name] = &clientcmdapi.Cluster{
+		Server:                   rc.Host,
+		CertificateAuthority:     rc.CAFile,
+		CertificateAuthorityData: rc.CAData,
+		TLSServerName:            rc.ServerName,
+		InsecureSkipTLSVerify:    rc.Insecure,
+	}
+	kc.AuthInfos[name] = &clientcmdapi.AuthInfo{
+		Token:                 rc.BearerToken,
+		TokenFile:             rc.BearerTokenFile,
+		ClientCertificate:     rc.CertFile,
+		ClientCertificateData: rc.CertData,
+		ClientKey:             rc.KeyFile,
+		ClientKeyData:         rc.KeyData,
+	}
+	kc.Contexts[name] = &clientcmdapi.Context{Cluster: name, AuthInfo: name}
+	kc.CurrentContext = name
+	if err := clientcmd.WriteToFile(*kc, path); err != nil {
+		return fmt.Errorf("writing kubeconfig %s: %w", path, err)
+	}
+	return nil
+}
