@@ -11,17 +11,19 @@ import (
 
 var quietOnce sync.Once
 
-// QuietKlog restricts klog's output to errors on stderr, for the whole
-// process and once: the API server and the scheduler log every request and
-// every decision at info level.
-func QuietKlog() {
+// QuietKlog restricts klog's output on stderr to messages of severity
+// threshold ("ERROR" or "FATAL") and above, for the whole process and once:
+// the API server and the scheduler log every request and every decision at
+// info level, and some harmless conditions of an in-process control plane
+// as errors.
+func QuietKlog(threshold string) {
 	quietOnce.Do(func() {
 		fs := flag.NewFlagSet("controlplane-klog", flag.ContinueOnError)
 		klog.InitFlags(fs)
 		for name, value := range map[string]string{
 			"logtostderr":                      "true",
 			"legacy_stderr_threshold_behavior": "false",
-			"stderrthreshold":                  "ERROR",
+			"stderrthreshold":                  threshold,
 		} {
 			if err := fs.Set(name, value); err != nil {
 				// Only possible if klog renamed a flag; logging stays

@@ -116,6 +116,6 @@ func verbose() bool { return os.Getenv(VerboseEnv) != "" }
 // set. It changes process-global klog state, once.
 func quietLogging() {
 	if !verbose() {
-		controlplane.QuietKlog()
+		controlplane.QuietKlog("ERROR")
 	}
 }

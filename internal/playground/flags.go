@@ -1,0 +1,56 @@
+package playground
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/spf13/pflag"
+)
+
+// Flags are the playground command's flags.
+type Flags struct {
+	Demo       bool
+	Nodes      string
+	Kubeconfig string
+	ConfigFile string
+	Verbose    bool
+}
+
+// NewFlags returns the flags' defaults.
+func NewFlags() *Flags {
+	return &Flags{
+		Nodes:      DefaultNodes,
+		Kubeconfig: filepath.Join(os.TempDir(), "gpusched-playground", "kubeconfig"),
+	}
+}
+
+// AddFlags registers the flags on fs.
+func (f *Flags) AddFlags(fs *pflag.FlagSet) {
+	fs.BoolVar(&f.Demo, "demo", f.Demo, "place a sample GPU workload, print where every pod went, and exit")
+	fs.StringVar(&f.Nodes, "nodes", f.Nodes, "simulated GPU nodes, comma-separated "+NodeShapeForm)
+	fs.StringVar(&f.Kubeconfig, "kubeconfig", f.Kubeconfig, "where to write the playground's kubeconfig (removed on exit)")
+	fs.StringVar(&f.ConfigFile, "config", f.ConfigFile, "a KubeSchedulerConfiguration file for the scheduler (default: examples/gpusched-config.yaml, built in)")
+	fs.BoolVar(&f.Verbose, "verbose", f.Verbose, "log the control plane, the scheduler and the simulated kubelets on stderr")
+}
+
+// Options validates the flags and turns them into Run's options: the
+// --nodes value parsed, the --config file read.
+func (f *Flags) Options() (Options, error) {
+	shapes, err := ParseNodeShapes(f.Nodes)
+	if err != nil {
+		return Options{}, err
+	}
+	opts := Options{Shapes: shapes, Demo: f.Demo, Verbose: f.Verbose, Kubeconfig: f.Kubeconfig}
+	if f.Demo {
+		opts.Kubeconfig = "" // the demo needs none outside its own directory
+	}
+	if f.ConfigFile != "" {
+		raw, err := os.ReadFile(f.ConfigFile)
+		if err != nil {
+			return Options{}, fmt.Errorf("invalid --config: %w", err)
+		}
+		opts.SchedulerConfig = string(raw)
+	}
+	return opts, nil
+}

@@ -1,0 +1,271 @@
+// Package playground runs gpusched on a laptop: an in-process control plane
+// (internal/controlplane), simulated GPU nodes whose kubelets are kwok's
+// controllers, and the gpusched scheduler with the example configuration.
+// With Demo set it places a sample workload and prints where every pod went;
+// otherwise it serves until its context ends, for kubectl.
+package playground
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/kubernetes/cmd/kube-scheduler/app"
+	"sigs.k8s.io/yaml"
+
+	"github.com/gpusched/gpusched/internal/controlplane"
+	_ "github.com/gpusched/gpusched/pkg/apis/config/scheme" // GPUPlacementArgs in the configuration scheme
+	"github.com/gpusched/gpusched/pkg/plugins/gpuplacement"
+)
+
+// DefaultSchedulerConfig is the scheduler's configuration when Options
+// names none: examples/gpusched-config.yaml, a "gpusched" profile with the
+// GPUPlacement plugin and the BestFit policy.
+//
+//go:embed scheduler-config.yaml
+var DefaultSchedulerConfig string
+
+// Options configure Run.
+type Options struct {
+	// Shapes are the simulated GPU nodes; at least one.
+	Shapes []NodeShape
+	// Demo submits DemoPods, waits until each is placed and running (or
+	// found unschedulable), prints the table and returns. Without it Run
+	// serves until ctx ends.
+	Demo bool
+	// Kubeconfig is where the admin kubeconfig is written; it is removed when
+	// Run returns. Empty: a file in Run's temporary directory.
+	Kubeconfig string
+	// SchedulerConfig is a KubeSchedulerConfiguration YAML document; empty
+	// means DefaultSchedulerConfig. Its clientConnection.kubeconfig and
+	// leader election are overridden; the demo's pods use its first
+	// profile's schedulerName.
+	SchedulerConfig string
+	// DemoTimeout bounds the wait for the demo's pods; 0 means 2 minutes.
+	DemoTimeout time.Duration
+	// Verbose keeps the control plane's, the scheduler's and the simulated
+	// kubelets' logs (on stderr); otherwise only errors are logged.
+	Verbose bool
+}
+
+// Run starts the playground, runs the demo or serves, and stops everything
+// it started before returning, whatever the outcome. Progress and results
+// are written to out. It returns nil after a demo that ran to the end
+// (pending pods included: the table says why) and when serving ends because
+// ctx ended; an error otherwise, and when ctx ends during a demo.
+func Run(ctx context.Context, opts Options, out io.Writer) error {
+	start := time.Now()
+	if len(opts.Shapes) == 0 {
+		return errors.New("no nodes: give at least one node shape")
+	}
+	nodes, err := Nodes(opts.Shapes)
+	if err != nil {
+		return err
+	}
+	config := opts.SchedulerConfig
+	if config == "" {
+		config = DefaultSchedulerConfig
+	}
+	schedulerName, err := firstProfile(config)
+	if err != nil {
+		return err
+	}
+	if !opts.Verbose {
+		// Real failures show in the result (a pod pending with its reason,
+		// or an error); the control plane's benign error lines would only
+		// distract.
+		controlplane.QuietKlog("FATAL")
+	}
+
+	dir, err := os.MkdirTemp("", "gpusched-playground-")
+	if err != nil {
+		return fmt.Errorf("creating a data directory: %w", err)
+	}
+	defer os.RemoveAll(dir)
+	kubeconfig := opts.Kubeconfig
+	if kubeconfig == "" {
+		kubeconfig = filepath.Join(dir, "kubeconfig")
+	}
+
+	if err := os.MkdirAll(filepath.Dir(kubeconfig), 0o700); err != nil {
+		return fmt.Errorf("invalid --kubeconfig: %w", err)
+	}
+
+	fmt.Fprintln(out, "Starting etcd and kube-apiserver on 127.0.0.1 ...")
+	cpOpts := controlplane.Options{Dir: filepath.Join(dir, "controlplane"), APIServerFlags: controlplane.DefaultAPIServerFlags}
+	cp, err := controlplane.Start(cpOpts)
+	if err != nil {
+		return err
+	}
+	defer cp.Stop()
+	if err := cp.WriteKubeconfig(kubeconfig); err != nil {
+		return err
+	}
+	defer os.Remove(kubeconfig)
+	fmt.Fprintf(out, "Control plane up after %s.\n", since(start))
+
+	kubeletCtx, stopKubelets := context.WithCancel(ctx)
+	defer stopKubelets()
+	var kubeletLog io.Writer
+	if opts.Verbose {
+		kubeletLog = os.Stderr
+	}
+	if err := startKubelets(kubeletCtx, kubeconfig, kubeletLog); err != nil {
+		return err
+	}
+	if err := createNodes(ctx, cp.Client, nodes); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "%d simulated GPU nodes (%s) Ready after %s.\n", len(nodes), shapesString(opts.Shapes), since(start))
+
+	configPath := filepath.Join(dir, "scheduler-config.yaml")
+	data, err := controlplane.SchedulerConfig(config, kubeconfig)
+	if err != nil {
+		return fmt.Errorf("scheduler configuration: %w", err)
+	}
+	if err := os.WriteFile(configPath, data, 0o600); err != nil {
+		return fmt.Errorf("writing the scheduler configuration: %w", err)
+	}
+	sched, err := controlplane.StartScheduler(ctx, configPath, app.WithPlugin(gpuplacement.Name, gpuplacement.New))
+	if err != nil {
+		return err
+	}
+	defer sched.Stop()
+	fmt.Fprintf(out, "Scheduler %q running after %s.\n", schedulerName, since(start))
+
+	if opts.Demo {
+		return runDemo(ctx, cp.Client, opts, schedulerName, start, out)
+	}
+	fmt.Fprintf(out, `
+The playground is up. In another terminal:
+
+  export KUBECONFIG=%s
+  kubectl get nodes -L %s,%s
+
+Pods with "schedulerName: %s" are placed by gpusched (docs/playground.md has examples).
+Press Ctrl-C to stop.
+`, kubeconfig, "nvidia.com/gpu.product", "nvidia.com/gpu.count", schedulerName)
+	select {
+	case <-ctx.Done():
+	case <-sched.Done():
+		return fmt.Errorf("the scheduler stopped: %v", sched.Err())
+	}
+	fmt.Fprintln(out, "Stopping.")
+	return nil
+}
+
+// runDemo submits the demo's pods, waits until every one has settled, and
+// writes the table.
+func runDemo(ctx context.Context, client kubernetes.Interface, opts Options, schedulerName string, start time.Time, out io.Writer) error {
+	pods := DemoPods(opts.Shapes, schedulerName)
+	for _, p := range pods {
+		if _, err := client.CoreV1().Pods(p.Namespace).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("creating pod %s: %w", p.Name, err)
+		}
+	}
+	fmt.Fprintf(out, "Submitted %d pods.\n", len(pods))
+
+	timeout := opts.DemoTimeout
+	if timeout == 0 {
+		timeout = 2 * time.Minute
+	}
+	var firstPlaced time.Duration
+	current := make([]*v1.Pod, len(pods))
+	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		done := true
+		for i, p := range pods {
+			got, err := client.CoreV1().Pods(p.Namespace).Get(ctx, p.Name, metav1.GetOptions{})
+			if err != nil {
+				return false, nil // transient: read again
+			}
+			current[i] = got
+			if got.Spec.NodeName != "" && firstPlaced == 0 {
+				firstPlaced = time.Since(start)
+			}
+			done = done && settled(got)
+		}
+		return done, nil
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("interrupted: %w", ctx.Err())
+		}
+		var waiting []string
+		for _, p := range current {
+			if p != nil && !settled(p) {
+				waiting = append(waiting, p.Name)
+			}
+		}
+		return fmt.Errorf("pods %v did not settle within %v", waiting, timeout)
+	}
+	fmt.Fprintf(out, "First pod placed %s after start; all pods settled after %s.\n\n", firstPlaced.Round(10*time.Millisecond), since(start))
+	return WriteTable(out, current)
+}
+
+// createNodes creates the nodes and waits until the simulated kubelets have
+// marked every one Ready.
+func createNodes(ctx context.Context, client kubernetes.Interface, nodes []*v1.Node) error {
+	for _, n := range nodes {
+		if _, err := client.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("creating node %s: %w", n.Name, err)
+		}
+	}
+	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		list, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		ready := 0
+		for _, n := range list.Items {
+			for _, c := range n.Status.Conditions {
+				if c.Type == v1.NodeReady && c.Status == v1.ConditionTrue {
+					ready++
+				}
+			}
+		}
+		return ready >= len(nodes), nil
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for the simulated nodes to be Ready: %w", err)
+	}
+	return nil
+}
+
+// firstProfile returns the schedulerName of the configuration's first
+// profile, "default-scheduler" when it sets none.
+func firstProfile(config string) (string, error) {
+	var doc struct {
+		Profiles []struct {
+			SchedulerName string `json:"schedulerName"`
+		} `json:"profiles"`
+	}
+	if err := yaml.Unmarshal([]byte(config), &doc); err != nil {
+		return "", fmt.Errorf("parsing the scheduler configuration: %w", err)
+	}
+	if len(doc.Profiles) == 0 || doc.Profiles[0].SchedulerName == "" {
+		return v1.DefaultSchedulerName, nil
+	}
+	return doc.Profiles[0].SchedulerName, nil
+}
+
+func shapesString(shapes []NodeShape) string {
+	s := ""
+	for i, sh := range shapes {
+		if i > 0 {
+			s += ","
+		}
+		s += sh.String()
+	}
+	return s
+}
+
+func since(t time.Time) time.Duration { return time.Since(t).Round(10 * time.Millisecond) }

@@ -1,0 +1,178 @@
+package playground
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/gpusched/gpusched/pkg/gpu"
+)
+
+// TestDemo runs what `gpusched-playground --demo` runs and checks that it
+// succeeds and prints every pod's placement, and why the pod that cannot fit
+// is pending.
+func TestDemo(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	flags := NewFlags()
+	flags.Demo = true
+	opts, err := flags.Options()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := Run(ctx, opts, &out); err != nil {
+		t.Fatalf("Run: %v\n%s", err, out.String())
+	}
+	t.Logf("output:\n%s", out.String())
+
+	rows := map[string][]string{} // pod name -> the row's columns, split on 2+ spaces
+	for _, line := range strings.Split(out.String(), "\n") {
+		cols := splitColumns(line)
+		if len(cols) == 5 {
+			rows[cols[0]] = cols
+		}
+	}
+	for _, p := range DemoPods(opts.Shapes, "gpusched") {
+		row, ok := rows[p.Name]
+		if !ok {
+			t.Errorf("no row for pod %s", p.Name)
+			continue
+		}
+		node, gpus, phase := row[2], row[3], row[4]
+		switch p.Name {
+		case "too-big":
+			if node != "-" || phase != "Pending" {
+				t.Errorf("too-big: %q", row)
+			}
+		case "batch-job":
+			if phase != "Succeeded" || !strings.HasPrefix(gpus, "GPU ") {
+				t.Errorf("batch-job: %q", row)
+			}
+		default:
+			if node == "-" || !strings.HasPrefix(gpus, "GPU") || phase != "Running" {
+				t.Errorf("%s not placed and running: %q", p.Name, row)
+			}
+		}
+	}
+	for _, name := range []string{"notebook-0", "notebook-1", "notebook-2"} {
+		if gpus := rows[name]; len(gpus) == 5 && !strings.HasSuffix(gpus[3], "(250m, 10 GiB)") {
+			t.Errorf("%s: GPUs %q, want a 250m share with 10 GiB", name, gpus[3])
+		}
+	}
+	if row := rows["inference"]; len(row) == 5 && !strings.HasPrefix(row[2], "t4-16gb-") {
+		t.Errorf("inference asks for T4-16GB only, placed on %s", row[2])
+	}
+	if !strings.Contains(out.String(), "too-big: 0/5 nodes are available: 5 too few GPUs on node") {
+		t.Errorf("the output does not say why too-big is pending")
+	}
+}
+
+// splitColumns splits a table row on runs of two or more spaces.
+func splitColumns(line string) []string {
+	var cols []string
+	for _, c := range strings.Split(line, "  ") {
+		if c = strings.TrimSpace(c); c != "" {
+			cols = append(cols, c)
+		}
+	}
+	return cols
+}
+
+// TestServe runs the playground without --demo: a client using the
+// kubeconfig it writes creates a pod with a run time, gpusched places it,
+// the simulated kubelet runs it to Succeeded, and cancelling the context
+// (Ctrl-C) stops everything and removes the kubeconfig.
+func TestServe(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	flags := NewFlags()
+	flags.Nodes = "1xA100-80GB:2"
+	flags.Kubeconfig = filepath.Join(t.TempDir(), "kube", "config")
+	opts, err := flags.Options()
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	var out syncBuffer
+	result := make(chan error, 1)
+	go func() { result <- Run(runCtx, opts, &out) }()
+
+	// The kubectl line is printed once everything runs.
+	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		select {
+		case err := <-result:
+			t.Fatalf("Run returned early: %v\n%s", err, out.String())
+		default:
+		}
+		return strings.Contains(out.String(), "export KUBECONFIG="+flags.Kubeconfig), nil
+	})
+	if err != nil {
+		t.Fatalf("no kubectl line: %v\n%s", err, out.String())
+	}
+	config, err := clientcmd.BuildConfigFromFlags("", flags.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := kubernetes.NewForConfigOrDie(config)
+	pod := annotate(share(demoPod("mine"), 300, "20Gi"), AnnotationRunTime, "1s")
+	pod.Spec.SchedulerName = "gpusched"
+	if _, err := client.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var got *v1.Pod
+	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		got, err = client.CoreV1().Pods("default").Get(ctx, "mine", metav1.GetOptions{})
+		return err == nil && got.Status.Phase == v1.PodSucceeded, nil
+	})
+	if err != nil {
+		t.Fatalf("pod did not succeed: %v; last read %+v", err, got)
+	}
+	if a := got.Annotations[gpu.AnnotationAssigned]; a != "node=a100-80gb-0;gpus=0;milli=300;memory=20480" {
+		t.Errorf("assignment %q", a)
+	}
+
+	stop()
+	select {
+	case err := <-result:
+		if err != nil {
+			t.Fatalf("Run after Ctrl-C: %v", err)
+		}
+	case <-time.After(time.Minute):
+		buf := make([]byte, 1<<20)
+		t.Fatalf("Run did not return after cancel; goroutines:\n%s", buf[:runtime.Stack(buf, true)])
+	}
+	if _, err := os.Stat(flags.Kubeconfig); !os.IsNotExist(err) {
+		t.Errorf("kubeconfig left behind: %v", err)
+	}
+	if !strings.HasSuffix(out.String(), "Stopping.\n") {
+		t.Errorf("output does not end with Stopping:\n%s", out.String())
+	}
+}
+
+// TestDefaultSchedulerConfig: the built-in configuration is the one in
+// examples/, which users deploy.
+func TestDefaultSchedulerConfig(t *testing.T) {
+	example, err := os.ReadFile(filepath.Join("..", "..", "examples", "gpusched-config.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if DefaultSchedulerConfig != string(example) {
+		t.Error("internal/playground/scheduler-config.yaml differs from examples/gpusched-config.yaml: copy it over")
+	}
+	if name, err := firstProfile(DefaultSchedulerConfig); err != nil || name != "gpusched" {
+		t.Errorf("first profile %q, %v", name, err)
+	}
+}
