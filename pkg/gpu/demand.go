@@ -24,6 +24,9 @@ type Demand struct {
 	// Models lists the GPU models the pod may run on, matched without regard
 	// to case; empty means any model.
 	Models []string
+	// MilliCPU is the pod's CPU request, which host-aware policies weigh
+	// (see HostPolicy). The front end fills it in; DemandFromPod leaves it 0.
+	MilliCPU int64
 }
 
 // IsZero reports whether the pod asks for no GPU at all.

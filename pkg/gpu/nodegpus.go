@@ -28,6 +28,8 @@ type NodeGPUs struct {
 	// unconstrained demands without reading every device (see summarize).
 	idle         DeviceSet
 	maxFreeMilli int64
+	// classes counts the pods on the node by class (see PodClass).
+	classes map[PodClass]int
 }
 
 func newNodeGPUs(name string, inv *Inventory, err error) *NodeGPUs {
@@ -83,6 +85,10 @@ func (n *NodeGPUs) add(a *Assignment) {
 }
 
 func (n *NodeGPUs) apply(a *Assignment, sign int64) {
+	if n.classes == nil {
+		n.classes = map[PodClass]int{}
+	}
+	n.classes[ClassOf(a.Milli, len(a.Devices))] += int(sign)
 	for _, index := range a.Devices {
 		i := n.Inventory.position(index)
 		if i < 0 {
@@ -95,4 +101,33 @@ func (n *NodeGPUs) apply(a *Assignment, sign int64) {
 		}
 		n.usedMilli += min(MilliPerGPU, max(0, n.Used[i].Milli)) - before
 	}
+}
+
+// PodClass groups GPU pods by shape: a share of one GPU, or a number of
+// whole GPUs.
+type PodClass int
+
+// ClassShare is the class of pods that take a share of one GPU; a class n > 0
+// holds the pods that take n whole GPUs.
+const ClassShare PodClass = 0
+
+// ClassOf is the class of a pod taking milli-GPU on each of count GPUs.
+func ClassOf(milli int64, count int) PodClass {
+	if milli < MilliPerGPU {
+		return ClassShare
+	}
+	return PodClass(count)
+}
+
+// PodsOfClass is the number of pods of class c on the node.
+func (n *NodeGPUs) PodsOfClass(c PodClass) int { return n.classes[c] }
+
+// HasOtherClasses reports whether the node holds GPU pods of a class other than c.
+func (n *NodeGPUs) HasOtherClasses(c PodClass) bool {
+	for class, count := range n.classes {
+		if class != c && count > 0 {
+			return true
+		}
+	}
+	return false
 }

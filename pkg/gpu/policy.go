@@ -32,7 +32,8 @@ const (
 )
 
 // PolicyTypes lists every PolicyType, for validation messages.
-var PolicyTypes = []PolicyType{PolicyBestFit, PolicySpread, PolicyPacking}
+var PolicyTypes = []PolicyType{PolicyBestFit, PolicySpread, PolicyPacking,
+	PolicyRandom, PolicyDotProd, PolicyGpuClustering, PolicyGpuPacking, PolicyBestFitCPUGPU}
 
 // Weights weigh the resources a policy scores: GPU compute (milli-GPU) and
 // GPU memory. A weight of 0 leaves the resource out; at least one must be
@@ -57,6 +58,16 @@ func NewPolicy(t PolicyType, w Weights) (Policy, error) {
 		return spread{w}, nil
 	case PolicyPacking:
 		return packing{bestFit{w}}, nil
+	case PolicyRandom:
+		return randomPolicy{}, nil
+	case PolicyDotProd:
+		return dotProd{}, nil
+	case PolicyGpuClustering:
+		return gpuClustering{}, nil
+	case PolicyGpuPacking:
+		return gpuPacking{}, nil
+	case PolicyBestFitCPUGPU:
+		return bestFitCPUGPU{}, nil
 	}
 	return nil, fmt.Errorf("unknown policy type %q: want one of %v", t, PolicyTypes)
 }

@@ -21,6 +21,14 @@ const (
 	BestFit ScoringStrategyType = "BestFit"
 	Spread  ScoringStrategyType = "Spread"
 	Packing ScoringStrategyType = "Packing"
+
+	// The FGD paper's reference policies, for comparison in the simulator
+	// (and usable in production like any other policy).
+	Random        ScoringStrategyType = "Random"
+	DotProd       ScoringStrategyType = "DotProd"
+	GpuClustering ScoringStrategyType = "GpuClustering"
+	GpuPacking    ScoringStrategyType = "GpuPacking"
+	BestFitCPUGPU ScoringStrategyType = "BestFitCPUGPU"
 )
 
 // ScoringStrategy is a placement policy and the weights of the resources it scores.

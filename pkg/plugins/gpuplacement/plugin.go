@@ -13,7 +13,9 @@ import (
 	"sync"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/runtime"
+	resourcehelper "k8s.io/component-helpers/resource"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 
@@ -129,11 +131,28 @@ func (p *GPUPlacement) PreFilter(ctx context.Context, state fwk.CycleState, pod 
 	if err != nil {
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
 	}
+	_, hostAware := p.policy.(gpu.HostPolicy)
+	if hostAware {
+		demand.MilliCPU = podMilliCPU(pod)
+	}
 	if demand.IsZero() {
+		if hostAware {
+			// No GPU to filter for, but the policy still scores the node's CPU.
+			state.Write(stateKey, &podState{demand: demand})
+		}
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
 	state.Write(stateKey, &podState{demand: demand})
 	return nil, nil
+}
+
+// podMilliCPU is the pod's CPU request as the scheduler scores it: a
+// container without a CPU request counts as 100m.
+func podMilliCPU(pod *v1.Pod) int64 {
+	requests := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{
+		NonMissingContainerRequests: v1.ResourceList{v1.ResourceCPU: *resource.NewMilliQuantity(100, resource.DecimalSI)},
+	})
+	return requests.Cpu().MilliValue()
 }
 
 // PreFilterExtensions implements fwk.PreFilterPlugin. The plugin has none:
@@ -206,13 +225,37 @@ func statusOf(reasons gpu.Reasons) *fwk.Status {
 	return fwk.NewStatus(code, reasons.Strings()...)
 }
 
-// PreScore skips scoring for a pod without GPU demand (PreFilter skipped it).
+// PreScore skips scoring for a pod without GPU demand, unless the policy
+// weighs CPU too (gpu.HostPolicy); for such a policy it records the largest
+// node capacities in the snapshot, which the policy normalizes by.
 func (p *GPUPlacement) PreScore(ctx context.Context, state fwk.CycleState, pod *v1.Pod, _ []fwk.NodeInfo) *fwk.Status {
 	if _, err := state.Read(stateKey); err != nil {
 		return fwk.NewStatus(fwk.Skip)
 	}
+	if _, ok := p.policy.(gpu.HostPolicy); !ok {
+		return nil
+	}
+	nodes, err := p.handle.SnapshotSharedLister().NodeInfos().List()
+	if err != nil {
+		return fwk.AsStatus(fmt.Errorf("%s: listing nodes: %w", Name, err))
+	}
+	var host gpu.Host
+	for _, ni := range nodes {
+		host.MaxMilliCPU = max(host.MaxMilliCPU, ni.GetAllocatable().GetMilliCPU())
+		host.MaxGPUs = max(host.MaxGPUs, p.nodeGPUs(ni).Len())
+	}
+	state.Write(hostKey, &hostState{host: host})
 	return nil
 }
+
+// hostKey is where PreScore leaves the cluster's largest capacities.
+const hostKey fwk.StateKey = "PreScore" + Name
+
+// hostState holds the normalizing capacities of a host-aware policy.
+type hostState struct{ host gpu.Host }
+
+// Clone implements fwk.StateData; hostState is never modified after PreScore.
+func (s *hostState) Clone() fwk.StateData { return s }
 
 // Score is the policy's engine score for placing the pod on the node, in
 // 0..gpu.MaxScore; NormalizeScore rescales it.
@@ -222,9 +265,21 @@ func (p *GPUPlacement) Score(ctx context.Context, state fwk.CycleState, pod *v1.
 		return 0, status
 	}
 	n := p.nodeGPUs(nodeInfo)
-	chosen, reasons := gpu.Place(n, demand, p.policy)
-	if reasons != 0 {
-		return 0, nil // the node changed since Filter; it will not be chosen
+	var chosen gpu.DeviceSet
+	if !demand.IsZero() {
+		var reasons gpu.Reasons
+		if chosen, reasons = gpu.Place(n, demand, p.policy); reasons != 0 {
+			return 0, nil // the node changed since Filter; it will not be chosen
+		}
+	}
+	if hp, ok := p.policy.(gpu.HostPolicy); ok {
+		data, err := state.Read(hostKey)
+		if err != nil {
+			return 0, fwk.AsStatus(fmt.Errorf("%s: reading PreScore state: %w", Name, err))
+		}
+		host := data.(*hostState).host
+		host.FreeMilliCPU = nodeInfo.GetAllocatable().GetMilliCPU() - nodeInfo.GetRequested().GetMilliCPU()
+		return hp.ScoreHost(n, host, demand, chosen), nil
 	}
 	return p.policy.Score(n, demand, chosen), nil
 }

@@ -30,6 +30,9 @@ func (p *GPUPlacement) Reserve(ctx context.Context, state fwk.CycleState, pod *v
 		return nil // no GPU demand
 	}
 	demand := &data.(*podState).demand
+	if demand.IsZero() {
+		return nil // scored for its CPU only
+	}
 	nodeInfo, err := p.handle.SnapshotSharedLister().NodeInfos().Get(nodeName)
 	if err != nil {
 		return fwk.AsStatus(fmt.Errorf("%s: node %s: %w", Name, nodeName, err))
@@ -128,4 +131,15 @@ func (p *GPUPlacement) bindsFirst() bool {
 		}
 	})
 	return p.binds
+}
+
+// AssignmentFrom returns the assignment Reserve made in this cycle, if any:
+// what Bind writes in the pod's gpusched.io/gpu-assigned annotation. The
+// simulator binds in-process with it.
+func AssignmentFrom(state fwk.CycleState) (gpu.Assignment, bool) {
+	data, err := state.Read(assignmentKey)
+	if err != nil {
+		return gpu.Assignment{}, false
+	}
+	return data.(*assignmentState).assignment, true
 }

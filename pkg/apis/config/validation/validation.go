@@ -11,7 +11,8 @@ import (
 const MaxWeight = 100
 
 var (
-	strategyTypes = []string{string(config.BestFit), string(config.Spread), string(config.Packing)}
+	strategyTypes = []string{string(config.BestFit), string(config.Spread), string(config.Packing),
+		string(config.Random), string(config.DotProd), string(config.GpuClustering), string(config.GpuPacking), string(config.BestFitCPUGPU)}
 	resourceNames = []string{config.ResourceGPU, config.ResourceGPUMemory}
 )
 

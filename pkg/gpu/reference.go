@@ -1,0 +1,181 @@
+package gpu
+
+import "hash/maphash"
+
+// The reference policies of the FGD paper's evaluation (Weng et al., USENIX
+// ATC 2023), scored as its simulator scores them: an integer 0..100 per node,
+// scaled here to 0..MaxScore, so that the same nodes tie and the scheduler's
+// random tie-break sees the same choices. They let a cluster's operators
+// compare gpusched's policies with the published baselines on their own
+// workload (see docs/simulator.md).
+const (
+	// PolicyRandom puts a pod on a uniformly random feasible node (every node
+	// scores the same; the scheduler breaks the tie) and a share on a
+	// pseudo-random fitting GPU.
+	PolicyRandom PolicyType = "Random"
+	// PolicyDotProd aligns the pod's request with the node's free resources,
+	// Tetris-style: 100 × (1 − ⟨free, request⟩ / 2) over CPU and GPU, each
+	// normalized by the largest node's capacity.
+	PolicyDotProd PolicyType = "DotProd"
+	// PolicyGpuClustering keeps pods of one class (a share, 1, 2, 4, 8 GPUs)
+	// together: nodes holding only that class first, then mixed nodes holding
+	// it, then nodes without GPU pods, then the rest; fuller nodes first.
+	PolicyGpuClustering PolicyType = "GpuClustering"
+	// PolicyGpuPacking fills partly used GPUs first, then free GPUs of nodes
+	// already in use, then idle nodes.
+	PolicyGpuPacking PolicyType = "GpuPacking"
+	// PolicyBestFitCPUGPU is the paper's BestFit: the node left with the
+	// least free CPU and GPU, each normalized by the largest node's capacity:
+	// 100 × (1 − ½·(freeCPU − cpu)/maxCPU − ½·(freeGPU − gpu)/maxGPU).
+	PolicyBestFitCPUGPU PolicyType = "BestFitCPUGPU"
+)
+
+// Host is a node's CPU as host-aware policies see it, with the capacities
+// they normalize by.
+type Host struct {
+	// FreeMilliCPU is the node's allocatable CPU minus its pods' requests.
+	FreeMilliCPU int64
+	// MaxMilliCPU and MaxGPUs are the largest CPU and GPU capacities of any
+	// node in the cluster; 0 means this node's own.
+	MaxMilliCPU int64
+	MaxGPUs     int
+}
+
+// HostPolicy is a Policy that also weighs the node's CPU. Front ends that
+// know the node's CPU call ScoreHost instead of Score; it also scores pods
+// without GPUs (d.IsZero(), chosen empty), whose placement affects the CPU
+// left for GPU pods.
+type HostPolicy interface {
+	Policy
+	ScoreHost(n *NodeGPUs, h Host, d *Demand, chosen DeviceSet) int64
+}
+
+// refScale turns a reference score in 0..100 into 0..MaxScore.
+const refScale = MaxScore / 100
+
+// maxima fills in a Host's normalizing capacities from the node itself.
+func (h Host) maxima(n *NodeGPUs) (cpu, gpuMilli int64) {
+	cpu, gpus := h.MaxMilliCPU, h.MaxGPUs
+	if gpus <= 0 {
+		gpus = n.Len()
+	}
+	return max(cpu, 1), max(int64(gpus)*MilliPerGPU, 1)
+}
+
+// referencePolicy gives the reference policies their GPU choice: the fitting
+// GPU with the least free milli-GPU for a share, the lowest free GPUs for
+// whole GPUs.
+type referencePolicy struct{}
+
+func (referencePolicy) Choose(n *NodeGPUs, d *Demand, candidates DeviceSet) DeviceSet {
+	if d.IsShare() {
+		return chooseShare(n, candidates, true)
+	}
+	return lowest(candidates, d.Count)
+}
+
+type randomPolicy struct{}
+
+var randomSeed = maphash.MakeSeed()
+
+// Choose picks a share's GPU among the candidates by a hash of the node's
+// state, so repeated runs over the same cluster make the same choices.
+func (randomPolicy) Choose(n *NodeGPUs, d *Demand, candidates DeviceSet) DeviceSet {
+	if !d.IsShare() {
+		return lowest(candidates, d.Count)
+	}
+	var h maphash.Hash
+	h.SetSeed(randomSeed)
+	h.WriteString(n.Name)
+	maphash.WriteComparable(&h, [2]int64{n.usedMilli, d.Milli})
+	k := int(h.Sum64() % uint64(candidates.Len()))
+	for i := range n.Used {
+		if candidates.Has(i) {
+			if k == 0 {
+				return 1 << uint(i)
+			}
+			k--
+		}
+	}
+	return 0
+}
+
+func (randomPolicy) Score(*NodeGPUs, *Demand, DeviceSet) int64 { return 0 }
+
+func (randomPolicy) ScoreHost(*NodeGPUs, Host, *Demand, DeviceSet) int64 { return 0 }
+
+type dotProd struct{ referencePolicy }
+
+func (p dotProd) Score(n *NodeGPUs, d *Demand, chosen DeviceSet) int64 {
+	return p.ScoreHost(n, Host{}, d, chosen)
+}
+
+// ScoreHost: int(100 × (1 − (freeCPU·cpu/maxCPU² + freeGPU·gpu/maxGPU²)/2)),
+// free amounts before placing the pod.
+func (dotProd) ScoreHost(n *NodeGPUs, h Host, d *Demand, _ DeviceSet) int64 {
+	maxCPU, maxGPU := h.maxima(n)
+	cpu := float64(h.FreeMilliCPU) / float64(maxCPU) * float64(d.MilliCPU) / float64(maxCPU)
+	gpu := float64(n.FreeMilliTotal()) / float64(maxGPU) * float64(d.TotalMilli()) / float64(maxGPU)
+	return int64(100*(1-(cpu+gpu)/2)) * refScale
+}
+
+type bestFitCPUGPU struct{ referencePolicy }
+
+func (p bestFitCPUGPU) Score(n *NodeGPUs, d *Demand, chosen DeviceSet) int64 {
+	return p.ScoreHost(n, Host{}, d, chosen)
+}
+
+// ScoreHost: int(100 × (1 − ½·(freeCPU − cpu)/maxCPU − ½·(freeGPU − gpu)/maxGPU)).
+func (bestFitCPUGPU) ScoreHost(n *NodeGPUs, h Host, d *Demand, _ DeviceSet) int64 {
+	maxCPU, maxGPU := h.maxima(n)
+	left := 0.5*float64(h.FreeMilliCPU-d.MilliCPU)/float64(maxCPU) +
+		0.5*float64(n.FreeMilliTotal()-d.TotalMilli())/float64(maxGPU)
+	return int64((1-left)*100) * refScale
+}
+
+type gpuPacking struct{ referencePolicy }
+
+// Score: a node whose GPUs are all free scores 33 − GPUs; one where the pod
+// takes k > 0 fully free GPUs scores max(50 − k, 33); a pod placed only on
+// partly used GPUs scores max(100 − Σ free%/10, 50), Σ over the chosen GPUs
+// of their free milli-GPU in percent.
+func (gpuPacking) Score(n *NodeGPUs, d *Demand, chosen DeviceSet) int64 {
+	if n.usedMilli == 0 {
+		return int64(33-n.Len()) * refScale
+	}
+	var whole, freePct int64
+	for i := range n.Used {
+		if !chosen.Has(i) {
+			continue
+		}
+		free := n.FreeMilli(i)
+		if free == MilliPerGPU {
+			whole++
+		}
+		freePct += free * 100 / MilliPerGPU
+	}
+	if whole > 0 {
+		return max(50-whole, 33) * refScale
+	}
+	return max(100-freePct/10, 50) * refScale
+}
+
+type gpuClustering struct{ referencePolicy }
+
+// Score: band + 25 × (8000 − freeGPU)/8000, band 75 when the node holds only
+// pods of the pod's class, 50 when it holds that class and others, 25 when
+// it holds no GPU pods, else 0.
+func (gpuClustering) Score(n *NodeGPUs, d *Demand, _ DeviceSet) int64 {
+	class := ClassOf(d.Milli, d.Count)
+	var band int64
+	switch same, other := n.PodsOfClass(class) > 0, n.HasOtherClasses(class); {
+	case same && !other:
+		band = 75
+	case same:
+		band = 50
+	case !other:
+		band = 25
+	}
+	const full = 8 * MilliPerGPU
+	return (band + 25*(full-n.FreeMilliTotal())/full) * refScale
+}

@@ -1,0 +1,113 @@
+package simulator
+
+import (
+	"cmp"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gpusched/gpusched/pkg/gpu"
+)
+
+// Arrival is how a workload's pods reach the scheduler.
+type Arrival string
+
+const (
+	// ArrivalFGD is the FGD paper's protocol: pods sorted by name, shuffled
+	// with the seed, topped up by sampling with replacement until the GPU
+	// request passes TopUpFactor × the cluster's GPU capacity, submitted one
+	// at a time with no departures; a pod that fits nowhere is dropped.
+	ArrivalFGD Arrival = "fgd"
+	// ArrivalReplay follows the trace's clock: pods arrive at their creation
+	// time and leave at their deletion time, freeing their GPUs. A pod that
+	// fits nowhere waits and is retried whenever a pod leaves, until its own
+	// deletion time passes.
+	ArrivalReplay Arrival = "replay"
+)
+
+// Arrivals lists the arrival modes, for validation messages.
+var Arrivals = []Arrival{ArrivalFGD, ArrivalReplay}
+
+// TopUpFactor is how far the FGD protocol fills the cluster: the submitted
+// GPU request reaches 1.3 × capacity.
+const TopUpFactor = 1.3
+
+// event is one step of a simulation: a pod arrives or leaves.
+type event struct {
+	pod    int // index into the run's pod list
+	depart bool
+	time   int64
+}
+
+// fgdSequence orders the pods of one FGD run for a seed and tops them up.
+// It returns the run's pods (originals then samples, clones renamed) in
+// arrival order.
+func fgdSequence(pods []TracePod, seed int64, capacityMilli int64) []TracePod {
+	order := slices.Clone(pods)
+	slices.SortFunc(order, func(a, b TracePod) int { return cmp.Compare(a.Pod.Name, b.Pod.Name) })
+	rng := rand.New(rand.NewPCG(uint64(seed), 0x9e3779b97f4a7c15))
+	rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+
+	var requested int64
+	for _, p := range order {
+		requested += demandMilli(p)
+	}
+	// Top up. As the reference simulator does, each sample adds its per-GPU
+	// milli (not count × milli) to the running total.
+	limit := int64(TopUpFactor * float64(capacityMilli))
+	for i := 0; requested < limit && len(pods) > 0; i++ {
+		src := pods[rng.IntN(len(pods))]
+		clone := src
+		clone.Pod = src.Pod.DeepCopy()
+		clone.Pod.Name = fmt.Sprintf("%s-topup-%d", src.Pod.Name, i)
+		clone.Pod.UID = types.UID(fmt.Sprintf("%s-topup-%d", src.Pod.UID, i))
+		requested += perGPUMilli(src)
+		order = append(order, clone)
+	}
+	return order
+}
+
+// replayEvents orders arrivals and departures by time; at equal times
+// departures come first, so that the freed GPUs are there for the arrivals.
+func replayEvents(pods []TracePod) []event {
+	events := make([]event, 0, 2*len(pods))
+	for i, p := range pods {
+		events = append(events, event{pod: i, time: p.Created})
+		if p.Deleted < maxTime {
+			events = append(events, event{pod: i, depart: true, time: p.Deleted})
+		}
+	}
+	slices.SortStableFunc(events, func(a, b event) int {
+		if c := cmp.Compare(a.time, b.time); c != 0 {
+			return c
+		}
+		if a.depart != b.depart {
+			if a.depart {
+				return -1
+			}
+			return 1
+		}
+		return cmp.Compare(a.pod, b.pod)
+	})
+	return events
+}
+
+// demandMilli is a pod's GPU request in milli-GPU (count × per-GPU milli); a
+// pod whose demand is malformed requests nothing.
+func demandMilli(p TracePod) int64 {
+	d, err := gpu.DemandFromPod(p.Pod)
+	if err != nil {
+		return 0
+	}
+	return d.TotalMilli()
+}
+
+func perGPUMilli(p TracePod) int64 {
+	d, err := gpu.DemandFromPod(p.Pod)
+	if err != nil || d.IsZero() {
+		return 0
+	}
+	return d.Milli
+}

@@ -1,0 +1,155 @@
+package simulator
+
+import (
+	_ "embed"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+
+	schedconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
+	kubeschedulerscheme "k8s.io/kubernetes/pkg/scheduler/apis/config/scheme"
+	schedvalidation "k8s.io/kubernetes/pkg/scheduler/apis/config/validation"
+
+	"github.com/gpusched/gpusched/pkg/apis/config"
+	_ "github.com/gpusched/gpusched/pkg/apis/config/scheme" // decodes GPUPlacementArgs
+	"github.com/gpusched/gpusched/pkg/gpu"
+	"github.com/gpusched/gpusched/pkg/plugins/gpuplacement"
+)
+
+// defaultConfig is the profile the simulator runs without --config: the
+// default filters (CPU, memory, taints, affinity, ...) and GPUPlacement, with
+// GPUPlacement as the only scorer so that the policy alone decides among the
+// feasible nodes, every node scored, as the FGD protocol measures.
+//
+//go:embed default-config.yaml
+var defaultConfig []byte
+
+// LoadConfig reads a KubeSchedulerConfiguration, decoded, defaulted and
+// validated by the kube-scheduler's own code, so a file the scheduler accepts
+// is the file the simulator runs. An empty path loads the built-in
+// simulation profile.
+func LoadConfig(path string) (*schedconfig.KubeSchedulerConfiguration, error) {
+	data, source := defaultConfig, "built-in simulation config"
+	if path != "" {
+		var err error
+		if data, err = os.ReadFile(path); err != nil {
+			return nil, err
+		}
+		source = path
+	}
+	obj, gvk, err := kubeschedulerscheme.Codecs.UniversalDecoder().Decode(data, nil, nil)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", source, err)
+	}
+	cfg, ok := obj.(*schedconfig.KubeSchedulerConfiguration)
+	if !ok {
+		return nil, fmt.Errorf("%s: want a KubeSchedulerConfiguration, got %s", source, gvk)
+	}
+	cfg.TypeMeta.APIVersion = gvk.GroupVersion().String()
+	if err := schedvalidation.ValidateKubeSchedulerConfiguration(cfg); err != nil {
+		return nil, fmt.Errorf("%s: invalid configuration: %w", source, err)
+	}
+	return cfg, nil
+}
+
+// Profile is one scheduler profile to simulate, named for the report.
+type Profile struct {
+	Name    string
+	Profile *schedconfig.KubeSchedulerProfile
+	// PercentageOfNodesToScore is the configuration's, when the profile sets none.
+	PercentageOfNodesToScore *int32
+}
+
+// ProfilesFor returns what to simulate: one profile per policy when policies
+// are given — the configuration's first profile with GPUPlacement's scoring
+// type set to the policy — else every profile of the configuration.
+func ProfilesFor(cfg *schedconfig.KubeSchedulerConfiguration, policies []string) ([]Profile, error) {
+	pct := cfg.PercentageOfNodesToScore
+	if len(policies) == 0 {
+		out := make([]Profile, len(cfg.Profiles))
+		for i := range cfg.Profiles {
+			out[i] = Profile{Name: cfg.Profiles[i].SchedulerName, Profile: &cfg.Profiles[i], PercentageOfNodesToScore: pct}
+		}
+		return out, nil
+	}
+	base := &cfg.Profiles[0]
+	if !usesGPUPlacement(base) {
+		return nil, fmt.Errorf("profile %q does not enable %s: --policies sets its scoring type, so the configuration's first profile must enable it",
+			base.SchedulerName, gpuplacement.Name)
+	}
+	var out []Profile
+	for _, policy := range policies {
+		if !slices.Contains(gpu.PolicyTypes, gpu.PolicyType(policy)) {
+			return nil, fmt.Errorf("--policies: unknown policy %q: want a comma-separated list of %s", policy, policyList())
+		}
+		p := base.DeepCopy()
+		p.SchedulerName = policy
+		args := gpuPlacementArgs(p)
+		args.ScoringStrategy.Type = config.ScoringStrategyType(policy)
+		out = append(out, Profile{Name: policy, Profile: p, PercentageOfNodesToScore: pct})
+	}
+	return out, nil
+}
+
+func policyList() string {
+	names := make([]string, len(gpu.PolicyTypes))
+	for i, t := range gpu.PolicyTypes {
+		names[i] = string(t)
+	}
+	return strings.Join(names, ", ")
+}
+
+func usesGPUPlacement(p *schedconfig.KubeSchedulerProfile) bool {
+	if p.Plugins == nil {
+		return false
+	}
+	for _, set := range []schedconfig.PluginSet{p.Plugins.MultiPoint, p.Plugins.Score, p.Plugins.Filter} {
+		for _, pl := range set.Enabled {
+			if pl.Name == gpuplacement.Name {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// gpuPlacementArgs returns the profile's GPUPlacement args, adding defaulted
+// args when the profile has none.
+func gpuPlacementArgs(p *schedconfig.KubeSchedulerProfile) *config.GPUPlacementArgs {
+	for i := range p.PluginConfig {
+		if p.PluginConfig[i].Name == gpuplacement.Name {
+			if args, ok := p.PluginConfig[i].Args.(*config.GPUPlacementArgs); ok {
+				return args
+			}
+		}
+	}
+	args := &config.GPUPlacementArgs{ScoringStrategy: config.ScoringStrategy{
+		Type:      config.BestFit,
+		Resources: []config.ResourceSpec{{Name: config.ResourceGPU, Weight: 1}},
+	}}
+	p.PluginConfig = append(p.PluginConfig, schedconfig.PluginConfig{Name: gpuplacement.Name, Args: args})
+	return args
+}
+
+// filtersWithGPUPlacement reports whether GPUPlacement filters in the
+// profile (enabled at Filter or multiPoint, and not disabled at Filter).
+func filtersWithGPUPlacement(p Profile) bool {
+	plugins := p.Profile.Plugins
+	if plugins == nil {
+		return false
+	}
+	for _, pl := range plugins.Filter.Disabled {
+		if pl.Name == gpuplacement.Name || pl.Name == "*" {
+			return slices.ContainsFunc(plugins.Filter.Enabled, func(pl schedconfig.Plugin) bool { return pl.Name == gpuplacement.Name })
+		}
+	}
+	for _, set := range []schedconfig.PluginSet{plugins.MultiPoint, plugins.Filter} {
+		for _, pl := range set.Enabled {
+			if pl.Name == gpuplacement.Name {
+				return true
+			}
+		}
+	}
+	return false
+}

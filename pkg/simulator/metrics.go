@@ -1,0 +1,218 @@
+package simulator
+
+import (
+	"math"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gpusched/gpusched/pkg/gpu"
+)
+
+// Point is the allocation curve at one bucket of arrived workload.
+type Point struct {
+	// ArrivedPct is the bucket: the GPU request submitted so far (placed or
+	// not) as a percentage of the cluster's GPU capacity, rounded to an
+	// integer, half to even.
+	ArrivedPct int `json:"arrived_pct"`
+	// AllocatedPct is the mean over the bucket's events of the allocated GPU
+	// milli as a percentage of capacity (each event rounded to 2 decimals,
+	// the mean too, as the FGD paper's analysis does).
+	AllocatedPct float64 `json:"allocated_pct"`
+	// FragmentedPct is the mean of the cluster's fragmented GPU milli (see
+	// gpu.NodeGPUs.Fragment) as a percentage of capacity.
+	FragmentedPct float64 `json:"fragmented_pct"`
+	Events        int     `json:"events"`
+}
+
+// curve accumulates the allocation curve of one run, event by event.
+type curve struct {
+	capacity int64
+	sumAlloc map[int]float64
+	sumFrag  map[int]float64
+	events   map[int]int
+}
+
+func newCurve(capacityMilli int64) *curve {
+	return &curve{capacity: capacityMilli, sumAlloc: map[int]float64{}, sumFrag: map[int]float64{}, events: map[int]int{}}
+}
+
+// record adds one event: the cumulative arrived request, the allocated and
+// the fragmented milli-GPU after the event.
+func (c *curve) record(arrived, used int64, fragmented float64) {
+	if c.capacity == 0 {
+		return
+	}
+	k := int(math.RoundToEven(100 * float64(arrived) / float64(c.capacity)))
+	c.sumAlloc[k] += round2(100 * float64(used) / float64(c.capacity))
+	c.sumFrag[k] += round2(100 * fragmented / float64(c.capacity))
+	c.events[k]++
+}
+
+// points is the curve, one point per non-empty bucket, in order.
+func (c *curve) points() []Point {
+	maxK := -1
+	for k := range c.events {
+		maxK = max(maxK, k)
+	}
+	var out []Point
+	for k := 0; k <= maxK; k++ {
+		if n := c.events[k]; n > 0 {
+			out = append(out, Point{ArrivedPct: k, Events: n,
+				AllocatedPct:  round2(c.sumAlloc[k] / float64(n)),
+				FragmentedPct: round2(c.sumFrag[k] / float64(n))})
+		}
+	}
+	return out
+}
+
+// allocatedAt is the curve's allocation at bucket k; an empty bucket takes
+// the events of buckets k−1..k+1, as the FGD paper's analysis does. ok is
+// false when those are empty too.
+func (c *curve) allocatedAt(k int) (pct float64, ok bool) {
+	if n := c.events[k]; n > 0 {
+		return round2(c.sumAlloc[k] / float64(n)), true
+	}
+	var sum float64
+	var n int
+	for j := k - 1; j <= k+1; j++ {
+		sum, n = sum+c.sumAlloc[j], n+c.events[j]
+	}
+	if n == 0 {
+		return 0, false
+	}
+	return round2(sum / float64(n)), true
+}
+
+func round2(x float64) float64 { return math.RoundToEven(x*100) / 100 }
+
+// fragTracker keeps every node's GPU state and fragmentation current as pods
+// come and go, recomputing only the node that changed. It reads the pods'
+// assignment annotations through its own gpu.Ledger, as a restarted
+// scheduler would.
+type fragTracker struct {
+	ledger  *gpu.Ledger
+	typical []gpu.TypicalPod
+	nodes   map[string]*trackedNode
+	total   float64
+}
+
+type trackedNode struct {
+	node       *v1.Node
+	generation int64
+	pods       map[types.UID]*v1.Pod
+	freeCPU    int64
+	frag       float64
+	view       *gpu.NodeGPUs
+}
+
+func newFragTracker(nodes []*v1.Node, typical []gpu.TypicalPod) *fragTracker {
+	t := &fragTracker{ledger: gpu.NewLedger(), typical: typical, nodes: map[string]*trackedNode{}}
+	for _, n := range nodes {
+		tn := &trackedNode{node: n, pods: map[types.UID]*v1.Pod{}, freeCPU: n.Status.Allocatable.Cpu().MilliValue()}
+		t.nodes[n.Name] = tn
+		t.refresh(tn)
+	}
+	return t
+}
+
+// bind and unbind move a bound pod (with its assignment annotation) on or
+// off its node; cpu is its CPU request.
+func (t *fragTracker) bind(pod *v1.Pod, cpu int64)   { t.move(pod, cpu, true) }
+func (t *fragTracker) unbind(pod *v1.Pod, cpu int64) { t.move(pod, cpu, false) }
+
+func (t *fragTracker) move(pod *v1.Pod, cpu int64, on bool) {
+	tn := t.nodes[pod.Spec.NodeName]
+	if tn == nil {
+		return
+	}
+	if on {
+		tn.pods[pod.UID] = pod
+		tn.freeCPU -= cpu
+	} else {
+		delete(tn.pods, pod.UID)
+		tn.freeCPU += cpu
+	}
+	t.refresh(tn)
+}
+
+func (t *fragTracker) refresh(tn *trackedNode) {
+	tn.generation++
+	tn.view = t.ledger.Node(tn.node, tn.generation, func(yield func(*v1.Pod) bool) {
+		for _, p := range tn.pods {
+			if !yield(p) {
+				return
+			}
+		}
+	})
+	t.total -= tn.frag
+	tn.frag = 0
+	if tn.view.Inventory != nil {
+		tn.frag = tn.view.Fragment(tn.freeCPU, t.typical)
+	}
+	t.total += tn.frag
+}
+
+// ModelAllocation is the GPU allocation of one GPU model.
+type ModelAllocation struct {
+	Model        string  `json:"model"`
+	GPUs         int     `json:"gpus"`
+	AllocatedPct float64 `json:"allocated_pct"`
+}
+
+// byModel is the allocation of each GPU model, in model order.
+func (t *fragTracker) byModel() []ModelAllocation {
+	gpus := map[string]int{}
+	used := map[string]int64{}
+	for _, tn := range t.nodes {
+		v := tn.view
+		if v.Inventory == nil {
+			continue
+		}
+		for i := range v.Used {
+			m := v.Inventory.Devices[i].Model
+			gpus[m]++
+			used[m] += gpu.MilliPerGPU - v.FreeMilli(i)
+		}
+	}
+	out := make([]ModelAllocation, 0, len(gpus))
+	for m, n := range gpus {
+		out = append(out, ModelAllocation{Model: m, GPUs: n, AllocatedPct: round2(100 * float64(used[m]) / float64(n*gpu.MilliPerGPU))})
+	}
+	sortBy(out, func(a ModelAllocation) string { return a.Model })
+	return out
+}
+
+// capacityMilli is the cluster's GPU capacity in milli-GPU.
+func capacityMilli(nodes []*v1.Node) int64 {
+	var total int64
+	for _, n := range nodes {
+		if inv, err := gpu.InventoryFromNode(n); err == nil {
+			total += int64(inv.Len()) * gpu.MilliPerGPU
+		}
+	}
+	return total
+}
+
+// screen returns the GPU fit check for a pod: whether a node's GPUs can take
+// it, and if not, why. It is gpu.Candidates, the check GPUPlacement's Filter
+// makes, on the same allocation (both read the bound pods' assignment
+// annotations, and no pod is in flight between cycles), so a node it
+// rejects is one the Filter plugins would reject too. On a full cluster most
+// nodes are rejected here, at a fraction of the cost of the Filter plugins.
+func (t *fragTracker) screen(pod *v1.Pod) func(node string) (bool, []string) {
+	d, err := gpu.DemandFromPod(pod)
+	if err != nil || d.IsZero() {
+		return nil // PreFilter rejects or skips it; nothing to screen
+	}
+	return func(node string) (bool, []string) {
+		tn := t.nodes[node]
+		if tn == nil {
+			return true, nil
+		}
+		if _, reasons := gpu.Candidates(tn.view, &d); reasons != 0 {
+			return false, reasons.Strings()
+		}
+		return true, nil
+	}
+}

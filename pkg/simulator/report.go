@@ -1,0 +1,172 @@
+package simulator
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"strings"
+	"text/tabwriter"
+)
+
+// Stat is a mean and sample standard deviation over seeds.
+type Stat struct {
+	Mean float64 `json:"mean"`
+	SD   float64 `json:"sd"`
+}
+
+// Summary is one policy's results over its seeds.
+type Summary struct {
+	Policy              string  `json:"policy"`
+	UnallocatedPctAt100 *Stat   `json:"unallocated_pct_at_100"`
+	Seeds               int     `json:"seeds"`
+	FailedPods          Stat    `json:"failed_pods"`
+	WallSeconds         Stat    `json:"wall_seconds"`
+	Curve               []Point `json:"curve"`
+}
+
+// Report is everything a simulation measured.
+type Report struct {
+	Arrival     Arrival   `json:"arrival"`
+	Nodes       int       `json:"nodes"`
+	GPUs        int64     `json:"gpus"`
+	Pods        int       `json:"pods"`
+	Summary     []Summary `json:"summary"`
+	Runs        []Run     `json:"runs"`
+	WallSeconds float64   `json:"wall_seconds"`
+}
+
+// NewReport summarizes runs per policy, in the order the policies ran.
+func NewReport(opts Options, runs []Run, wall float64) *Report {
+	r := &Report{Arrival: opts.Arrival, Nodes: len(opts.Nodes), GPUs: capacityMilli(opts.Nodes) / 1000,
+		Pods: len(opts.Pods), Runs: runs, WallSeconds: wall}
+	for _, p := range opts.Profiles {
+		var mine []Run
+		for _, run := range runs {
+			if run.Policy == p.Name {
+				mine = append(mine, run)
+			}
+		}
+		r.Summary = append(r.Summary, summarize(p.Name, mine))
+	}
+	return r
+}
+
+func summarize(policy string, runs []Run) Summary {
+	s := Summary{Policy: policy, Seeds: len(runs)}
+	var unalloc, failed, wall []float64
+	for _, run := range runs {
+		if run.UnallocatedPctAt100 != nil {
+			unalloc = append(unalloc, *run.UnallocatedPctAt100)
+		}
+		failed = append(failed, float64(run.Failed))
+		wall = append(wall, run.WallSeconds)
+	}
+	if len(unalloc) == len(runs) && len(runs) > 0 {
+		st := stat(unalloc)
+		s.UnallocatedPctAt100 = &st
+	}
+	s.FailedPods, s.WallSeconds = stat(failed), stat(wall)
+	s.Curve = meanCurve(runs)
+	return s
+}
+
+// stat is the mean and the sample standard deviation (n − 1), 0 for one value.
+func stat(xs []float64) Stat {
+	if len(xs) == 0 {
+		return Stat{}
+	}
+	var sum float64
+	for _, x := range xs {
+		sum += x
+	}
+	mean := sum / float64(len(xs))
+	var sq float64
+	for _, x := range xs {
+		sq += (x - mean) * (x - mean)
+	}
+	sd := 0.0
+	if len(xs) > 1 {
+		sd = math.Sqrt(sq / float64(len(xs)-1))
+	}
+	return Stat{Mean: round2(mean), SD: round2(sd)}
+}
+
+// meanCurve averages the runs' curves bucket by bucket.
+func meanCurve(runs []Run) []Point {
+	type acc struct {
+		alloc, frag float64
+		n, events   int
+	}
+	byBucket := map[int]*acc{}
+	maxK := -1
+	for _, run := range runs {
+		for _, p := range run.Curve {
+			a := byBucket[p.ArrivedPct]
+			if a == nil {
+				a = &acc{}
+				byBucket[p.ArrivedPct] = a
+			}
+			a.alloc += p.AllocatedPct
+			a.frag += p.FragmentedPct
+			a.n++
+			a.events += p.Events
+			maxK = max(maxK, p.ArrivedPct)
+		}
+	}
+	var out []Point
+	for k := 0; k <= maxK; k++ {
+		if a := byBucket[k]; a != nil {
+			out = append(out, Point{ArrivedPct: k, AllocatedPct: round2(a.alloc / float64(a.n)),
+				FragmentedPct: round2(a.frag / float64(a.n)), Events: a.events})
+		}
+	}
+	return out
+}
+
+// WriteTable prints one line per policy.
+func (r *Report) WriteTable(w io.Writer) error {
+	fmt.Fprintf(w, "%d nodes, %d GPUs, %d pods, arrival %s\n\n", r.Nodes, r.GPUs, r.Pods, r.Arrival)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "POLICY\tUNALLOCATED GPU % @ ARRIVED 100%\tFAILED PODS\tSEEDS\tWALL s/RUN")
+	for _, s := range r.Summary {
+		unalloc := "n/a (workload below capacity)"
+		if s.UnallocatedPctAt100 != nil {
+			unalloc = fmt.Sprintf("%.2f ± %.2f", s.UnallocatedPctAt100.Mean, s.UnallocatedPctAt100.SD)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%.0f ± %.0f\t%d\t%.1f\n", s.Policy, unalloc, s.FailedPods.Mean, s.FailedPods.SD, s.Seeds, s.WallSeconds.Mean)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintf(w, "\ntotal wall time %.1f s\n", r.WallSeconds)
+	return err
+}
+
+// WriteJSON writes the report to path.
+func (r *Report) WriteJSON(path string) error {
+	data, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(data, '\n'), 0o644)
+}
+
+// topReasons is the most frequent failure messages of a run, for the report.
+func topReasons(reasons map[string]int, n int) []string {
+	type kv struct {
+		msg   string
+		count int
+	}
+	var all []kv
+	for m, c := range reasons {
+		all = append(all, kv{m, c})
+	}
+	sortBy(all, func(x kv) string { return fmt.Sprintf("%09d %s", 1e9-x.count, x.msg) })
+	var out []string
+	for i := 0; i < len(all) && i < n; i++ {
+		out = append(out, fmt.Sprintf("%d× %s", all[i].count, strings.TrimSpace(all[i].msg)))
+	}
+	return out
+}

@@ -1,0 +1,255 @@
+package simulator
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	resourcehelper "k8s.io/component-helpers/resource"
+
+	"github.com/gpusched/gpusched/pkg/gpu"
+)
+
+// Options is one simulation: a cluster, a workload, the profiles to compare
+// and the seeds to run each with.
+type Options struct {
+	Nodes    []*v1.Node
+	Pods     []TracePod
+	Profiles []Profile
+	Seeds    []int64
+	Arrival  Arrival
+	// Parallel is how many runs execute at once; 0 means one per CPU.
+	Parallel int
+	// NoScreen turns off the GPU screen that spares the Filter plugins nodes
+	// GPUPlacement would reject (see fragTracker.screen); results are the
+	// same either way, only slower without it.
+	NoScreen bool
+	// Progress, when set, is called as pods are scheduled, with the pods
+	// done and the pods to do over all runs.
+	Progress func(done, total int64)
+}
+
+// Run is the result of one (profile, seed) run.
+type Run struct {
+	Policy string `json:"policy"`
+	Seed   int64  `json:"seed"`
+	// UnallocatedPctAt100 is 100 − the allocation at arrived 100%: the
+	// headline of the FGD paper's evaluation. It is nil when the workload
+	// never reached 100% of the cluster's GPU capacity.
+	UnallocatedPctAt100 *float64 `json:"unallocated_pct_at_100"`
+	Submitted           int     `json:"submitted_pods"`
+	Placed              int     `json:"placed_pods"`
+	Failed              int     `json:"failed_pods"`
+	// FailedGPUMilli is the GPU request of the failed pods.
+	FailedGPUMilli int64 `json:"failed_gpu_milli"`
+	// FailureReasons counts the failed pods by their FailedScheduling message.
+	FailureReasons map[string]int    `json:"failure_reasons,omitempty"`
+	Curve          []Point           `json:"curve"`
+	ByModel        []ModelAllocation `json:"allocation_by_model"`
+	WallSeconds    float64           `json:"wall_seconds"`
+	// SchedulingSeconds is the time spent in scheduling cycles (framework,
+	// plugins, engine); MetricsSeconds the time spent measuring.
+	SchedulingSeconds float64 `json:"scheduling_seconds"`
+	MetricsSeconds    float64 `json:"metrics_seconds"`
+}
+
+// Simulate runs every profile with every seed, in parallel, and returns
+// the runs in profile then seed order.
+func Simulate(ctx context.Context, opts Options) ([]Run, error) {
+	if len(opts.Nodes) == 0 || len(opts.Pods) == 0 || len(opts.Profiles) == 0 || len(opts.Seeds) == 0 {
+		return nil, fmt.Errorf("a simulation needs nodes, pods, profiles and seeds")
+	}
+	if opts.Arrival == ArrivalReplay {
+		for _, p := range opts.Pods {
+			if !p.HasTimes {
+				return nil, fmt.Errorf("arrival %q needs creation and deletion times, and pod %s has none", ArrivalReplay, p.Pod.Name)
+			}
+		}
+	}
+	parallel := cmp.Or(opts.Parallel, runtime.GOMAXPROCS(0))
+	type job struct{ profile, seed int }
+	var jobs []job
+	for p := range opts.Profiles {
+		for s := range opts.Seeds {
+			jobs = append(jobs, job{p, s})
+		}
+	}
+	parallel = min(parallel, len(jobs))
+	// Cores left over by concurrent runs go to each run's Filter and Score.
+	perRun := max(1, runtime.GOMAXPROCS(0)/parallel)
+
+	capacity := capacityMilli(opts.Nodes)
+	typical := typicalPods(opts.Pods)
+	var done atomic.Int64
+	total := int64(len(jobs)) * int64(expectedEvents(opts, capacity))
+	tick := func() {
+		if opts.Progress != nil {
+			opts.Progress(done.Add(1), total)
+		}
+	}
+
+	runs := make([]Run, len(jobs))
+	errs := make([]error, len(jobs))
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range parallel {
+		wg.Go(func() {
+			for i := range next {
+				j := jobs[i]
+				r := &runner{opts: &opts, profile: opts.Profiles[j.profile], seed: opts.Seeds[j.seed],
+					capacity: capacity, typical: typical, parallelism: perRun, tick: tick}
+				runs[i], errs[i] = r.run(ctx)
+			}
+		})
+	}
+	for i := range jobs {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	return runs, nil
+}
+
+// expectedEvents estimates the pods one run schedules, for progress.
+func expectedEvents(opts Options, capacity int64) int {
+	if opts.Arrival == ArrivalReplay {
+		return len(opts.Pods)
+	}
+	return len(fgdSequence(opts.Pods, 0, capacity))
+}
+
+// runner is one (profile, seed) run.
+type runner struct {
+	opts        *Options
+	profile     Profile
+	seed        int64
+	capacity    int64
+	typical     []gpu.TypicalPod
+	parallelism int
+	tick        func()
+}
+
+func (r *runner) run(ctx context.Context) (Run, error) {
+	start := time.Now()
+	sched, err := newScheduler(ctx, r.profile, r.opts.Nodes, r.seed, r.parallelism)
+	if err != nil {
+		return Run{}, err
+	}
+	out := Run{Policy: r.profile.Name, Seed: r.seed, FailureReasons: map[string]int{}}
+	frag := newFragTracker(r.opts.Nodes, r.typical)
+	if !r.opts.NoScreen && filtersWithGPUPlacement(r.profile) {
+		sched.screen = frag.screen
+	}
+	c := newCurve(r.capacity)
+	var arrived, used int64
+	var schedTime, metricTime time.Duration
+
+	pods := r.opts.Pods
+	var events []event
+	if r.opts.Arrival == ArrivalReplay {
+		events = replayEvents(pods)
+	} else {
+		pods = fgdSequence(pods, r.seed, r.capacity)
+		events = make([]event, len(pods))
+		for i := range pods {
+			events[i] = event{pod: i}
+		}
+	}
+	placedMilli := map[int]int64{}
+	for _, ev := range events {
+		if err := ctx.Err(); err != nil {
+			return Run{}, err
+		}
+		pod := pods[ev.pod].Pod
+		if ev.depart {
+			if bound, ok := sched.bound[string(pod.UID)]; ok {
+				t0 := time.Now()
+				sched.remove(string(pod.UID))
+				schedTime += time.Since(t0)
+				used -= placedMilli[ev.pod]
+				t1 := time.Now()
+				frag.unbind(bound, podMilliCPU(pod))
+				metricTime += time.Since(t1)
+			}
+			continue
+		}
+		demand := demandMilli(pods[ev.pod])
+		arrived += demand
+		out.Submitted++
+		t0 := time.Now()
+		p := sched.schedule(ctx, pod)
+		schedTime += time.Since(t0)
+		t1 := time.Now()
+		if p.node == "" {
+			out.Failed++
+			out.FailedGPUMilli += demand
+			out.FailureReasons[p.reason]++
+		} else {
+			out.Placed++
+			if p.hasGPUs {
+				m := p.assignment.Milli * int64(len(p.assignment.Devices))
+				placedMilli[ev.pod] = m
+				used += m
+			}
+			frag.bind(sched.bound[string(pod.UID)], podMilliCPU(pod))
+		}
+		c.record(arrived, used, frag.total)
+		metricTime += time.Since(t1)
+		r.tick()
+	}
+	out.Curve = c.points()
+	if a, ok := c.allocatedAt(100); ok {
+		u := round2(100 - a)
+		out.UnallocatedPctAt100 = &u
+	}
+	out.ByModel = frag.byModel()
+	out.WallSeconds = time.Since(start).Seconds()
+	out.SchedulingSeconds = schedTime.Seconds()
+	out.MetricsSeconds = metricTime.Seconds()
+	return out, nil
+}
+
+// typicalPods is the workload's typical pod shapes (see gpu.TypicalPods),
+// CPU counted as the scheduler scores it (a missing request is 100m).
+func typicalPods(pods []TracePod) []gpu.TypicalPod {
+	demands := make([]gpu.Demand, 0, len(pods))
+	for _, p := range pods {
+		d, err := gpu.DemandFromPod(p.Pod)
+		if err != nil {
+			continue
+		}
+		d.MilliCPU = nonZeroMilliCPU(p.Pod)
+		demands = append(demands, d)
+	}
+	return gpu.TypicalPods(demands)
+}
+
+// podMilliCPU is the pod's CPU request.
+func podMilliCPU(pod *v1.Pod) int64 {
+	requests := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
+	return requests.Cpu().MilliValue()
+}
+
+// nonZeroMilliCPU is the pod's CPU request, 100m for a container without one.
+func nonZeroMilliCPU(pod *v1.Pod) int64 {
+	requests := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{
+		NonMissingContainerRequests: v1.ResourceList{v1.ResourceCPU: *resource.NewMilliQuantity(100, resource.DecimalSI)},
+	})
+	return requests.Cpu().MilliValue()
+}
+
+func sortBy[T any, K cmp.Ordered](s []T, key func(T) K) {
+	slices.SortFunc(s, func(a, b T) int { return cmp.Compare(key(a), key(b)) })
+}

@@ -1,0 +1,340 @@
+package simulator
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"slices"
+	"sort"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+	schedconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
+	internalcache "k8s.io/kubernetes/pkg/scheduler/backend/cache"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins"
+	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
+	"k8s.io/kubernetes/pkg/scheduler/metrics"
+
+	"github.com/gpusched/gpusched/pkg/gpu"
+	"github.com/gpusched/gpusched/pkg/plugins/gpuplacement"
+)
+
+// Registry is the plugins a simulated profile may use: the in-tree plugins
+// and GPUPlacement, exactly as cmd/gpusched registers them.
+func Registry() frameworkruntime.Registry {
+	r := plugins.NewInTreeRegistry()
+	if err := r.Register(gpuplacement.Name, gpuplacement.New); err != nil {
+		panic(err) // a name clash in code, not in input
+	}
+	return r
+}
+
+// unsupportedPlugins need objects the simulator does not model (resource
+// claims); they are removed from simulated profiles.
+var unsupportedPlugins = []string{"DynamicResources"}
+
+// scheduler places pods one at a time through one profile's framework, the
+// way kube-scheduler's scheduling cycle does: PreFilter, Filter on every
+// node, PreScore, Score and NormalizeScore, a seeded random choice among the
+// best-scored nodes, Reserve and Permit; then it binds in-process, writing
+// the pod as GPUPlacement's Bind writes it, into the scheduler's own cache.
+// There is no API server and no informer: the cache and its snapshot are
+// the only state.
+type scheduler struct {
+	fw       framework.Framework
+	cache    internalcache.Cache
+	snapshot *internalcache.Snapshot
+	rng      *rand.Rand
+	logger   klog.Logger
+	// pct is the share of nodes to score, as the profile configures it.
+	pct      *int32
+	dirty bool
+	// nextNode is where the next partial scan of the nodes starts.
+	nextNode int
+	// screen, when set, is an exact GPU fit check that runs before the
+	// Filter plugins (see runner.screen); nodes it rejects are not filtered.
+	screen func(pod *v1.Pod) func(node string) (ok bool, reasons []string)
+	bound    map[string]*v1.Pod // by pod UID
+}
+
+func newScheduler(ctx context.Context, p Profile, nodes []*v1.Node, seed int64, parallelism int) (*scheduler, error) {
+	metrics.Register() // the framework records into the scheduler's metrics; registers once
+	profile := p.Profile.DeepCopy()
+	stripUnsupported(profile)
+	snapshot := internalcache.NewEmptySnapshot()
+	client := fake.NewClientset()
+	f, err := frameworkruntime.NewFramework(ctx, Registry(), profile,
+		frameworkruntime.WithClientSet(client),
+		frameworkruntime.WithInformerFactory(informers.NewSharedInformerFactory(client, 0)),
+		frameworkruntime.WithSnapshotSharedLister(snapshot),
+		frameworkruntime.WithParallelism(parallelism),
+		frameworkruntime.WithPodNominator(noNominations{}),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("profile %s: %w", p.Name, err)
+	}
+	logger := klog.FromContext(ctx)
+	s := &scheduler{
+		fw:       f,
+		cache:    internalcache.New(ctx, nil, false, false),
+		snapshot: snapshot,
+		rng:      rand.New(rand.NewPCG(uint64(seed), 0x5deece66d)),
+		logger:   logger,
+		pct:      profile.PercentageOfNodesToScore,
+		dirty:    true,
+		bound:    map[string]*v1.Pod{},
+	}
+	if s.pct == nil {
+		s.pct = p.PercentageOfNodesToScore
+	}
+	for _, n := range nodes {
+		s.cache.AddNode(logger, n)
+	}
+	return s, nil
+}
+
+// stripUnsupported removes the unsupported plugins from every extension
+// point of a profile.
+func stripUnsupported(p *schedconfig.KubeSchedulerProfile) {
+	if p.Plugins == nil {
+		return
+	}
+	points := reflect.ValueOf(p.Plugins).Elem()
+	for i := range points.NumField() {
+		if set, ok := points.Field(i).Addr().Interface().(*schedconfig.PluginSet); ok {
+			set.Enabled = slices.DeleteFunc(set.Enabled, func(pl schedconfig.Plugin) bool {
+				return slices.Contains(unsupportedPlugins, pl.Name)
+			})
+		}
+	}
+	p.PluginConfig = slices.DeleteFunc(p.PluginConfig, func(pc schedconfig.PluginConfig) bool {
+		return slices.Contains(unsupportedPlugins, pc.Name)
+	})
+}
+
+// placement is the outcome of scheduling one pod.
+type placement struct {
+	node       string
+	assignment gpu.Assignment
+	hasGPUs    bool
+	// reason is why the pod fits nowhere, as a FailedScheduling event says it.
+	reason string
+}
+
+// schedule runs one scheduling cycle for pod and, when a node is found,
+// binds it there.
+func (s *scheduler) schedule(ctx context.Context, pod *v1.Pod) placement {
+	if s.dirty {
+		if err := s.cache.UpdateSnapshot(s.logger, s.snapshot); err != nil {
+			return placement{reason: err.Error()}
+		}
+		s.dirty = false
+	}
+	state := framework.NewCycleState()
+	preRes, status, _ := s.fw.RunPreFilterPlugins(ctx, state, pod)
+	if !status.IsSuccess() {
+		return placement{reason: status.Message()}
+	}
+	nodes, err := s.snapshot.NodeInfos().List()
+	if err != nil {
+		return placement{reason: err.Error()}
+	}
+	if !preRes.AllNodes() {
+		kept := nodes[:0:0]
+		for _, n := range nodes {
+			if preRes.NodeNames.Has(n.Node().Name) {
+				kept = append(kept, n)
+			}
+		}
+		nodes = kept
+	}
+	total := len(nodes)
+	var screened map[string]int
+	if s.screen != nil && s.pct != nil && *s.pct == 100 {
+		nodes, screened = screenNodes(nodes, s.screen(pod))
+	}
+	feasible, rejected := s.filter(ctx, state, pod, nodes)
+	if len(feasible) == 0 {
+		for r, n := range screened {
+			if rejected == nil {
+				rejected = map[string]int{}
+			}
+			rejected[r] += n
+		}
+		return placement{reason: fitMessage(total, rejected)}
+	}
+	node := feasible[0].Node().Name
+	if len(feasible) > 1 {
+		if status := s.fw.RunPreScorePlugins(ctx, state, pod, feasible); !status.IsSuccess() {
+			return placement{reason: status.Message()}
+		}
+		scores, status := s.fw.RunScorePlugins(ctx, state, pod, feasible)
+		if !status.IsSuccess() {
+			return placement{reason: status.Message()}
+		}
+		node = s.selectHost(scores)
+	}
+	if status := s.fw.RunReservePluginsReserve(ctx, state, pod, node); !status.IsSuccess() {
+		s.fw.RunReservePluginsUnreserve(ctx, state, pod, node)
+		return placement{reason: status.Message()}
+	}
+	if _, status := s.fw.RunPermitPlugins(ctx, state, pod, node); !status.IsSuccess() {
+		s.fw.RunReservePluginsUnreserve(ctx, state, pod, node)
+		return placement{reason: status.Message()}
+	}
+	bound := pod.DeepCopy()
+	bound.Spec.NodeName = node
+	out := placement{node: node}
+	if a, ok := gpuplacement.AssignmentFrom(state); ok {
+		if bound.Annotations == nil {
+			bound.Annotations = map[string]string{}
+		}
+		bound.Annotations[gpu.AnnotationAssigned] = a.String()
+		out.assignment, out.hasGPUs = a, true
+	}
+	if err := s.cache.AddPod(s.logger, bound); err != nil {
+		s.fw.RunReservePluginsUnreserve(ctx, state, pod, node)
+		return placement{reason: err.Error()}
+	}
+	s.bound[string(pod.UID)] = bound
+	s.dirty = true
+	return out
+}
+
+// remove deletes a bound pod, freeing its resources.
+func (s *scheduler) remove(uid string) {
+	if pod, ok := s.bound[uid]; ok {
+		if err := s.cache.RemovePod(s.logger, pod); err == nil {
+			delete(s.bound, uid)
+			s.dirty = true
+		}
+	}
+}
+
+// screenNodes keeps the nodes the check accepts and counts the reasons of
+// those it rejects.
+func screenNodes(nodes []fwk.NodeInfo, check func(node string) (bool, []string)) ([]fwk.NodeInfo, map[string]int) {
+	if check == nil {
+		return nodes, nil
+	}
+	kept := make([]fwk.NodeInfo, 0, len(nodes))
+	var rejected map[string]int
+	for _, n := range nodes {
+		ok, reasons := check(n.Node().Name)
+		if ok {
+			kept = append(kept, n)
+			continue
+		}
+		if rejected == nil {
+			rejected = map[string]int{}
+		}
+		for _, r := range reasons {
+			rejected[r]++
+		}
+	}
+	return kept, rejected
+}
+
+// filter runs the Filter plugins on nodes. When the profile scores every
+// node (percentageOfNodesToScore 100, or fewer than 100 nodes), all nodes are
+// filtered in parallel and the feasible ones kept in node order, so a seeded
+// run is reproducible. Otherwise, like kube-scheduler, it scans from where
+// the last cycle stopped until it has found enough feasible nodes.
+func (s *scheduler) filter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) (feasible []fwk.NodeInfo, rejected map[string]int) {
+	reject := func(st *fwk.Status) {
+		if rejected == nil {
+			rejected = map[string]int{}
+		}
+		for _, r := range st.Reasons() {
+			rejected[r]++
+		}
+	}
+	want := numFeasibleNodesToFind(s.pct, len(nodes))
+	if want >= len(nodes) {
+		statuses := make([]*fwk.Status, len(nodes))
+		s.fw.Parallelizer().Until(ctx, len(nodes), func(i int) {
+			statuses[i] = s.fw.RunFilterPlugins(ctx, state, pod, nodes[i])
+		}, "Filter")
+		for i, st := range statuses {
+			if st.IsSuccess() {
+				feasible = append(feasible, nodes[i])
+			} else {
+				reject(st)
+			}
+		}
+		return feasible, rejected
+	}
+	for i := 0; i < len(nodes) && len(feasible) < want; i++ {
+		j := (s.nextNode + i) % len(nodes)
+		if st := s.fw.RunFilterPlugins(ctx, state, pod, nodes[j]); st.IsSuccess() {
+			feasible = append(feasible, nodes[j])
+		} else {
+			reject(st)
+		}
+		if i == len(nodes)-1 || len(feasible) == want {
+			s.nextNode = (j + 1) % len(nodes)
+		}
+	}
+	return feasible, rejected
+}
+
+// numFeasibleNodesToFind is kube-scheduler's rule: with fewer than 100
+// nodes, all; else the configured percentage, or 50% − nodes/125 (at least
+// 5%) when none is configured; never fewer than 100.
+func numFeasibleNodesToFind(pct *int32, nodes int) int {
+	const minNodes, minPct = 100, 5
+	if nodes < minNodes {
+		return nodes
+	}
+	p := 0
+	if pct != nil {
+		p = int(*pct)
+	}
+	if p == 0 {
+		p = max(50-nodes/125, minPct)
+	}
+	return max(nodes*p/100, minNodes)
+}
+
+// selectHost picks the best-scored node, breaking ties uniformly at random
+// with the run's seeded generator, as kube-scheduler does with its own.
+func (s *scheduler) selectHost(scores []fwk.NodePluginScores) string {
+	best, ties := 0, 1
+	for i := 1; i < len(scores); i++ {
+		switch {
+		case scores[i].TotalScore > scores[best].TotalScore:
+			best, ties = i, 1
+		case scores[i].TotalScore == scores[best].TotalScore:
+			ties++
+			if s.rng.IntN(ties) == 0 {
+				best = i
+			}
+		}
+	}
+	return scores[best].Name
+}
+
+// fitMessage summarizes why no node fits, as kube-scheduler's FitError does:
+// "0/1213 nodes are available: 800 Insufficient cpu, 413 insufficient free GPUs."
+func fitMessage(total int, rejected map[string]int) string {
+	parts := make([]string, 0, len(rejected))
+	for r, n := range rejected {
+		parts = append(parts, fmt.Sprintf("%d %s", n, r))
+	}
+	sort.Strings(parts)
+	return fmt.Sprintf("0/%d nodes are available: %s.", total, strings.Join(parts, ", "))
+}
+
+// noNominations: the simulator does not preempt, so no pod is ever nominated.
+type noNominations struct{}
+
+func (noNominations) AddNominatedPod(klog.Logger, fwk.PodInfo, *fwk.NominatingInfo)  {}
+func (noNominations) DeleteNominatedPodIfExists(*v1.Pod)                            {}
+func (noNominations) UpdateNominatedPod(klog.Logger, *v1.Pod, fwk.PodInfo)          {}
+func (noNominations) NominatedPodsForNode(string) []fwk.PodInfo                     { return nil }

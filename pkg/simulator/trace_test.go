@@ -1,0 +1,53 @@
+package simulator
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// traceDir is the public Alibaba GPU trace, read in place.
+var traceDir = filepath.Join("..", "..", "..", "shared", "traces", "alibaba-gpu-2023")
+
+// loadTrace loads the trace's GPU cluster and a pod list, or skips the test
+// when the trace is not beside the repository.
+func loadTrace(t testing.TB, podList string) (Options, bool) {
+	t.Helper()
+	nodesFile := filepath.Join(traceDir, "openb_node_list_gpu_node.csv")
+	if _, err := os.Stat(nodesFile); err != nil {
+		t.Skipf("the Alibaba GPU trace is not at %s (it sits in ../shared beside the repository); skipping", traceDir)
+		return Options{}, false
+	}
+	nodes, err := LoadNodes(nodesFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pods, err := LoadPods(filepath.Join(traceDir, podList))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Options{Nodes: nodes, Pods: pods, Arrival: ArrivalFGD}, true
+}
+
+// BenchmarkTraceRun is one (policy, seed) run of the default trace: the
+// simulator's speed target.
+func BenchmarkTraceRun(b *testing.B) {
+	opts, _ := loadTrace(b, "openb_pod_list_default.csv")
+	cfg, err := LoadConfig("")
+	if err != nil {
+		b.Fatal(err)
+	}
+	if opts.Profiles, err = ProfilesFor(cfg, []string{"BestFitCPUGPU"}); err != nil {
+		b.Fatal(err)
+	}
+	opts.Seeds = []int64{42}
+	for b.Loop() {
+		runs, err := Simulate(context.Background(), opts)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(runs[0].SchedulingSeconds, "sched-s")
+		b.ReportMetric(runs[0].MetricsSeconds, "metrics-s")
+	}
+}
