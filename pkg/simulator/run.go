@@ -44,9 +44,9 @@ type Run struct {
 	// headline of the FGD paper's evaluation. It is nil when the workload
 	// never reached 100% of the cluster's GPU capacity.
 	UnallocatedPctAt100 *float64 `json:"unallocated_pct_at_100"`
-	Submitted           int     `json:"submitted_pods"`
-	Placed              int     `json:"placed_pods"`
-	Failed              int     `json:"failed_pods"`
+	Submitted           int      `json:"submitted_pods"`
+	Placed              int      `json:"placed_pods"`
+	Failed              int      `json:"failed_pods"`
 	// FailedGPUMilli is the GPU request of the failed pods.
 	FailedGPUMilli int64 `json:"failed_gpu_milli"`
 	// FailureReasons counts the failed pods by their FailedScheduling message.

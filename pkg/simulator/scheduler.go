@@ -53,14 +53,14 @@ type scheduler struct {
 	rng      *rand.Rand
 	logger   klog.Logger
 	// pct is the share of nodes to score, as the profile configures it.
-	pct      *int32
+	pct   *int32
 	dirty bool
 	// nextNode is where the next partial scan of the nodes starts.
 	nextNode int
 	// screen, when set, is an exact GPU fit check that runs before the
 	// Filter plugins (see runner.screen); nodes it rejects are not filtered.
 	screen func(pod *v1.Pod) func(node string) (ok bool, reasons []string)
-	bound    map[string]*v1.Pod // by pod UID
+	bound  map[string]*v1.Pod // by pod UID
 }
 
 func newScheduler(ctx context.Context, p Profile, nodes []*v1.Node, seed int64, parallelism int) (*scheduler, error) {
@@ -334,7 +334,7 @@ func fitMessage(total int, rejected map[string]int) string {
 // noNominations: the simulator does not preempt, so no pod is ever nominated.
 type noNominations struct{}
 
-func (noNominations) AddNominatedPod(klog.Logger, fwk.PodInfo, *fwk.NominatingInfo)  {}
+func (noNominations) AddNominatedPod(klog.Logger, fwk.PodInfo, *fwk.NominatingInfo) {}
 func (noNominations) DeleteNominatedPodIfExists(*v1.Pod)                            {}
 func (noNominations) UpdateNominatedPod(klog.Logger, *v1.Pod, fwk.PodInfo)          {}
 func (noNominations) NominatedPodsForNode(string) []fwk.PodInfo                     { return nil }
