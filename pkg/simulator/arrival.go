@@ -45,8 +45,9 @@ type event struct {
 // It returns the run's pods (originals then samples, clones renamed) in
 // arrival order.
 func fgdSequence(pods []TracePod, seed int64, capacityMilli int64) []TracePod {
-	order := slices.Clone(pods)
-	slices.SortFunc(order, func(a, b TracePod) int { return cmp.Compare(a.Pod.Name, b.Pod.Name) })
+	sorted := slices.Clone(pods)
+	slices.SortFunc(sorted, func(a, b TracePod) int { return cmp.Compare(a.Pod.Name, b.Pod.Name) })
+	order := slices.Clone(sorted)
 	rng := rand.New(rand.NewPCG(uint64(seed), 0x9e3779b97f4a7c15))
 	rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
 
@@ -54,16 +55,33 @@ func fgdSequence(pods []TracePod, seed int64, capacityMilli int64) []TracePod {
 	for _, p := range order {
 		requested += demandMilli(p)
 	}
-	// Top up. As the reference simulator does, each sample adds its per-GPU
-	// milli (not count × milli) to the running total.
+	// Top up with samples from the name-sorted pods, appended after the
+	// shuffled ones. As the reference simulator does, a sample is kept while
+	// the total plus its per-GPU milli (not count × milli) stays within the
+	// limit; the first that would pass it ends the top-up.
 	limit := int64(TopUpFactor * float64(capacityMilli))
-	for i := 0; requested < limit && len(pods) > 0; i++ {
-		src := pods[rng.IntN(len(pods))]
+	if requested > limit {
+		// Too much already: drop random pods until the request is within the limit.
+		for requested > limit {
+			i := rng.IntN(len(order))
+			requested -= demandMilli(order[i])
+			order = slices.Delete(order, i, i+1)
+		}
+		return order
+	}
+	if !slices.ContainsFunc(sorted, func(p TracePod) bool { return perGPUMilli(p) > 0 }) {
+		return order // no GPU pods: nothing to top up with
+	}
+	for i := 0; ; i++ {
+		src := sorted[rng.IntN(len(sorted))]
+		if requested+perGPUMilli(src) > limit {
+			break
+		}
+		requested += demandMilli(src)
 		clone := src
 		clone.Pod = src.Pod.DeepCopy()
 		clone.Pod.Name = fmt.Sprintf("%s-topup-%d", src.Pod.Name, i)
 		clone.Pod.UID = types.UID(fmt.Sprintf("%s-topup-%d", src.Pod.UID, i))
-		requested += perGPUMilli(src)
 		order = append(order, clone)
 	}
 	return order

@@ -1,0 +1,159 @@
+package simulator
+
+import (
+	"context"
+	"reflect"
+	"slices"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+)
+
+func defaultProfiles(t testing.TB, policies ...string) []Profile {
+	t.Helper()
+	cfg, err := LoadConfig("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	profiles, err := ProfilesFor(cfg, policies)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return profiles
+}
+
+// TestCurve runs a hand-made cluster and workload through the scheduler and
+// checks the allocation and fragmentation curve, worked out below.
+//
+// One node, 2 GPUs (capacity 2000 milli-GPU), 8 CPUs. Pods, each with 1 CPU,
+// in replay order:
+//
+//	t=0 p1 1 GPU       → GPU 0; arrived 1000 (50%),  used 1000 → 50%
+//	t=1 p2 500 milli   → GPU 1; arrived 1500 (75%),  used 1500 → 75%
+//	t=2 p3 1 GPU       → fails (GPU 1 is shared); arrived 2500 (125%), 75%
+//	t=3 p1 leaves      → used 500
+//	t=4 p4 300 milli   → GPU 1, the tightest fit; arrived 2800 (140%), used 800 → 40%
+//
+// Typical pods (all four cover 100%): whole GPU ½, 500 milli ¼, 300 milli ¼.
+// Fragmented milli-GPU after each arrival:
+//
+//	p1: GPU 1 free 1000 fits all                      → 0
+//	p2: GPU 0 full, GPU 1 has 500: the whole-GPU pod
+//	    cannot use it: ½·500                          → 250 (12.5%)
+//	p3: unchanged                                     → 250 (12.5%)
+//	p4: GPU 0 free 1000, GPU 1 free 200: too small for
+//	    every typical pod: ½·200 + ¼·200 + ¼·200        → 200 (10%)
+func TestCurve(t *testing.T) {
+	nodes := []*v1.Node{NewTraceNode("n0", 8000, 65536, 2, "T4")}
+	pods := []TracePod{
+		{Pod: NewTracePod("p1", 1000, 1024, 1, 1000, nil), Created: 0, Deleted: 3, HasTimes: true},
+		{Pod: NewTracePod("p2", 1000, 1024, 1, 500, nil), Created: 1, Deleted: maxTime, HasTimes: true},
+		{Pod: NewTracePod("p3", 1000, 1024, 1, 1000, nil), Created: 2, Deleted: maxTime, HasTimes: true},
+		{Pod: NewTracePod("p4", 1000, 1024, 1, 300, nil), Created: 4, Deleted: maxTime, HasTimes: true},
+	}
+	runs, err := Simulate(context.Background(), Options{Nodes: nodes, Pods: pods, Profiles: defaultProfiles(t, "BestFit"),
+		Seeds: []int64{1}, Arrival: ArrivalReplay})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := runs[0]
+	want := []Point{
+		{ArrivedPct: 50, AllocatedPct: 50, FragmentedPct: 0, Events: 1},
+		{ArrivedPct: 75, AllocatedPct: 75, FragmentedPct: 12.5, Events: 1},
+		{ArrivedPct: 125, AllocatedPct: 75, FragmentedPct: 12.5, Events: 1},
+		{ArrivedPct: 140, AllocatedPct: 40, FragmentedPct: 10, Events: 1},
+	}
+	if !reflect.DeepEqual(r.Curve, want) {
+		t.Errorf("curve\n  %+v\nwant\n  %+v", r.Curve, want)
+	}
+	if r.Submitted != 4 || r.Placed != 3 || r.Failed != 1 || r.FailedGPUMilli != 1000 {
+		t.Errorf("submitted %d, placed %d, failed %d (%d milli-GPU); want 4, 3, 1 (1000)", r.Submitted, r.Placed, r.Failed, r.FailedGPUMilli)
+	}
+	// No event fell in buckets 99..101: no headline number.
+	if r.UnallocatedPctAt100 != nil {
+		t.Errorf("unallocated at 100%% = %v, want none", *r.UnallocatedPctAt100)
+	}
+	if len(r.ByModel) != 1 || r.ByModel[0].Model != "T4" || r.ByModel[0].AllocatedPct != 40 {
+		t.Errorf("by model = %+v, want T4 at 40%%", r.ByModel)
+	}
+}
+
+// TestFGDSequence: a seed fixes the order and the top-up; another seed
+// changes the order; the top-up stops within 1.3 × capacity.
+func TestFGDSequence(t *testing.T) {
+	_, pods := Synthetic(SyntheticOptions{Nodes: 20, Load: 0.8})
+	capacity := capacityMilli(mustNodes(Synthetic(SyntheticOptions{Nodes: 20})))
+	a, b := fgdSequence(pods, 42, capacity), fgdSequence(pods, 42, capacity)
+	if !slices.EqualFunc(a, b, func(x, y TracePod) bool { return x.Pod.Name == y.Pod.Name }) {
+		t.Fatal("two sequences with seed 42 differ")
+	}
+	c := fgdSequence(pods, 43, capacity)
+	if slices.EqualFunc(a[:len(pods)], c[:len(pods)], func(x, y TracePod) bool { return x.Pod.Name == y.Pod.Name }) {
+		t.Error("seeds 42 and 43 give the same order")
+	}
+	// The originals come first, each once; then the samples.
+	names := map[string]bool{}
+	for _, p := range a[:len(pods)] {
+		names[p.Pod.Name] = true
+	}
+	if len(names) != len(pods) {
+		t.Errorf("%d distinct originals in the first %d, want all", len(names), len(pods))
+	}
+	var requested int64
+	for _, p := range a {
+		requested += demandMilli(p)
+	}
+	limit := int64(TopUpFactor * float64(capacity))
+	if len(a) == len(pods) || requested > limit+8000 || requested < limit-8000 {
+		t.Errorf("topped up to %d pods, %d milli-GPU; want samples up to about %d", len(a), requested, limit)
+	}
+}
+
+func mustNodes[T any](nodes T, _ []TracePod) T { return nodes }
+
+// TestRunsReproducible: the same seed gives the same run, in parallel or not.
+func TestRunsReproducible(t *testing.T) {
+	nodes, pods := Synthetic(SyntheticOptions{Nodes: 30})
+	opts := Options{Nodes: nodes, Pods: pods, Profiles: defaultProfiles(t, "BestFit", "Random"), Seeds: []int64{7, 7}, Arrival: ArrivalFGD}
+	runs, err := Simulate(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.Parallel = 1
+	again, err := Simulate(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range runs {
+		if !reflect.DeepEqual(runs[i].Curve, again[i].Curve) || !reflect.DeepEqual(runs[i].Curve, runs[i-i%2].Curve) {
+			t.Errorf("run %d (%s, seed %d) differs between repetitions", i, runs[i].Policy, runs[i].Seed)
+		}
+	}
+}
+
+// TestScreenChangesNothing: skipping the Filter plugins on nodes the GPU
+// screen rejects gives the same placements as filtering every node. (Only
+// the failure messages may differ: a node short of both CPU and GPUs is
+// counted under its GPU reason when screened, under the first failing
+// plugin's reason when filtered.)
+func TestScreenChangesNothing(t *testing.T) {
+	nodes, pods := Synthetic(SyntheticOptions{Nodes: 40, Seed: 3})
+	opts := Options{Nodes: nodes, Pods: pods, Profiles: defaultProfiles(t, "BestFit", "GpuPacking", "DotProd"), Seeds: []int64{1}, Arrival: ArrivalFGD}
+	screened, err := Simulate(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.NoScreen = true
+	full, err := Simulate(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range full {
+		if !reflect.DeepEqual(screened[i].Curve, full[i].Curve) || screened[i].Failed != full[i].Failed {
+			t.Errorf("%s: the screen changed the run: failed %d vs %d", full[i].Policy, screened[i].Failed, full[i].Failed)
+		}
+		if !reflect.DeepEqual(screened[i].ByModel, full[i].ByModel) {
+			t.Errorf("%s: allocation by model differs: %v vs %v", full[i].Policy, screened[i].ByModel, full[i].ByModel)
+		}
+	}
+}
