@@ -1,0 +1,131 @@
+package e2e
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	kubeschedulerconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
+	"sigs.k8s.io/yaml"
+
+	gpuconfig "github.com/gpusched/gpusched/pkg/apis/config"
+)
+
+// helmInstall is how .ci/run installs helm (see also `make tools`).
+const helmInstall = "GOBIN=$PWD/bin go install helm.sh/helm/v3/cmd/helm@v3.22.0"
+
+// TestHelmChart lints charts/gpusched, renders it with its defaults and with
+// every value changed, applies both renderings with
+// `kubectl apply --dry-run=server`, checks the Deployment and the scheduler
+// configuration they carry, applies the default RBAC for real and asks the
+// API server what the chart's ServiceAccount may do, and checks that bad
+// values are refused with a message naming the value.
+func TestHelmChart(t *testing.T) {
+	helm := findTool(t, "helm", "HELM", helmInstall)
+	command(t, nil, helm, "lint", "--strict", "charts/gpusched")
+	c, kubectl := rbacCluster(t)
+	kc := "--kubeconfig=" + c.KubeconfigPath
+
+	defaults := command(t, nil, helm, "template", "gpusched", "charts/gpusched", "--namespace=kube-system")
+	command(t, defaults, kubectl, kc, "apply", "--dry-run=server", "-f", "-")
+	objs := decodeObjects(t, defaults)
+	checkSchedulerDeployment(t, objs, 2, exampleProfiles)
+	command(t, rbacOnly(t, objs), kubectl, kc, "apply", "-f", "-")
+	assertAccess(t, kubectl, kc, schedulerServiceAccount, schedulerNeeds, schedulerMustNot)
+
+	values := filepath.Join(t.TempDir(), "values.yaml")
+	if err := os.WriteFile(values, []byte(customValues), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	command(t, nil, kubectl, kc, "create", "namespace", "gpu-system")
+	custom := command(t, nil, helm, "template", "team", "charts/gpusched", "--namespace=gpu-system", "--values="+values)
+	command(t, custom, kubectl, kc, "apply", "--dry-run=server", "-f", "-")
+	objs = decodeObjects(t, custom)
+	cfg := checkSchedulerDeployment(t, objs, 3, gpuPlacementProfile)
+	if le := cfg.LeaderElection; le.ResourceName != "team-lease" || le.ResourceNamespace != "gpu-system" {
+		t.Errorf("Lease %s/%s, want gpu-system/team-lease", le.ResourceNamespace, le.ResourceName)
+	}
+	p := cfg.Profiles[0]
+	if p.SchedulerName != "team-gpus" {
+		t.Errorf("schedulerName %q", p.SchedulerName)
+	}
+	if slices.ContainsFunc(p.Plugins.Bind.Enabled, func(pl kubeschedulerconfig.Plugin) bool { return pl.Name == "GPUPlacement" }) {
+		t.Error("GPUPlacement binds with plugin.bind=false")
+	}
+	for _, pc := range p.PluginConfig {
+		if args, ok := pc.Args.(*gpuconfig.GPUPlacementArgs); ok {
+			s := args.ScoringStrategy
+			if s.Type != gpuconfig.Spread || len(s.Resources) != 2 || s.Resources[0].Weight != 3 || s.Resources[1].Name != gpuconfig.ResourceGPUMemory {
+				t.Errorf("GPUPlacement args %+v", s)
+			}
+		}
+	}
+	var d appsv1.Deployment
+	findObject(t, objs, "Deployment", "team-gpusched", &d)
+	ctr := d.Spec.Template.Spec.Containers[0]
+	if ctr.Image != "registry.example/gpusched:v9" || !slices.Contains(ctr.Args, "--v=4") || ctr.Resources.Requests.Cpu().String() != "250m" {
+		t.Errorf("container %s %v %v", ctr.Image, ctr.Args, ctr.Resources.Requests)
+	}
+
+	for _, bad := range []struct{ set, want string }{
+		{"plugin.weight=0", "/plugin/weight"},
+		{"plugin.scoringStrategy.resources[0].weight=101", "/plugin/scoringStrategy/resources/0/weight"},
+		{"plugin.scoringStrategy.resources[0].name=nvidia.com/mig", "/plugin/scoringStrategy/resources/0/name"},
+		{"plugin.scoringStrategy.type=Best Fit", "/plugin/scoringStrategy/type"},
+		{"replicas=0", "/replicas"},
+		{"schedulerName=GPU_Sched", "/schedulerName"},
+	} {
+		_, err := tryCommand(nil, helm, "template", "gpusched", "charts/gpusched", "--set", bad.set)
+		if err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("--set %s: error %v, want one naming %s", bad.set, err, bad.want)
+		}
+	}
+}
+
+// customValues changes every value the chart documents that shapes the
+// scheduler.
+const customValues = `
+schedulerName: team-gpus
+replicas: 3
+image:
+  tag: v9
+plugin:
+  weight: 7
+  bind: false
+  scoringStrategy:
+    type: Spread
+    resources:
+    - name: nvidia.com/gpu
+      weight: 3
+    - name: gpusched.io/gpu-memory
+      weight: 1
+leaderElection:
+  resourceName: team-lease
+logVerbosity: 4
+resources:
+  requests:
+    cpu: 250m
+    memory: 512Mi
+`
+
+// rbacOnly renders the ServiceAccount and RBAC objects among objs as a YAML
+// stream.
+func rbacOnly(t *testing.T, objs []*unstructured.Unstructured) []byte {
+	t.Helper()
+	var out []byte
+	for _, o := range objs {
+		switch o.GetKind() {
+		case "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding":
+			raw, err := yaml.Marshal(o.Object)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(append(out, "---\n"...), raw...)
+		}
+	}
+	return out
+}
