@@ -34,3 +34,21 @@ fuzz: ## each fuzz target for 30s; new findings land in the Go cache, add them t
 		extender:FuzzFilterRequest extender:FuzzDecodeArgs; do \
 		$(GO) test -run '^$$' -fuzz "^$${t#*:}\$$" -fuzztime 30s ./pkg/$${t%%:*}/ || exit 1; \
 	done
+
+.PHONY: demo playground tools image
+
+demo: ## the playground's demo: places a sample GPU workload on simulated nodes and prints every placement
+	$(GO) run ./cmd/gpusched-playground --demo
+
+playground: ## a local control plane with simulated GPU nodes and gpusched, for kubectl (docs/playground.md)
+	$(GO) run ./cmd/gpusched-playground
+
+HELM_VERSION ?= v3.22.0
+tools: bin/helm ## helm, which the chart test needs (as .ci/run installs it)
+
+bin/helm:
+	GOBIN=$(CURDIR)/bin $(GO) install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
+
+IMAGE ?= gpusched:dev
+image: ## the scheduler's container image (Dockerfile)
+	docker build -t $(IMAGE) .
