@@ -22,8 +22,7 @@ const (
 	ArrivalFGD Arrival = "fgd"
 	// ArrivalReplay follows the trace's clock: pods arrive at their creation
 	// time and leave at their deletion time, freeing their GPUs. A pod that
-	// fits nowhere waits and is retried whenever a pod leaves, until its own
-	// deletion time passes.
+	// fits nowhere when it arrives is dropped, as in ArrivalFGD.
 	ArrivalReplay Arrival = "replay"
 )
 

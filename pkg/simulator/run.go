@@ -143,6 +143,10 @@ type runner struct {
 
 func (r *runner) run(ctx context.Context) (Run, error) {
 	start := time.Now()
+	// The framework and the cache start goroutines that hold the run's
+	// state until their context ends: end it with the run.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	sched, err := newScheduler(ctx, r.profile, r.opts.Nodes, r.seed, r.parallelism)
 	if err != nil {
 		return Run{}, err

@@ -425,3 +425,45 @@ func TestInvalidInventoryEvent(t *testing.T) {
 		t.Errorf("event %q does not name the annotation and the problem", ev)
 	}
 }
+
+// TestScoreHostAware: a policy that weighs CPU (gpu.HostPolicy) scores pods
+// without GPUs too, from the node's free CPU and the cluster's largest node,
+// and Reserve gives them no GPUs.
+func TestScoreHostAware(t *testing.T) {
+	nodes := []*v1.Node{
+		gt.MakeGPUNode("big").GFD(t4, 2, 16384).CPU("64").Obj(),
+		gt.MakeGPUNode("small").GFD(t4, 2, 16384).CPU("16").Obj(),
+	}
+	cpuOnly := gt.MakeGPUPod("cpu-only").CPU("8").Obj()
+	args := &config.GPUPlacementArgs{ScoringStrategy: config.ScoringStrategy{
+		Type: config.BestFitCPUGPU, Resources: []config.ResourceSpec{{Name: config.ResourceGPU, Weight: 1}}}}
+	c := newCluster(t, args, nodes, nil)
+	ctx, state := context.Background(), framework.NewCycleState()
+	if _, status, _ := c.fw.RunPreFilterPlugins(ctx, state, cpuOnly); !status.IsSuccess() {
+		t.Fatal(status)
+	}
+	nodeInfos, _ := c.fw.SnapshotSharedLister().NodeInfos().List()
+	if status := c.fw.RunPreScorePlugins(ctx, state, cpuOnly, nodeInfos); !status.IsSuccess() {
+		t.Fatal(status)
+	}
+	scores, status := c.fw.RunScorePlugins(ctx, state, cpuOnly, nodeInfos)
+	if !status.IsSuccess() {
+		t.Fatal(status)
+	}
+	// Largest node: 64 CPUs, 2 GPUs (2000 milli-GPU).
+	// big:   int(100 × (1 − ½·(64000−8000)/64000 − ½·2000/2000)) = int(6.25) = 6
+	// small: int(100 × (1 − ½·(16000−8000)/64000 − ½·2000/2000)) = int(43.75) = 43
+	// Min-max to 0..100: big 0, small 100.
+	want := map[string]int64{"big": 0, "small": 100}
+	for _, s := range scores {
+		if s.TotalScore != want[s.Name] {
+			t.Errorf("node %s: score %d, want %d", s.Name, s.TotalScore, want[s.Name])
+		}
+	}
+	if status := c.fw.RunReservePluginsReserve(ctx, state, cpuOnly, "small"); !status.IsSuccess() {
+		t.Fatal(status)
+	}
+	if a, ok := gpuplacement.AssignmentFrom(state); ok {
+		t.Errorf("a pod without GPUs was given %v", a)
+	}
+}
