@@ -7,11 +7,13 @@ import (
 	"slices"
 	"strings"
 
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	schedconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
 	kubeschedulerscheme "k8s.io/kubernetes/pkg/scheduler/apis/config/scheme"
 	schedvalidation "k8s.io/kubernetes/pkg/scheduler/apis/config/validation"
 
 	"github.com/gpusched/gpusched/pkg/apis/config"
+	"github.com/gpusched/gpusched/pkg/apis/config/validation"
 	_ "github.com/gpusched/gpusched/pkg/apis/config/scheme" // decodes GPUPlacementArgs
 	"github.com/gpusched/gpusched/pkg/gpu"
 	"github.com/gpusched/gpusched/pkg/plugins/gpuplacement"
@@ -49,6 +51,20 @@ func LoadConfig(path string) (*schedconfig.KubeSchedulerConfiguration, error) {
 	cfg.TypeMeta.APIVersion = gvk.GroupVersion().String()
 	if err := schedvalidation.ValidateKubeSchedulerConfiguration(cfg); err != nil {
 		return nil, fmt.Errorf("%s: invalid configuration: %w", source, err)
+	}
+	// The scheduler validates out-of-tree plugin args when it builds the
+	// plugin; check them here so that a bad file fails before any run.
+	var errs field.ErrorList
+	for i := range cfg.Profiles {
+		for j, pc := range cfg.Profiles[i].PluginConfig {
+			if args, ok := pc.Args.(*config.GPUPlacementArgs); ok {
+				path := field.NewPath("profiles").Index(i).Child("pluginConfig").Index(j).Child("args")
+				errs = append(errs, validation.ValidateGPUPlacementArgs(path, args)...)
+			}
+		}
+	}
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("%s: invalid configuration: %w", source, errs.ToAggregate())
 	}
 	return cfg, nil
 }

@@ -1,0 +1,91 @@
+package simulator
+
+import (
+	"slices"
+	"strings"
+	"testing"
+)
+
+func TestParseSeeds(t *testing.T) {
+	tests := []struct {
+		in   string
+		want []int64
+	}{
+		{"42", []int64{42}},
+		{"42..45", []int64{42, 43, 44, 45}},
+		{"1, 5,9", []int64{1, 5, 9}},
+	}
+	for _, tt := range tests {
+		if got, err := ParseSeeds(tt.in); err != nil || !slices.Equal(got, tt.want) {
+			t.Errorf("ParseSeeds(%q) = %v, %v; want %v", tt.in, got, err, tt.want)
+		}
+	}
+	for _, bad := range []string{"", "x", "5..1", "1..", "1,,2"} {
+		if _, err := ParseSeeds(bad); err == nil || !strings.Contains(err.Error(), "want N, N..M") {
+			t.Errorf("ParseSeeds(%q) error = %v; want one saying what is allowed", bad, err)
+		}
+	}
+}
+
+// TestBadFlags: each bad flag is reported with its value and what is allowed.
+func TestBadFlags(t *testing.T) {
+	tests := []struct {
+		name string
+		f    flags
+		want string
+	}{
+		{"arrival", flags{arrival: "poisson", seeds: "1"}, `--arrival "poisson": want fgd or replay`},
+		{"nodes without pods", flags{arrival: "fgd", seeds: "1", nodes: "n.csv"}, "--nodes and --pods go together"},
+		{"unknown policy", flags{arrival: "fgd", seeds: "1", policies: "BestFit,Tetris"}, `--policies: unknown policy "Tetris": want a comma-separated list of BestFit, Spread, Packing`},
+		{"missing file", flags{arrival: "fgd", seeds: "1", nodes: "/nonexistent/n.csv", pods: "p.csv"}, "/nonexistent/n.csv"},
+		{"config", flags{arrival: "fgd", seeds: "1", config: "/nonexistent/c.yaml"}, "/nonexistent/c.yaml"},
+		{"parallel", flags{arrival: "fgd", seeds: "1", parallel: -1}, "--parallel -1: want 0"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := optionsFromFlags(tt.f)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("error = %v, want it to contain %q", err, tt.want)
+			}
+		})
+	}
+}
+
+// TestConfigProfiles: a KubeSchedulerConfiguration's GPUPlacement args are
+// validated as the scheduler validates them, and --policies sets the type.
+func TestConfigProfiles(t *testing.T) {
+	bad := writeFile(t, "bad.yaml", `apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+profiles:
+- schedulerName: gpusched
+  plugins:
+    multiPoint:
+      enabled:
+      - name: GPUPlacement
+  pluginConfig:
+  - name: GPUPlacement
+    args:
+      scoringStrategy:
+        type: Tetris
+`)
+	if _, err := LoadConfig(bad); err == nil || !strings.Contains(err.Error(), `scoringStrategy.type: Unsupported value: "Tetris"`) {
+		t.Errorf("error = %v, want the unsupported type named", err)
+	}
+	cfg, err := LoadConfig("../../examples/gpusched-config.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	profiles, err := ProfilesFor(cfg, []string{"Spread", "GpuPacking"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []string{"Spread", "GpuPacking"} {
+		if profiles[i].Name != want || string(gpuPlacementArgs(profiles[i].Profile).ScoringStrategy.Type) != want {
+			t.Errorf("profile %d = %s with type %s, want %s", i, profiles[i].Name, gpuPlacementArgs(profiles[i].Profile).ScoringStrategy.Type, want)
+		}
+	}
+	// The original configuration is left as it was.
+	if got := gpuPlacementArgs(&cfg.Profiles[0]).ScoringStrategy.Type; got != "BestFit" {
+		t.Errorf("the config's own profile now has type %s, want BestFit", got)
+	}
+}
