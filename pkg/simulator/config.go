@@ -13,8 +13,8 @@ import (
 	schedvalidation "k8s.io/kubernetes/pkg/scheduler/apis/config/validation"
 
 	"github.com/gpusched/gpusched/pkg/apis/config"
-	"github.com/gpusched/gpusched/pkg/apis/config/validation"
 	_ "github.com/gpusched/gpusched/pkg/apis/config/scheme" // decodes GPUPlacementArgs
+	"github.com/gpusched/gpusched/pkg/apis/config/validation"
 	"github.com/gpusched/gpusched/pkg/gpu"
 	"github.com/gpusched/gpusched/pkg/plugins/gpuplacement"
 )
