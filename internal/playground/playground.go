@@ -95,9 +95,12 @@ func Run(ctx context.Context, opts Options, out io.Writer) error {
 	if kubeconfig == "" {
 		kubeconfig = filepath.Join(dir, "kubeconfig")
 	}
-
 	if err := os.MkdirAll(filepath.Dir(kubeconfig), 0o700); err != nil {
 		return fmt.Errorf("invalid --kubeconfig: %w", err)
+	}
+	configPath := filepath.Join(dir, "scheduler-config.yaml")
+	if err := writeSchedulerConfig(configPath, config, kubeconfig); err != nil {
+		return err
 	}
 
 	fmt.Fprintln(out, "Starting etcd and kube-apiserver on 127.0.0.1 ...")
@@ -127,14 +130,6 @@ func Run(ctx context.Context, opts Options, out io.Writer) error {
 	}
 	fmt.Fprintf(out, "%d simulated GPU nodes (%s) Ready after %s.\n", len(nodes), shapesString(opts.Shapes), since(start))
 
-	configPath := filepath.Join(dir, "scheduler-config.yaml")
-	data, err := controlplane.SchedulerConfig(config, kubeconfig)
-	if err != nil {
-		return fmt.Errorf("scheduler configuration: %w", err)
-	}
-	if err := os.WriteFile(configPath, data, 0o600); err != nil {
-		return fmt.Errorf("writing the scheduler configuration: %w", err)
-	}
 	sched, err := controlplane.StartScheduler(ctx, configPath, app.WithPlugin(gpuplacement.Name, gpuplacement.New))
 	if err != nil {
 		return err
@@ -209,6 +204,19 @@ func runDemo(ctx context.Context, client kubernetes.Interface, opts Options, sch
 	}
 	fmt.Fprintf(out, "First pod placed %s after start; all pods settled after %s.\n\n", firstPlaced.Round(10*time.Millisecond), since(start))
 	return WriteTable(out, current)
+}
+
+// writeSchedulerConfig writes the scheduler's configuration file: config
+// with the playground's kubeconfig and leader election off.
+func writeSchedulerConfig(path, config, kubeconfig string) error {
+	data, err := controlplane.SchedulerConfig(config, kubeconfig)
+	if err != nil {
+		return fmt.Errorf("invalid scheduler configuration: %w", err)
+	}
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		return fmt.Errorf("writing the scheduler configuration: %w", err)
+	}
+	return nil
 }
 
 // createNodes creates the nodes and waits until the simulated kubelets have

@@ -1,0 +1,47 @@
+package playground
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/spf13/pflag"
+)
+
+func TestFlags(t *testing.T) {
+	config := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(config, []byte("profiles:\n- schedulerName: mine\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f := NewFlags()
+	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
+	f.AddFlags(fs)
+	if err := fs.Parse([]string{"--nodes=1xL4-24GB:2", "--config=" + config, "--kubeconfig=/x/kc"}); err != nil {
+		t.Fatal(err)
+	}
+	opts, err := f.Options()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(opts.Shapes) != 1 || opts.Shapes[0].Model != "L4-24GB" || opts.Kubeconfig != "/x/kc" || opts.Demo {
+		t.Errorf("options %+v", opts)
+	}
+	if name, err := firstProfile(opts.SchedulerConfig); err != nil || name != "mine" {
+		t.Errorf("scheduler name %q, %v", name, err)
+	}
+
+	f.Demo = true
+	if opts, err := f.Options(); err != nil || opts.Kubeconfig != "" {
+		t.Errorf("the demo writes its kubeconfig in its own directory: %q, %v", opts.Kubeconfig, err)
+	}
+
+	f.ConfigFile = filepath.Join(t.TempDir(), "missing.yaml")
+	if _, err := f.Options(); err == nil || !strings.Contains(err.Error(), "--config") || !strings.Contains(err.Error(), "missing.yaml") {
+		t.Errorf("missing --config file: %v", err)
+	}
+	f.ConfigFile, f.Nodes = "", "8xA100"
+	if _, err := f.Options(); err == nil || !strings.Contains(err.Error(), `"8xA100"`) {
+		t.Errorf("bad --nodes: %v", err)
+	}
+}
