@@ -149,6 +149,25 @@ func Place(n *NodeGPUs, d *Demand, policy Policy) (DeviceSet, Reasons) {
 	return policy.Choose(n, d, candidates), 0
 }
 
+// HostChooser is a policy whose choice of GPUs depends on the node's CPU.
+type HostChooser interface {
+	ChooseHost(n *NodeGPUs, h Host, d *Demand, candidates DeviceSet) DeviceSet
+}
+
+// PlaceHost is Place for a front end that knows the node's CPU: a policy
+// that is a HostChooser chooses with it.
+func PlaceHost(n *NodeGPUs, h Host, d *Demand, policy Policy) (DeviceSet, Reasons) {
+	hc, ok := policy.(HostChooser)
+	if !ok {
+		return Place(n, d, policy)
+	}
+	candidates, reasons := Candidates(n, d)
+	if reasons != 0 {
+		return 0, reasons
+	}
+	return hc.ChooseHost(n, h, d, candidates), 0
+}
+
 // NewAssignment records the GPUs chosen for d on node n.
 func NewAssignment(n *NodeGPUs, d *Demand, chosen DeviceSet) Assignment {
 	a := Assignment{Node: n.Name, Milli: d.Milli, Devices: make([]int, 0, chosen.Len())}

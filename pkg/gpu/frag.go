@@ -3,7 +3,6 @@ package gpu
 import (
 	"cmp"
 	"slices"
-	"strings"
 )
 
 // TypicalPod is one shape of pod that makes up most of a workload, with its
@@ -26,44 +25,42 @@ const TypicalCoverage = 0.95
 // those taken. Ties in frequency go to the larger shape, compared by CPU,
 // then milli-GPU, then count, then models. Demands should carry MilliCPU.
 func TypicalPods(demands []Demand) []TypicalPod {
-	type shape struct {
-		cpu, milli int64
-		count      int
-		models     string
-	}
-	counts := map[shape]int{}
-	examples := map[shape]Demand{}
+	counts := map[shapeKey]float64{}
+	examples := map[shapeKey]Demand{}
 	for _, d := range demands {
-		s := shape{d.MilliCPU, d.Milli, d.Count, strings.Join(d.Models, "|")}
-		if d.IsZero() {
-			s.milli = 0
-		}
-		counts[s]++
-		if _, ok := examples[s]; !ok {
-			examples[s] = d
+		k := keyOf(&d)
+		counts[k]++
+		if _, ok := examples[k]; !ok {
+			examples[k] = d
 		}
 	}
-	shapes := make([]shape, 0, len(counts))
-	for s := range counts {
-		shapes = append(shapes, s)
+	weighted := make([]TypicalPod, 0, len(counts))
+	for k, c := range counts {
+		weighted = append(weighted, TypicalPod{Demand: examples[k], Weight: c})
 	}
-	slices.SortFunc(shapes, func(a, b shape) int {
+	return topShapes(weighted, float64(len(demands)))
+}
+
+// topShapes sorts shapes by weight, heaviest first (ties to the larger
+// shape: CPU, then milli-GPU, then count, then models), keeps them until
+// they cover TypicalCoverage of total, and renormalizes their weights.
+func topShapes(shapes []TypicalPod, total float64) []TypicalPod {
+	slices.SortFunc(shapes, func(a, b TypicalPod) int {
+		ka, kb := keyOf(&a.Demand), keyOf(&b.Demand)
 		return cmp.Or(
-			cmp.Compare(counts[b], counts[a]),
-			cmp.Compare(b.cpu, a.cpu), cmp.Compare(b.milli, a.milli),
-			cmp.Compare(b.count, a.count), cmp.Compare(b.models, a.models))
+			cmp.Compare(b.Weight, a.Weight),
+			cmp.Compare(kb.cpu, ka.cpu), cmp.Compare(kb.milli, ka.milli),
+			cmp.Compare(kb.count, ka.count), cmp.Compare(kb.models, ka.models))
 	})
-	var typical []TypicalPod
-	covered := 0
-	for _, s := range shapes {
-		if float64(covered) >= TypicalCoverage*float64(len(demands)) {
-			break
-		}
-		typical = append(typical, TypicalPod{Demand: examples[s], Weight: float64(counts[s])})
-		covered += counts[s]
+	var covered float64
+	n := 0
+	for n < len(shapes) && covered < TypicalCoverage*total {
+		covered += shapes[n].Weight
+		n++
 	}
+	typical := shapes[:n:n]
 	for i := range typical {
-		typical[i].Weight /= float64(covered)
+		typical[i].Weight /= covered
 	}
 	return typical
 }
@@ -75,34 +72,45 @@ func TypicalPods(demands []Demand) []TypicalPod {
 // use none of it; a pod that fits could not use the GPUs whose free part is
 // smaller than its milli-GPU.
 func (n *NodeGPUs) Fragment(freeMilliCPU int64, typical []TypicalPod) float64 {
-	free := n.FreeMilliTotal()
-	if free == 0 {
+	var free [MaxDevicesPerNode]int64
+	for i := range n.Used {
+		free[i] = n.FreeMilli(i)
+	}
+	return n.fragmentOf(free[:n.Len()], freeMilliCPU, typical)
+}
+
+// fragmentOf is Fragment for the node's GPUs with the given free milli-GPU.
+func (n *NodeGPUs) fragmentOf(free []int64, freeMilliCPU int64, typical []TypicalPod) float64 {
+	var total int64
+	for _, f := range free {
+		total += f
+	}
+	if total == 0 {
 		return 0
 	}
-	var f float64
+	var sum float64
 	for i := range typical {
-		f += typical[i].Weight * float64(n.fragmentFor(freeMilliCPU, &typical[i].Demand, free))
+		sum += typical[i].Weight * float64(n.fragmentFor(free, freeMilliCPU, &typical[i].Demand, total))
 	}
-	return f
+	return sum
 }
 
 // fragmentFor is the free milli-GPU one pod shape could not use on the node.
-func (n *NodeGPUs) fragmentFor(freeMilliCPU int64, d *Demand, free int64) int64 {
+func (n *NodeGPUs) fragmentFor(free []int64, freeMilliCPU int64, d *Demand, total int64) int64 {
 	if d.IsZero() || d.MilliCPU > freeMilliCPU || !n.allowsAny(d) {
-		return free
+		return total
 	}
 	var fitting int
 	var small int64
-	for i := range n.Used {
-		fm := n.FreeMilli(i)
-		if fm >= d.Milli && d.AllowsModel(n.Inventory.Devices[i].Model) {
+	for i, fm := range free {
+		if fm >= d.Milli && (len(d.Models) == 0 || d.AllowsModel(n.Inventory.Devices[i].Model)) {
 			fitting++
 		} else {
 			small += fm
 		}
 	}
 	if fitting < d.Count {
-		return free
+		return total
 	}
 	return small
 }

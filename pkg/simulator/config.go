@@ -130,15 +130,23 @@ func usesGPUPlacement(p *schedconfig.KubeSchedulerProfile) bool {
 	return false
 }
 
-// gpuPlacementArgs returns the profile's GPUPlacement args, adding defaulted
-// args when the profile has none.
-func gpuPlacementArgs(p *schedconfig.KubeSchedulerProfile) *config.GPUPlacementArgs {
+// findGPUPlacementArgs returns the profile's GPUPlacement args, or nil.
+func findGPUPlacementArgs(p *schedconfig.KubeSchedulerProfile) *config.GPUPlacementArgs {
 	for i := range p.PluginConfig {
 		if p.PluginConfig[i].Name == gpuplacement.Name {
 			if args, ok := p.PluginConfig[i].Args.(*config.GPUPlacementArgs); ok {
 				return args
 			}
 		}
+	}
+	return nil
+}
+
+// gpuPlacementArgs returns the profile's GPUPlacement args, adding defaulted
+// args when the profile has none.
+func gpuPlacementArgs(p *schedconfig.KubeSchedulerProfile) *config.GPUPlacementArgs {
+	if args := findGPUPlacementArgs(p); args != nil {
+		return args
 	}
 	args := &config.GPUPlacementArgs{ScoringStrategy: config.ScoringStrategy{
 		Type:      config.BestFit,

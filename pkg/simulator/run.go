@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"math"
 	"runtime"
 	"slices"
 	"sync"
@@ -14,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	resourcehelper "k8s.io/component-helpers/resource"
 
+	"github.com/gpusched/gpusched/pkg/apis/config"
 	"github.com/gpusched/gpusched/pkg/gpu"
 )
 
@@ -87,6 +89,10 @@ func Simulate(ctx context.Context, opts Options) ([]Run, error) {
 
 	capacity := capacityMilli(opts.Nodes)
 	typical := typicalPods(opts.Pods)
+	profiles := make([]Profile, len(opts.Profiles))
+	for i, p := range opts.Profiles {
+		profiles[i] = withWorkloadShapes(p, typical)
+	}
 	var done atomic.Int64
 	total := int64(len(jobs)) * int64(expectedEvents(opts, capacity))
 	tick := func() {
@@ -103,7 +109,7 @@ func Simulate(ctx context.Context, opts Options) ([]Run, error) {
 		wg.Go(func() {
 			for i := range next {
 				j := jobs[i]
-				r := &runner{opts: &opts, profile: opts.Profiles[j.profile], seed: opts.Seeds[j.seed],
+				r := &runner{opts: &opts, profile: profiles[j.profile], seed: opts.Seeds[j.seed],
 					capacity: capacity, typical: typical, parallelism: perRun, tick: tick}
 				runs[i], errs[i] = r.run(ctx)
 			}
@@ -256,4 +262,27 @@ func nonZeroMilliCPU(pod *v1.Pod) int64 {
 
 func sortBy[T any, K cmp.Ordered](s []T, key func(T) K) {
 	slices.SortFunc(s, func(a, b T) int { return cmp.Compare(key(a), key(b)) })
+}
+
+// withWorkloadShapes gives a profile whose GPUPlacement runs FGD without a
+// configured distribution of pod shapes the workload's own typical pods,
+// fixed for the run, as the FGD paper measures. A configured distribution is
+// kept as it is.
+func withWorkloadShapes(p Profile, typical []gpu.TypicalPod) Profile {
+	args := findGPUPlacementArgs(p.Profile)
+	if args == nil || args.ScoringStrategy.Type != config.FGD || len(args.Fragmentation.TypicalPods) > 0 {
+		return p
+	}
+	p.Profile = p.Profile.DeepCopy()
+	args = findGPUPlacementArgs(p.Profile)
+	args.Fragmentation.HalfLifePods = 0
+	for _, t := range typical {
+		sh := config.PodShape{MilliCPU: t.Demand.MilliCPU, GPUs: int32(t.Demand.Count), Models: t.Demand.Models,
+			Weight: max(1, int64(math.Round(t.Weight*1e6)))}
+		if sh.GPUs > 0 {
+			sh.MilliGPU = t.Demand.Milli
+		}
+		args.Fragmentation.TypicalPods = append(args.Fragmentation.TypicalPods, sh)
+	}
+	return p
 }

@@ -11,6 +11,32 @@ type GPUPlacementArgs struct {
 
 	// ScoringStrategy selects the placement policy and how it weighs resources.
 	ScoringStrategy ScoringStrategy
+
+	// Fragmentation configures the fragmentation-aware policies (FGD): the
+	// pod shapes they keep room for.
+	Fragmentation Fragmentation
+}
+
+// Fragmentation is the distribution of pod shapes ("typical pods") that
+// fragmentation is measured against: a seed, and what is learned from the
+// pods the scheduler sees.
+type Fragmentation struct {
+	// TypicalPods seeds the distribution.
+	TypicalPods []PodShape
+	// HalfLifePods is how fast the learned distribution forgets: a pod's
+	// shape weighs half as much after this many more pods. 0 learns nothing,
+	// leaving the seed alone.
+	HalfLifePods int64
+}
+
+// PodShape is one shape of pod and its relative weight.
+type PodShape struct {
+	MilliCPU int64
+	GPUs     int32
+	// MilliGPU is per GPU: 1000 for whole GPUs, 1..999 for a share of one.
+	MilliGPU int64
+	Models   []string
+	Weight   int64
 }
 
 // ScoringStrategyType names a placement policy.
@@ -24,6 +50,7 @@ const (
 
 	// The FGD paper's reference policies, for comparison in the simulator
 	// (and usable in production like any other policy).
+	FGD           ScoringStrategyType = "FGD"
 	Random        ScoringStrategyType = "Random"
 	DotProd       ScoringStrategyType = "DotProd"
 	GpuClustering ScoringStrategyType = "GpuClustering"
@@ -55,6 +82,11 @@ const (
 func (a *GPUPlacementArgs) DeepCopyInto(out *GPUPlacementArgs) {
 	*out = *a
 	out.ScoringStrategy.Resources = append([]ResourceSpec(nil), a.ScoringStrategy.Resources...)
+	out.Fragmentation.TypicalPods = make([]PodShape, len(a.Fragmentation.TypicalPods))
+	for i, sh := range a.Fragmentation.TypicalPods {
+		out.Fragmentation.TypicalPods[i] = sh
+		out.Fragmentation.TypicalPods[i].Models = append([]string(nil), sh.Models...)
+	}
 }
 
 // DeepCopyObject implements runtime.Object.

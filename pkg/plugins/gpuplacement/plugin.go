@@ -11,6 +11,7 @@ import (
 	"iter"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -44,6 +45,13 @@ type GPUPlacement struct {
 	// bind plugin, read once the framework is complete (see bindsFirst).
 	bindOrder sync.Once
 	binds     bool
+	// shapes is the distribution of pod shapes FGD measures fragmentation
+	// against; nil for other policies. observed holds the UIDs of pods
+	// already counted in it, so that a retried pod counts once; it is
+	// cleared when it grows past maxObserved.
+	shapes    *gpu.ShapeWindow
+	observed  sync.Map
+	nObserved atomic.Int64
 	// reportedNodes maps a node name to the resourceVersion whose invalid GPU
 	// inventory was last reported in an event (see reportInvalidInventory).
 	reportedNodes sync.Map
@@ -71,11 +79,27 @@ func New(_ context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error
 	if err != nil {
 		return nil, err
 	}
-	policy, err := PolicyFromArgs(args)
-	if err != nil {
+	p := &GPUPlacement{handle: h, ledger: gpu.NewLedger()}
+	if args.ScoringStrategy.Type == config.FGD {
+		p.shapes = NewShapeWindow(&args.Fragmentation)
+		p.policy = gpu.NewFGD(p.shapes)
+		return p, nil
+	}
+	if p.policy, err = PolicyFromArgs(args); err != nil {
 		return nil, err
 	}
-	return &GPUPlacement{handle: h, policy: policy, ledger: gpu.NewLedger()}, nil
+	return p, nil
+}
+
+// NewShapeWindow is the distribution of pod shapes the args configure: their
+// seed, learned further with their half-life.
+func NewShapeWindow(f *config.Fragmentation) *gpu.ShapeWindow {
+	seed := make([]gpu.TypicalPod, 0, len(f.TypicalPods))
+	for _, sh := range f.TypicalPods {
+		d := gpu.Demand{Count: int(sh.GPUs), Milli: sh.MilliGPU, Models: sh.Models, MilliCPU: sh.MilliCPU}
+		seed = append(seed, gpu.TypicalPod{Demand: d, Weight: float64(sh.Weight)})
+	}
+	return gpu.NewShapeWindow(f.HalfLifePods, seed)
 }
 
 // argsFrom returns validated internal args.
@@ -135,6 +159,9 @@ func (p *GPUPlacement) PreFilter(ctx context.Context, state fwk.CycleState, pod 
 	if hostAware {
 		demand.MilliCPU = podMilliCPU(pod)
 	}
+	if p.shapes != nil {
+		p.observe(pod, demand)
+	}
 	if demand.IsZero() {
 		if hostAware {
 			// No GPU to filter for, but the policy still scores the node's CPU.
@@ -144,6 +171,21 @@ func (p *GPUPlacement) PreFilter(ctx context.Context, state fwk.CycleState, pod 
 	}
 	state.Write(stateKey, &podState{demand: demand})
 	return nil, nil
+}
+
+// maxObserved bounds the set of pod UIDs remembered as counted.
+const maxObserved = 100_000
+
+// observe counts a pod's shape in the learned distribution, once per pod.
+func (p *GPUPlacement) observe(pod *v1.Pod, d gpu.Demand) {
+	if _, seen := p.observed.LoadOrStore(pod.UID, struct{}{}); seen {
+		return
+	}
+	if p.nObserved.Add(1) > maxObserved {
+		p.observed.Clear()
+		p.nObserved.Store(0)
+	}
+	p.shapes.Observe(d)
 }
 
 // podMilliCPU is the pod's CPU request as the scheduler scores it: a
@@ -265,23 +307,31 @@ func (p *GPUPlacement) Score(ctx context.Context, state fwk.CycleState, pod *v1.
 		return 0, status
 	}
 	n := p.nodeGPUs(nodeInfo)
+	hp, hostAware := p.policy.(gpu.HostPolicy)
+	host := hostOf(state, nodeInfo)
 	var chosen gpu.DeviceSet
 	if !demand.IsZero() {
 		var reasons gpu.Reasons
-		if chosen, reasons = gpu.Place(n, demand, p.policy); reasons != 0 {
+		if chosen, reasons = gpu.PlaceHost(n, host, demand, p.policy); reasons != 0 {
 			return 0, nil // the node changed since Filter; it will not be chosen
 		}
 	}
-	if hp, ok := p.policy.(gpu.HostPolicy); ok {
-		data, err := state.Read(hostKey)
-		if err != nil {
-			return 0, fwk.AsStatus(fmt.Errorf("%s: reading PreScore state: %w", Name, err))
-		}
-		host := data.(*hostState).host
-		host.FreeMilliCPU = nodeInfo.GetAllocatable().GetMilliCPU() - nodeInfo.GetRequested().GetMilliCPU()
+	if hostAware {
 		return hp.ScoreHost(n, host, demand, chosen), nil
 	}
 	return p.policy.Score(n, demand, chosen), nil
+}
+
+// hostOf is the node's CPU with the cluster's largest capacities, as
+// PreScore recorded them (none when PreScore did not run: a single feasible
+// node is not scored).
+func hostOf(state fwk.CycleState, nodeInfo fwk.NodeInfo) gpu.Host {
+	var host gpu.Host
+	if data, err := state.Read(hostKey); err == nil {
+		host = data.(*hostState).host
+	}
+	host.FreeMilliCPU = nodeInfo.GetAllocatable().GetMilliCPU() - nodeInfo.GetRequested().GetMilliCPU()
+	return host
 }
 
 // ScoreExtensions implements fwk.ScorePlugin.

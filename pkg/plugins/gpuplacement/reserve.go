@@ -38,7 +38,7 @@ func (p *GPUPlacement) Reserve(ctx context.Context, state fwk.CycleState, pod *v
 		return fwk.AsStatus(fmt.Errorf("%s: node %s: %w", Name, nodeName, err))
 	}
 	n := p.nodeGPUs(nodeInfo)
-	chosen, reasons := gpu.Place(n, demand, p.policy)
+	chosen, reasons := gpu.PlaceHost(n, hostOf(state, nodeInfo), demand, p.policy)
 	if reasons != 0 {
 		return statusOf(reasons)
 	}

@@ -21,4 +21,19 @@ func SetDefaults_GPUPlacementArgs(a *GPUPlacementArgs) {
 			s.Resources[i].Weight = &one
 		}
 	}
+	if a.Fragmentation == nil {
+		a.Fragmentation = &Fragmentation{}
+	}
+	if a.Fragmentation.HalfLifePods == nil {
+		h := DefaultHalfLifePods
+		a.Fragmentation.HalfLifePods = &h
+	}
+	for i := range a.Fragmentation.TypicalPods {
+		if sh := &a.Fragmentation.TypicalPods[i]; sh.GPUs > 0 && sh.MilliGPU == 0 {
+			sh.MilliGPU = 1000
+		}
+	}
 }
+
+// DefaultHalfLifePods is the default half-life of the learned pod shapes.
+const DefaultHalfLifePods int64 = 2000

@@ -8,6 +8,7 @@ import (
 func ptr(i int64) *int64 { return &i }
 
 func TestSetDefaultsGPUPlacementArgs(t *testing.T) {
+	learned := func() *Fragmentation { return &Fragmentation{HalfLifePods: ptr(DefaultHalfLifePods)} }
 	tests := []struct {
 		name string
 		in   GPUPlacementArgs
@@ -16,19 +17,27 @@ func TestSetDefaultsGPUPlacementArgs(t *testing.T) {
 		{
 			name: "empty args: best-fit on GPU compute",
 			in:   GPUPlacementArgs{},
-			want: GPUPlacementArgs{ScoringStrategy: &ScoringStrategy{Type: "BestFit", Resources: []ResourceSpec{{Name: "nvidia.com/gpu", Weight: ptr(1)}}}},
+			want: GPUPlacementArgs{ScoringStrategy: &ScoringStrategy{Type: "BestFit", Resources: []ResourceSpec{{Name: "nvidia.com/gpu", Weight: ptr(1)}}}, Fragmentation: learned()},
 		},
 		{
 			name: "type set, resources left out",
 			in:   GPUPlacementArgs{ScoringStrategy: &ScoringStrategy{Type: "Spread"}},
-			want: GPUPlacementArgs{ScoringStrategy: &ScoringStrategy{Type: "Spread", Resources: []ResourceSpec{{Name: "nvidia.com/gpu", Weight: ptr(1)}}}},
+			want: GPUPlacementArgs{ScoringStrategy: &ScoringStrategy{Type: "Spread", Resources: []ResourceSpec{{Name: "nvidia.com/gpu", Weight: ptr(1)}}}, Fragmentation: learned()},
 		},
 		{
 			name: "a resource without weight gets 1; a set weight is kept",
 			in: GPUPlacementArgs{ScoringStrategy: &ScoringStrategy{Resources: []ResourceSpec{
 				{Name: "nvidia.com/gpu", Weight: ptr(3)}, {Name: "gpusched.io/gpu-memory"}}}},
 			want: GPUPlacementArgs{ScoringStrategy: &ScoringStrategy{Type: "BestFit", Resources: []ResourceSpec{
-				{Name: "nvidia.com/gpu", Weight: ptr(3)}, {Name: "gpusched.io/gpu-memory", Weight: ptr(1)}}}},
+				{Name: "nvidia.com/gpu", Weight: ptr(3)}, {Name: "gpusched.io/gpu-memory", Weight: ptr(1)}}}, Fragmentation: learned()},
+		},
+		{
+			name: "FGD shapes: whole-GPU shapes get 1000 milli-GPU; a set half-life is kept",
+			in: GPUPlacementArgs{ScoringStrategy: &ScoringStrategy{Type: "FGD"}, Fragmentation: &Fragmentation{HalfLifePods: ptr(0),
+				TypicalPods: []PodShape{{MilliCPU: 8000, GPUs: 2, Weight: 3}, {MilliCPU: 4000, GPUs: 1, MilliGPU: 500, Weight: 1}}}},
+			want: GPUPlacementArgs{ScoringStrategy: &ScoringStrategy{Type: "FGD", Resources: []ResourceSpec{{Name: "nvidia.com/gpu", Weight: ptr(1)}}},
+				Fragmentation: &Fragmentation{HalfLifePods: ptr(0), TypicalPods: []PodShape{
+					{MilliCPU: 8000, GPUs: 2, MilliGPU: 1000, Weight: 3}, {MilliCPU: 4000, GPUs: 1, MilliGPU: 500, Weight: 1}}}},
 		},
 	}
 	for _, tt := range tests {
@@ -36,7 +45,7 @@ func TestSetDefaultsGPUPlacementArgs(t *testing.T) {
 			got := tt.in.DeepCopyObject().(*GPUPlacementArgs)
 			SetDefaults_GPUPlacementArgs(got)
 			if !reflect.DeepEqual(got, &tt.want) {
-				t.Errorf("got %+v, want %+v", *got.ScoringStrategy, *tt.want.ScoringStrategy)
+				t.Errorf("got %+v %+v, want %+v %+v", *got.ScoringStrategy, *got.Fragmentation, *tt.want.ScoringStrategy, *tt.want.Fragmentation)
 			}
 		})
 	}

@@ -33,6 +33,15 @@ func AddToScheme(s *runtime.Scheme) error {
 // rejects: defaults are applied before conversion.
 func Convert_v1_GPUPlacementArgs_To_config_GPUPlacementArgs(in *GPUPlacementArgs, out *config.GPUPlacementArgs) {
 	*out = config.GPUPlacementArgs{}
+	if f := in.Fragmentation; f != nil {
+		if f.HalfLifePods != nil {
+			out.Fragmentation.HalfLifePods = *f.HalfLifePods
+		}
+		for _, sh := range f.TypicalPods {
+			out.Fragmentation.TypicalPods = append(out.Fragmentation.TypicalPods, config.PodShape{
+				MilliCPU: sh.MilliCPU, GPUs: sh.GPUs, MilliGPU: sh.MilliGPU, Models: append([]string(nil), sh.Models...), Weight: sh.Weight})
+		}
+	}
 	if in.ScoringStrategy == nil {
 		return
 	}
@@ -53,5 +62,11 @@ func Convert_config_GPUPlacementArgs_To_v1_GPUPlacementArgs(in *config.GPUPlacem
 	for _, r := range in.ScoringStrategy.Resources {
 		w := r.Weight
 		out.ScoringStrategy.Resources = append(out.ScoringStrategy.Resources, ResourceSpec{Name: r.Name, Weight: &w})
+	}
+	h := in.Fragmentation.HalfLifePods
+	out.Fragmentation = &Fragmentation{HalfLifePods: &h}
+	for _, sh := range in.Fragmentation.TypicalPods {
+		out.Fragmentation.TypicalPods = append(out.Fragmentation.TypicalPods, PodShape{
+			MilliCPU: sh.MilliCPU, GPUs: sh.GPUs, MilliGPU: sh.MilliGPU, Models: append([]string(nil), sh.Models...), Weight: sh.Weight})
 	}
 }

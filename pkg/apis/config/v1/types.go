@@ -15,6 +15,38 @@ type GPUPlacementArgs struct {
 	// ScoringStrategy selects the placement policy and how it weighs
 	// resources. Default: BestFit on nvidia.com/gpu with weight 1.
 	ScoringStrategy *ScoringStrategy `json:"scoringStrategy,omitempty"`
+
+	// Fragmentation configures the fragmentation-aware policies (FGD): the
+	// distribution of pod shapes they keep room for. Default: learned from
+	// the pods the scheduler sees, with a half-life of 2000 pods.
+	Fragmentation *Fragmentation `json:"fragmentation,omitempty"`
+}
+
+// Fragmentation is the distribution of pod shapes ("typical pods") that
+// fragmentation is measured against.
+type Fragmentation struct {
+	// TypicalPods seeds the distribution, e.g. with a recent workload's
+	// shapes, so the policy starts informed.
+	TypicalPods []PodShape `json:"typicalPods,omitempty"`
+	// HalfLifePods is how fast the learned distribution forgets: a pod's
+	// shape weighs half as much after this many more pods. 0 learns nothing
+	// (the seed alone). Default: 2000.
+	HalfLifePods *int64 `json:"halfLifePods,omitempty"`
+}
+
+// PodShape is one shape of pod and its relative weight.
+type PodShape struct {
+	// MilliCPU is the pod's CPU request in milli-CPU.
+	MilliCPU int64 `json:"milliCPU"`
+	// GPUs is the number of GPUs; 0 for a pod without GPUs.
+	GPUs int32 `json:"gpus"`
+	// MilliGPU is per GPU: 1000 for whole GPUs, 1..999 for a share of one
+	// GPU. Default: 1000 when GPUs > 0.
+	MilliGPU int64 `json:"milliGPU,omitempty"`
+	// Models restricts the shape to these GPU models.
+	Models []string `json:"models,omitempty"`
+	// Weight is the shape's frequency relative to the others, ≥ 1.
+	Weight int64 `json:"weight"`
 }
 
 // ScoringStrategy is a placement policy and the weights of the resources it scores.
@@ -49,6 +81,18 @@ func (a *GPUPlacementArgs) DeepCopyInto(out *GPUPlacementArgs) {
 			}
 		}
 		out.ScoringStrategy = &s
+	}
+	if a.Fragmentation != nil {
+		f := Fragmentation{}
+		if a.Fragmentation.HalfLifePods != nil {
+			h := *a.Fragmentation.HalfLifePods
+			f.HalfLifePods = &h
+		}
+		for _, sh := range a.Fragmentation.TypicalPods {
+			sh.Models = append([]string(nil), sh.Models...)
+			f.TypicalPods = append(f.TypicalPods, sh)
+		}
+		out.Fragmentation = &f
 	}
 }
 

@@ -12,7 +12,7 @@ const MaxWeight = 100
 
 var (
 	strategyTypes = []string{string(config.BestFit), string(config.Spread), string(config.Packing),
-		string(config.Random), string(config.DotProd), string(config.GpuClustering), string(config.GpuPacking), string(config.BestFitCPUGPU)}
+		string(config.FGD), string(config.Random), string(config.DotProd), string(config.GpuClustering), string(config.GpuPacking), string(config.BestFitCPUGPU)}
 	resourceNames = []string{config.ResourceGPU, config.ResourceGPUMemory}
 )
 
@@ -40,6 +40,36 @@ func ValidateGPUPlacementArgs(path *field.Path, args *config.GPUPlacementArgs) f
 		seen[r.Name] = true
 		if r.Weight < 1 || r.Weight > MaxWeight {
 			errs = append(errs, field.Invalid(rPath.Child("weight"), r.Weight, "must be from 1 to 100"))
+		}
+	}
+	errs = append(errs, validateFragmentation(path.Child("fragmentation"), &args.Fragmentation)...)
+	return errs
+}
+
+// validateFragmentation checks the pod shapes of the fragmentation-aware policies.
+func validateFragmentation(path *field.Path, f *config.Fragmentation) field.ErrorList {
+	var errs field.ErrorList
+	if f.HalfLifePods < 0 {
+		errs = append(errs, field.Invalid(path.Child("halfLifePods"), f.HalfLifePods, "must be 0 (learn nothing) or more"))
+	}
+	for i, sh := range f.TypicalPods {
+		p := path.Child("typicalPods").Index(i)
+		if sh.MilliCPU < 0 {
+			errs = append(errs, field.Invalid(p.Child("milliCPU"), sh.MilliCPU, "must be 0 or more"))
+		}
+		if sh.GPUs < 0 || sh.GPUs > 64 {
+			errs = append(errs, field.Invalid(p.Child("gpus"), sh.GPUs, "must be from 0 to 64"))
+		}
+		switch {
+		case sh.GPUs == 0 && sh.MilliGPU != 0:
+			errs = append(errs, field.Invalid(p.Child("milliGPU"), sh.MilliGPU, "must be 0 for a shape without GPUs"))
+		case sh.GPUs > 0 && (sh.MilliGPU < 1 || sh.MilliGPU > 1000):
+			errs = append(errs, field.Invalid(p.Child("milliGPU"), sh.MilliGPU, "must be from 1 to 1000"))
+		case sh.GPUs > 1 && sh.MilliGPU < 1000:
+			errs = append(errs, field.Invalid(p.Child("milliGPU"), sh.MilliGPU, "must be 1000 for a shape of several GPUs: only single-GPU pods share a GPU"))
+		}
+		if sh.Weight < 1 {
+			errs = append(errs, field.Invalid(p.Child("weight"), sh.Weight, "must be 1 or more"))
 		}
 	}
 	return errs

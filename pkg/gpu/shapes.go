@@ -1,0 +1,126 @@
+package gpu
+
+import (
+	"math"
+	"strings"
+	"sync"
+	"sync/atomic"
+)
+
+// ShapeWindow learns the typical pods of a live cluster from the pods the
+// scheduler sees: every observed pod's shape counts with a weight that halves
+// every HalfLife observations, so the distribution follows the workload as
+// it changes. An optional seed distribution counts as HalfLife pods observed
+// before the first. Typical is cheap: the distribution is recomputed every
+// recomputeEvery observations, not on every read.
+type ShapeWindow struct {
+	halfLife float64
+
+	mu       sync.Mutex
+	counts   map[shapeKey]float64
+	examples map[shapeKey]Demand
+	// scale is the weight of the next observation; it grows by 2^(1/halfLife)
+	// per observation instead of every count decaying.
+	scale   float64
+	pending int
+
+	typical atomic.Pointer[[]TypicalPod]
+}
+
+// recomputeEvery is how many observations pass between recomputations of
+// the typical pods.
+const recomputeEvery = 64
+
+type shapeKey struct {
+	cpu, milli int64
+	count      int
+	models     string
+}
+
+func keyOf(d *Demand) shapeKey {
+	k := shapeKey{cpu: d.MilliCPU, milli: d.Milli, count: d.Count, models: strings.Join(d.Models, "|")}
+	if d.IsZero() {
+		k.milli = 0
+	}
+	return k
+}
+
+// NewShapeWindow returns a window with the given half-life in observed pods
+// (0: the seed alone, nothing learned) and seed distribution.
+func NewShapeWindow(halfLife int64, seed []TypicalPod) *ShapeWindow {
+	w := &ShapeWindow{halfLife: float64(halfLife), counts: map[shapeKey]float64{}, examples: map[shapeKey]Demand{}, scale: 1}
+	mass := max(1, float64(halfLife))
+	var total float64
+	for _, t := range seed {
+		total += t.Weight
+	}
+	for _, t := range seed {
+		if t.Weight > 0 && total > 0 {
+			k := keyOf(&t.Demand)
+			w.counts[k] += mass * t.Weight / total
+			w.examples[k] = t.Demand
+		}
+	}
+	w.recompute()
+	return w
+}
+
+// Observe counts one pod's shape (its demand, with MilliCPU set).
+func (w *ShapeWindow) Observe(d Demand) {
+	if w.halfLife <= 0 {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	k := keyOf(&d)
+	w.counts[k] += w.scale
+	if _, ok := w.examples[k]; !ok {
+		w.examples[k] = d
+	}
+	w.scale *= math.Exp2(1 / w.halfLife)
+	if w.scale > 1e100 { // renormalize before the weights overflow
+		for k := range w.counts {
+			w.counts[k] /= w.scale
+		}
+		w.scale = 1
+	}
+	if w.pending++; w.pending >= recomputeEvery || w.typical.Load() == nil || len(*w.typical.Load()) == 0 {
+		w.recomputeLocked()
+	}
+}
+
+// Typical implements Shapes.
+func (w *ShapeWindow) Typical() []TypicalPod {
+	if t := w.typical.Load(); t != nil {
+		return *t
+	}
+	return nil
+}
+
+func (w *ShapeWindow) recompute() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.recomputeLocked()
+}
+
+// recomputeLocked rebuilds the typical pods: the heaviest shapes covering
+// TypicalCoverage of the weight, renormalized. Shapes whose weight has
+// decayed to nothing are forgotten. Callers hold w.mu.
+func (w *ShapeWindow) recomputeLocked() {
+	w.pending = 0
+	var total float64
+	for k, c := range w.counts {
+		if c < w.scale*1e-9 {
+			delete(w.counts, k)
+			delete(w.examples, k)
+			continue
+		}
+		total += c
+	}
+	weighted := make([]TypicalPod, 0, len(w.counts))
+	for k, c := range w.counts {
+		weighted = append(weighted, TypicalPod{Demand: w.examples[k], Weight: c})
+	}
+	typical := topShapes(weighted, total)
+	w.typical.Store(&typical)
+}
