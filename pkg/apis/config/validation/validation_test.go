@@ -1,6 +1,7 @@
 package validation
 
 import (
+	"strings"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -43,6 +44,46 @@ func TestValidateGPUPlacementArgs(t *testing.T) {
 				if got[i] != tt.want[i] {
 					t.Errorf("error %d: %q, want %q", i, got[i], tt.want[i])
 				}
+			}
+		})
+	}
+}
+
+func TestValidateFragmentation(t *testing.T) {
+	tests := []struct {
+		name string
+		frag config.Fragmentation
+		want []string
+	}{
+		{name: "valid", frag: config.Fragmentation{HalfLifePods: 500, TypicalPods: []config.PodShape{
+			{MilliCPU: 8000, GPUs: 1, MilliGPU: 1000, Weight: 5}, {MilliCPU: 4000, GPUs: 1, MilliGPU: 250, Models: []string{"T4"}, Weight: 2}, {MilliCPU: 2000, Weight: 1}}}},
+		{name: "every field wrong", frag: config.Fragmentation{HalfLifePods: -1, TypicalPods: []config.PodShape{
+			{MilliCPU: -1, GPUs: 65, MilliGPU: 1000, Weight: 0},
+			{GPUs: 0, MilliGPU: 500, Weight: 1},
+			{GPUs: 2, MilliGPU: 500, Weight: 1},
+			{GPUs: 1, MilliGPU: 0, Weight: 1}}},
+			want: []string{
+				"args.fragmentation.halfLifePods: Invalid value",
+				"args.fragmentation.typicalPods[0].milliCPU: Invalid value",
+				"args.fragmentation.typicalPods[0].gpus: Invalid value",
+				"args.fragmentation.typicalPods[0].weight: Invalid value",
+				"args.fragmentation.typicalPods[1].milliGPU: Invalid value",
+				"args.fragmentation.typicalPods[2].milliGPU: Invalid value",
+				"args.fragmentation.typicalPods[3].milliGPU: Invalid value",
+			}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			args := &config.GPUPlacementArgs{
+				ScoringStrategy: config.ScoringStrategy{Type: config.FGD, Resources: []config.ResourceSpec{{Name: config.ResourceGPU, Weight: 1}}},
+				Fragmentation:   tt.frag,
+			}
+			var got []string
+			for _, e := range ValidateGPUPlacementArgs(field.NewPath("args"), args) {
+				got = append(got, e.Field+": "+e.Type.String())
+			}
+			if strings.Join(got, "\n") != strings.Join(tt.want, "\n") {
+				t.Errorf("errors\n  %s\nwant\n  %s", strings.Join(got, "\n  "), strings.Join(tt.want, "\n  "))
 			}
 		})
 	}

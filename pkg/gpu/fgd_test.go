@@ -1,0 +1,90 @@
+package gpu_test
+
+import (
+	"testing"
+
+	"github.com/gpusched/gpusched/pkg/gpu"
+	gt "github.com/gpusched/gpusched/pkg/gpu/gputest"
+)
+
+// Typical pods for these tests: a whole GPU and a 500 milli-GPU share, half
+// each, neither needing CPU.
+var halfWholeHalfShare = gpu.StaticShapes{
+	{Demand: gpu.Demand{Count: 1, Milli: 1000}, Weight: 0.5},
+	{Demand: gpu.Demand{Count: 1, Milli: 500}, Weight: 0.5},
+}
+
+func TestFGDScore(t *testing.T) {
+	two := gt.MakeGPUNode("n").GFD("T4", 2, 0)
+	fgd := gpu.NewFGD(halfWholeHalfShare).(gpu.HostPolicy)
+	host := gpu.Host{FreeMilliCPU: 16000}
+	tests := []struct {
+		name   string
+		node   *gpu.NodeGPUs
+		demand gpu.Demand
+		want   int64
+	}{
+		// Before: free (1000, 1000): both shapes fit, nothing too small: F = 0.
+		// After a 500 share on GPU 0: free (500, 1000): the whole GPU cannot
+		// use GPU 0's 500: F = ½·500 = 250. int(100·σ(−250/1000)) = int(43.78) = 43.
+		{name: "share splits an idle GPU", node: nodeWithPods(t, two), demand: gpu.Demand{Count: 1, Milli: 500}, want: 43},
+		// Before: free (500, 1000): F = ½·500 = 250. After the share fills
+		// GPU 0: free (0, 1000): F = 0. int(100·σ(250/1000)) = int(56.22) = 56.
+		{name: "share fills a half-used GPU", node: nodeWithPods(t, two, gpu.Assignment{Devices: []int{0}, Milli: 500}),
+			demand: gpu.Demand{Count: 1, Milli: 500}, want: 56},
+		// Before: free (500, 1000): F = 250. After a whole GPU on GPU 1: free
+		// (500, 0): no GPU has 1000 free, so the whole GPU cannot use any of the
+		// 500: ½·500; the share fits: 0. F = 250: no change, int(100·σ(0)) = 50.
+		{name: "whole GPU beside a half-used one", node: nodeWithPods(t, two, gpu.Assignment{Devices: []int{0}, Milli: 500}),
+			demand: gpu.Demand{Count: 1, Milli: 1000}, want: 50},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			chosen, reasons := gpu.PlaceHost(tt.node, host, &tt.demand, fgd)
+			if reasons != 0 {
+				t.Fatal(reasons)
+			}
+			if got := fgd.ScoreHost(tt.node, host, &tt.demand, chosen); got != tt.want*10000 {
+				t.Errorf("score = %d, want %d", got, tt.want*10000)
+			}
+		})
+	}
+}
+
+// TestFGDChoose: a share goes on the GPU where fragmentation grows least.
+func TestFGDChoose(t *testing.T) {
+	// GPU 0 has 500 free, GPU 1 is idle. On GPU 0 (scored above): 56; on
+	// GPU 1: free (500, 500), the whole GPU fits nowhere: F = ½·1000 = 500,
+	// from 250: int(100·σ(−0.25)) = 43. GPU 0 wins.
+	n := nodeWithPods(t, gt.MakeGPUNode("n").GFD("T4", 2, 0), gpu.Assignment{Devices: []int{0}, Milli: 500})
+	d := gpu.Demand{Count: 1, Milli: 500}
+	if got, _ := gpu.PlaceHost(n, gpu.Host{FreeMilliCPU: 16000}, &d, gpu.NewFGD(halfWholeHalfShare)); got != 1<<0 {
+		t.Errorf("share on GPUs %b, want GPU 0", got)
+	}
+}
+
+func TestShapeWindow(t *testing.T) {
+	seed := []gpu.TypicalPod{{Demand: gpu.Demand{Count: 1, Milli: 1000, MilliCPU: 8000}, Weight: 1}}
+	share := gpu.Demand{Count: 1, Milli: 250, MilliCPU: 2000}
+
+	fixed := gpu.NewShapeWindow(0, seed)
+	for range 100 {
+		fixed.Observe(share)
+	}
+	if got := fixed.Typical(); len(got) != 1 || got[0].Demand.Milli != 1000 {
+		t.Errorf("half-life 0: typical = %+v, want the seed alone", got)
+	}
+
+	// Half-life 2: the seed counts as 2 pods; 64 observations later it weighs
+	// 2 against Σ 2^(k/2), k < 64 — far below 5%, so it drops out.
+	learning := gpu.NewShapeWindow(2, seed)
+	if got := learning.Typical(); len(got) != 1 || got[0].Demand.Milli != 1000 {
+		t.Fatalf("before any pod: typical = %+v, want the seed", got)
+	}
+	for range 64 {
+		learning.Observe(share)
+	}
+	if got := learning.Typical(); len(got) != 1 || got[0].Demand.Milli != 250 || got[0].Weight != 1 {
+		t.Errorf("after 64 shares: typical = %+v, want the share alone", got)
+	}
+}
