@@ -111,3 +111,36 @@ func BenchmarkFitScoreAcrossNodes(b *testing.B) {
 		policy.Score(n, &d, chosen)
 	}
 }
+
+// BenchmarkFGDScore is FGD's Place + Score for one 8-GPU node, against 20
+// typical pods (the default Alibaba workload has 19 shapes covering 95%).
+func BenchmarkFGDScore(b *testing.B) {
+	node, pods := busyNode(b, "n")
+	n := gpu.NewLedger().Node(node, 1, slices.Values(pods))
+	var shapes gpu.StaticShapes
+	for i := range 20 {
+		d := gpu.Demand{Count: 1, Milli: int64(100 + 45*i), MilliCPU: int64(2000 * (1 + i%4))}
+		if i%5 == 0 {
+			d.Milli = 1000
+			d.Count = 1 + i%3
+		}
+		shapes = append(shapes, gpu.TypicalPod{Demand: d, Weight: 0.05})
+	}
+	policy := gpu.NewFGD(shapes).(gpu.HostPolicy)
+	host := gpu.Host{FreeMilliCPU: 64000}
+	for _, tc := range []struct {
+		name   string
+		demand gpu.Demand
+	}{
+		{"share", gpu.Demand{Count: 1, Milli: 250, MilliCPU: 4000}},
+		{"whole-2", gpu.Demand{Count: 2, Milli: 1000, MilliCPU: 16000}},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				chosen, _ := gpu.PlaceHost(n, host, &tc.demand, policy)
+				policy.ScoreHost(n, host, &tc.demand, chosen)
+			}
+		})
+	}
+}
