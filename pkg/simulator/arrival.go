@@ -26,6 +26,29 @@ const (
 	ArrivalReplay Arrival = "replay"
 )
 
+// TieBreak is how a run chooses among equally scored nodes.
+type TieBreak string
+
+const (
+	// TieBreakRandom draws one uniformly with the run's seeded generator, as
+	// kube-scheduler does.
+	TieBreakRandom TieBreak = "random"
+	// TieBreakNodeOrder takes the first in an order of the nodes drawn once
+	// per run from its seed. This is what the FGD paper's simulator does in
+	// effect, and it matters: it packs pods that every node scores alike
+	// (pods without GPUs under the GPU-only policies) onto the same nodes.
+	TieBreakNodeOrder TieBreak = "node-order"
+)
+
+// DefaultTieBreak is the tie-break of an arrival mode: the reference's for
+// ArrivalFGD, kube-scheduler's for ArrivalReplay.
+func DefaultTieBreak(a Arrival) TieBreak {
+	if a == ArrivalFGD {
+		return TieBreakNodeOrder
+	}
+	return TieBreakRandom
+}
+
 // Arrivals lists the arrival modes, for validation messages.
 var Arrivals = []Arrival{ArrivalFGD, ArrivalReplay}
 

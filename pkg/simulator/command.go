@@ -18,7 +18,7 @@ import (
 type flags struct {
 	nodes, pods, config string
 	policies, seeds     string
-	arrival             string
+	arrival, tieBreak   string
 	jsonOut, htmlOut    string
 	parallel            int
 	quiet               bool
@@ -52,6 +52,7 @@ synthetic cluster and workload. See docs/simulator.md.`,
 	fs.StringVar(&f.policies, "policies", "", "comma-separated policies, one profile each, from the first profile of the config; default: the config's profiles")
 	fs.StringVar(&f.seeds, "seeds", "42", "seeds: N, N..M, or a comma-separated list")
 	fs.StringVar(&f.arrival, "arrival", string(ArrivalFGD), "arrival process: fgd (the FGD paper's protocol) or replay (the trace's creation and deletion times)")
+	fs.StringVar(&f.tieBreak, "tie-break", "", "how equally scored nodes are chosen: node-order (the FGD paper's simulator; default with --arrival fgd) or random (kube-scheduler; default with --arrival replay)")
 	fs.StringVar(&f.jsonOut, "json", "", "write the full report as JSON to this file")
 	fs.StringVar(&f.htmlOut, "html", "", "write a self-contained HTML report with charts to this file")
 	fs.IntVar(&f.parallel, "parallel", 0, "runs at once; default one per CPU")
@@ -103,6 +104,10 @@ func optionsFromFlags(f flags) (Options, error) {
 	if arrival != ArrivalFGD && arrival != ArrivalReplay {
 		return opts, fmt.Errorf("--arrival %q: want %s or %s", f.arrival, ArrivalFGD, ArrivalReplay)
 	}
+	tieBreak := TieBreak(f.tieBreak)
+	if tieBreak != "" && tieBreak != TieBreakRandom && tieBreak != TieBreakNodeOrder {
+		return opts, fmt.Errorf("--tie-break %q: want %s or %s", f.tieBreak, TieBreakNodeOrder, TieBreakRandom)
+	}
 	seeds, err := ParseSeeds(f.seeds)
 	if err != nil {
 		return opts, err
@@ -139,7 +144,7 @@ func optionsFromFlags(f flags) (Options, error) {
 	if f.parallel < 0 {
 		return opts, fmt.Errorf("--parallel %d: want 0 (one run per CPU) or more", f.parallel)
 	}
-	return Options{Nodes: nodes, Pods: pods, Profiles: profiles, Seeds: seeds, Arrival: arrival, Parallel: f.parallel}, nil
+	return Options{Nodes: nodes, Pods: pods, Profiles: profiles, Seeds: seeds, Arrival: arrival, TieBreak: tieBreak, Parallel: f.parallel}, nil
 }
 
 // ParseSeeds reads "42", "42..51" or "1,5,9".

@@ -1,6 +1,7 @@
 package simulator
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -29,6 +30,7 @@ type Summary struct {
 // Report is everything a simulation measured.
 type Report struct {
 	Arrival     Arrival   `json:"arrival"`
+	TieBreak    TieBreak  `json:"tie_break"`
 	Nodes       int       `json:"nodes"`
 	GPUs        int64     `json:"gpus"`
 	Pods        int       `json:"pods"`
@@ -39,7 +41,7 @@ type Report struct {
 
 // NewReport summarizes runs per policy, in the order the policies ran.
 func NewReport(opts Options, runs []Run, wall float64) *Report {
-	r := &Report{Arrival: opts.Arrival, Nodes: len(opts.Nodes), GPUs: capacityMilli(opts.Nodes) / 1000,
+	r := &Report{Arrival: opts.Arrival, TieBreak: cmp.Or(opts.TieBreak, DefaultTieBreak(opts.Arrival)), Nodes: len(opts.Nodes), GPUs: capacityMilli(opts.Nodes) / 1000,
 		Pods: len(opts.Pods), Runs: runs, WallSeconds: wall}
 	for _, p := range opts.Profiles {
 		var mine []Run
@@ -127,7 +129,7 @@ func meanCurve(runs []Run) []Point {
 
 // WriteTable prints one line per policy.
 func (r *Report) WriteTable(w io.Writer) error {
-	fmt.Fprintf(w, "%d nodes, %d GPUs, %d pods, arrival %s\n\n", r.Nodes, r.GPUs, r.Pods, r.Arrival)
+	fmt.Fprintf(w, "%d nodes, %d GPUs, %d pods, arrival %s, tie-break %s\n\n", r.Nodes, r.GPUs, r.Pods, r.Arrival, r.TieBreak)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "POLICY\tUNALLOCATED GPU % @ ARRIVED 100%\tFAILED PODS\tSEEDS\tWALL s/RUN")
 	for _, s := range r.Summary {

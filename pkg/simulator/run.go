@@ -27,6 +27,9 @@ type Options struct {
 	Profiles []Profile
 	Seeds    []int64
 	Arrival  Arrival
+	// TieBreak chooses among equally scored nodes; "" is the arrival
+	// mode's default (DefaultTieBreak).
+	TieBreak TieBreak
 	// Parallel is how many runs execute at once; 0 means one per CPU.
 	Parallel int
 	// NoScreen turns off the GPU screen that spares the Filter plugins nodes
@@ -153,7 +156,8 @@ func (r *runner) run(ctx context.Context) (Run, error) {
 	// state until their context ends: end it with the run.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	sched, err := newScheduler(ctx, r.profile, r.opts.Nodes, r.seed, r.parallelism)
+	tieBreak := cmp.Or(r.opts.TieBreak, DefaultTieBreak(r.opts.Arrival))
+	sched, err := newScheduler(ctx, r.profile, r.opts.Nodes, r.seed, r.parallelism, tieBreak)
 	if err != nil {
 		return Run{}, err
 	}

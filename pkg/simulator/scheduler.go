@@ -61,9 +61,12 @@ type scheduler struct {
 	// Filter plugins (see runner.screen); nodes it rejects are not filtered.
 	screen func(pod *v1.Pod) func(node string) (ok bool, reasons []string)
 	bound  map[string]*v1.Pod // by pod UID
+	// rank orders the nodes for TieBreakNodeOrder: a permutation drawn
+	// from the run's seed. nil for TieBreakRandom.
+	rank map[string]int
 }
 
-func newScheduler(ctx context.Context, p Profile, nodes []*v1.Node, seed int64, parallelism int) (*scheduler, error) {
+func newScheduler(ctx context.Context, p Profile, nodes []*v1.Node, seed int64, parallelism int, tieBreak TieBreak) (*scheduler, error) {
 	metrics.Register() // the framework records into the scheduler's metrics; registers once
 	profile := p.Profile.DeepCopy()
 	stripUnsupported(profile)
@@ -95,6 +98,12 @@ func newScheduler(ctx context.Context, p Profile, nodes []*v1.Node, seed int64, 
 	}
 	for _, n := range nodes {
 		s.cache.AddNode(logger, n)
+	}
+	if tieBreak == TieBreakNodeOrder {
+		s.rank = map[string]int{}
+		for i, j := range s.rng.Perm(len(nodes)) {
+			s.rank[nodes[j].Name] = i
+		}
 	}
 	return s, nil
 }
@@ -302,9 +311,21 @@ func numFeasibleNodesToFind(pct *int32, nodes int) int {
 	return max(nodes*p/100, minNodes)
 }
 
-// selectHost picks the best-scored node, breaking ties uniformly at random
-// with the run's seeded generator, as kube-scheduler does with its own.
+// selectHost picks the best-scored node. Ties go to the first node in the
+// run's node order (TieBreakNodeOrder), or to a node drawn uniformly with
+// the run's seeded generator (TieBreakRandom, as kube-scheduler does with
+// its own).
 func (s *scheduler) selectHost(scores []fwk.NodePluginScores) string {
+	if s.rank != nil {
+		best := 0
+		for i := 1; i < len(scores); i++ {
+			if scores[i].TotalScore > scores[best].TotalScore ||
+				(scores[i].TotalScore == scores[best].TotalScore && s.rank[scores[i].Name] < s.rank[scores[best].Name]) {
+				best = i
+			}
+		}
+		return scores[best].Name
+	}
 	best, ties := 0, 1
 	for i := 1; i < len(scores); i++ {
 		switch {
