@@ -1,6 +1,9 @@
 package gpu
 
-import "hash/maphash"
+import (
+	"encoding/binary"
+	"hash/fnv"
+)
 
 // The reference policies of the FGD paper's evaluation (Weng et al., USENIX
 // ATC 2023), scored as its simulator scores them: an integer 0..100 per node,
@@ -9,9 +12,9 @@ import "hash/maphash"
 // compare gpusched's policies with the published baselines on their own
 // workload (see docs/simulator.md).
 const (
-	// PolicyRandom puts a pod on a uniformly random feasible node (every node
-	// scores the same; the scheduler breaks the tie) and a share on a
-	// pseudo-random fitting GPU.
+	// PolicyRandom puts a pod on a pseudo-random feasible node (each node
+	// scores a hash of its name and state) and a share on a pseudo-random
+	// fitting GPU.
 	PolicyRandom PolicyType = "Random"
 	// PolicyDotProd aligns the pod's request with the node's free resources,
 	// Tetris-style: 100 × (1 − ⟨free, request⟩ / 2) over CPU and GPU, each
@@ -76,7 +79,22 @@ func (referencePolicy) Choose(n *NodeGPUs, d *Demand, candidates DeviceSet) Devi
 
 type randomPolicy struct{}
 
-var randomSeed = maphash.MakeSeed()
+// stateHash mixes a node's name and some numbers into a pseudo-random
+// value: FNV-1a, then a finalizer so that nearby inputs scatter. The same
+// inputs give the same value in every process, so runs are reproducible.
+func stateHash(name string, xs ...int64) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(name))
+	var buf [8]byte
+	for _, x := range xs {
+		binary.LittleEndian.PutUint64(buf[:], uint64(x))
+		h.Write(buf[:])
+	}
+	z := h.Sum64()
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+	return z ^ (z >> 31)
+}
 
 // Choose picks a share's GPU among the candidates by a hash of the node's
 // state, so repeated runs over the same cluster make the same choices.
@@ -84,11 +102,7 @@ func (randomPolicy) Choose(n *NodeGPUs, d *Demand, candidates DeviceSet) DeviceS
 	if !d.IsShare() {
 		return lowest(candidates, d.Count)
 	}
-	var h maphash.Hash
-	h.SetSeed(randomSeed)
-	h.WriteString(n.Name)
-	maphash.WriteComparable(&h, [2]int64{n.usedMilli, d.Milli})
-	k := int(h.Sum64() % uint64(candidates.Len()))
+	k := int(stateHash(n.Name, n.usedMilli, d.Milli) % uint64(candidates.Len()))
 	for i := range n.Used {
 		if candidates.Has(i) {
 			if k == 0 {
@@ -100,9 +114,16 @@ func (randomPolicy) Choose(n *NodeGPUs, d *Demand, candidates DeviceSet) DeviceS
 	return 0
 }
 
-func (randomPolicy) Score(*NodeGPUs, *Demand, DeviceSet) int64 { return 0 }
+func (p randomPolicy) Score(n *NodeGPUs, d *Demand, chosen DeviceSet) int64 {
+	return p.ScoreHost(n, Host{}, d, chosen)
+}
 
-func (randomPolicy) ScoreHost(*NodeGPUs, Host, *Demand, DeviceSet) int64 { return 0 }
+// ScoreHost is a pseudo-random score from a hash of the node and its state:
+// the best-scored node is a uniformly random one, whatever the scheduler's
+// tie-break, and it changes as the cluster does.
+func (randomPolicy) ScoreHost(n *NodeGPUs, h Host, d *Demand, _ DeviceSet) int64 {
+	return int64(stateHash(n.Name, n.usedMilli, h.FreeMilliCPU, d.Milli, d.MilliCPU) % uint64(MaxScore+1))
+}
 
 type dotProd struct{ referencePolicy }
 

@@ -1,6 +1,7 @@
 package gpu_test
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/gpusched/gpusched/pkg/gpu"
@@ -69,8 +70,6 @@ func TestReferencePolicyScore(t *testing.T) {
 			want: 25 * 10000}, // 25 + 0
 		{name: "clustering, 1-GPU pod on a node of other classes", policy: gpu.PolicyGpuClustering, node: mixed8, demand: whole(1, 0),
 			want: 7 * 10000}, // 0 + 25·2300/8000 = 7
-		// Random scores every node alike.
-		{name: "random", policy: gpu.PolicyRandom, node: mixed8, host: host(1000), demand: whole(1, 0), want: 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -119,5 +118,30 @@ func TestReferenceChoose(t *testing.T) {
 	share := gpu.Demand{Count: 1, Milli: 300}
 	if got, _ := gpu.Place(n, &share, p); got.Len() != 1 || got.Has(2) {
 		t.Errorf("random: share on GPUs %b, want one of GPUs 0, 1, 3", got)
+	}
+}
+
+// TestRandomSpreads: Random's best node is spread over the nodes, not the
+// same one every time.
+func TestRandomSpreads(t *testing.T) {
+	p, _ := gpu.NewPolicy(gpu.PolicyRandom, gpu.DefaultWeights)
+	hp := p.(gpu.HostPolicy)
+	wins := map[int]int{}
+	for cpu := range 200 {
+		best, bestScore := -1, int64(-1)
+		for i := range 10 {
+			n := nodeWithPods(t, gt.MakeGPUNode(fmt.Sprintf("n%d", i)).GFD("T4", 2, 0))
+			d := gpu.Demand{Count: 1, Milli: 1000, MilliCPU: int64(cpu)}
+			if s := hp.ScoreHost(n, gpu.Host{FreeMilliCPU: 8000}, &d, 1); s > bestScore {
+				best, bestScore = i, s
+			}
+		}
+		wins[best]++
+	}
+	// 200 draws over 10 nodes: each should win about 20 times.
+	for i := range 10 {
+		if wins[i] < 5 || wins[i] > 45 {
+			t.Errorf("node %d won %d of 200 draws, want about 20: %v", i, wins[i], wins)
+		}
 	}
 }
