@@ -78,6 +78,7 @@ func TestHelmChart(t *testing.T) {
 		{"plugin.scoringStrategy.type=Best Fit", "/plugin/scoringStrategy/type"},
 		{"replicas=0", "/replicas"},
 		{"schedulerName=GPU_Sched", "/schedulerName"},
+		{"leaderElection.enabled=false", "leaderElection.enabled=false with replicas=2"},
 	} {
 		_, err := tryCommand(nil, helm, "template", "gpusched", "charts/gpusched", "--set", bad.set)
 		if err == nil || !strings.Contains(err.Error(), bad.want) {
