@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	configv1 "github.com/gpusched/gpusched/pkg/apis/config/v1"
 	"github.com/gpusched/gpusched/pkg/apis/config/validation"
 	"github.com/gpusched/gpusched/pkg/gpu"
 )
@@ -159,6 +160,11 @@ func (o *Options) Validate() error {
 }
 
 // NewPolicy returns the policy the options select; they must be valid.
+// FGD learns its pod shapes from the pods the extender is asked to filter,
+// with the plugin's default half-life.
 func (o *Options) NewPolicy() (gpu.Policy, error) {
+	if gpu.PolicyType(o.Policy) == gpu.PolicyFGD {
+		return gpu.NewFGD(gpu.NewShapeWindow(configv1.DefaultHalfLifePods, nil)), nil
+	}
 	return gpu.NewPolicy(gpu.PolicyType(o.Policy), gpu.Weights{GPU: o.GPUWeight, Memory: o.MemoryWeight})
 }

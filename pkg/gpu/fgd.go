@@ -25,6 +25,15 @@ func NewFGD(shapes Shapes) Policy { return fgd{shapes} }
 
 type fgd struct{ shapes Shapes }
 
+// ShapesOf returns the shapes a fragmentation-aware policy measures
+// against, or nil for another policy.
+func ShapesOf(p Policy) Shapes {
+	if f, ok := p.(fgd); ok {
+		return f.shapes
+	}
+	return nil
+}
+
 // Choose is ChooseHost with the node's CPU taken as unlimited.
 func (p fgd) Choose(n *NodeGPUs, d *Demand, candidates DeviceSet) DeviceSet {
 	return p.ChooseHost(n, unlimitedCPU, d, candidates)

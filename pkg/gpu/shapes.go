@@ -5,6 +5,8 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // ShapeWindow learns the typical pods of a live cluster from the pods the
@@ -25,6 +27,30 @@ type ShapeWindow struct {
 	pending int
 
 	typical atomic.Pointer[[]TypicalPod]
+
+	// seen holds the UIDs of pods already counted (ObservePod), cleared
+	// when it grows past maxSeen.
+	seen  sync.Map
+	nSeen atomic.Int64
+}
+
+// maxSeen bounds the set of pod UIDs remembered as counted.
+const maxSeen = 100_000
+
+// ObservePod counts a pod's shape once, however many times it is seen
+// (a pending pod is scheduled again and again).
+func (w *ShapeWindow) ObservePod(uid types.UID, d Demand) {
+	if w.halfLife <= 0 {
+		return
+	}
+	if _, seen := w.seen.LoadOrStore(uid, struct{}{}); seen {
+		return
+	}
+	if w.nSeen.Add(1) > maxSeen {
+		w.seen.Clear()
+		w.nSeen.Store(0)
+	}
+	w.Observe(d)
 }
 
 // recomputeEvery is how many observations pass between recomputations of

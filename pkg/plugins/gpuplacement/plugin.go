@@ -11,7 +11,6 @@ import (
 	"iter"
 	"slices"
 	"sync"
-	"sync/atomic"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -46,12 +45,8 @@ type GPUPlacement struct {
 	bindOrder sync.Once
 	binds     bool
 	// shapes is the distribution of pod shapes FGD measures fragmentation
-	// against; nil for other policies. observed holds the UIDs of pods
-	// already counted in it, so that a retried pod counts once; it is
-	// cleared when it grows past maxObserved.
-	shapes    *gpu.ShapeWindow
-	observed  sync.Map
-	nObserved atomic.Int64
+	// against, learned from the pods PreFilter sees; nil for other policies.
+	shapes *gpu.ShapeWindow
 	// reportedNodes maps a node name to the resourceVersion whose invalid GPU
 	// inventory was last reported in an event (see reportInvalidInventory).
 	reportedNodes sync.Map
@@ -160,7 +155,7 @@ func (p *GPUPlacement) PreFilter(ctx context.Context, state fwk.CycleState, pod 
 		demand.MilliCPU = podMilliCPU(pod)
 	}
 	if p.shapes != nil {
-		p.observe(pod, demand)
+		p.shapes.ObservePod(pod.UID, demand)
 	}
 	if demand.IsZero() {
 		if hostAware {
@@ -173,24 +168,13 @@ func (p *GPUPlacement) PreFilter(ctx context.Context, state fwk.CycleState, pod 
 	return nil, nil
 }
 
-// maxObserved bounds the set of pod UIDs remembered as counted.
-const maxObserved = 100_000
-
-// observe counts a pod's shape in the learned distribution, once per pod.
-func (p *GPUPlacement) observe(pod *v1.Pod, d gpu.Demand) {
-	if _, seen := p.observed.LoadOrStore(pod.UID, struct{}{}); seen {
-		return
-	}
-	if p.nObserved.Add(1) > maxObserved {
-		p.observed.Clear()
-		p.nObserved.Store(0)
-	}
-	p.shapes.Observe(d)
-}
-
 // podMilliCPU is the pod's CPU request as the scheduler scores it: a
 // container without a CPU request counts as 100m.
-func podMilliCPU(pod *v1.Pod) int64 {
+func podMilliCPU(pod *v1.Pod) int64 { return PodMilliCPU(pod) }
+
+// PodMilliCPU is a pod's CPU request in milli-CPU as the scheduler scores it,
+// a container without a CPU request counting 100m: the CPU of a pod shape.
+func PodMilliCPU(pod *v1.Pod) int64 {
 	requests := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{
 		NonMissingContainerRequests: v1.ResourceList{v1.ResourceCPU: *resource.NewMilliQuantity(100, resource.DecimalSI)},
 	})
