@@ -25,6 +25,7 @@ import (
 	kubeschedulerconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
 	kubeschedulerscheme "k8s.io/kubernetes/pkg/scheduler/apis/config/scheme"
 	kubeschedulervalidation "k8s.io/kubernetes/pkg/scheduler/apis/config/validation"
+	schedulernames "k8s.io/kubernetes/pkg/scheduler/framework/plugins/names"
 	"sigs.k8s.io/yaml"
 
 	gpuconfig "github.com/gpusched/gpusched/pkg/apis/config"
@@ -153,7 +154,9 @@ var strictCodecs = serializer.NewCodecFactory(kubeschedulerscheme.Scheme, serial
 type profileCheck int
 
 const (
-	// exampleProfiles: exactly the profiles of examples/gpusched-config.yaml.
+	// exampleProfiles: the profiles of examples/gpusched-config.yaml, but
+	// for their postFilter plugins, which say whether preemption runs
+	// (assertPreemption checks that).
 	exampleProfiles profileCheck = iota
 	// gpuPlacementProfile: a profile with GPUPlacement args, whatever else.
 	gpuPlacementProfile
@@ -202,13 +205,70 @@ func checkSchedulerConfig(t *testing.T, what string, raw []byte, profiles profil
 	return cfg
 }
 
+// profilesOf returns a configuration's profiles as YAML data, without
+// their postFilter plugins.
 func profilesOf(t *testing.T, raw []byte) any {
 	t.Helper()
-	var doc map[string]any
+	var doc struct{ Profiles []map[string]any }
 	if err := yaml.Unmarshal(raw, &doc); err != nil {
 		t.Fatal(err)
 	}
-	return doc["profiles"]
+	for _, p := range doc.Profiles {
+		if plugins, ok := p["plugins"].(map[string]any); ok {
+			delete(plugins, "postFilter")
+		}
+	}
+	return doc.Profiles
+}
+
+// preemptionEnabled says whether DefaultPreemption runs at PostFilter in a
+// decoded (defaulted) profile, as the scheduler's framework expands its
+// plugins: enabled at postFilter, or among the multiPoint plugins (the
+// defaults included) and not disabled at postFilter.
+func preemptionEnabled(p kubeschedulerconfig.KubeSchedulerProfile) bool {
+	has := func(plugins []kubeschedulerconfig.Plugin, names ...string) bool {
+		return slices.ContainsFunc(plugins, func(pl kubeschedulerconfig.Plugin) bool { return slices.Contains(names, pl.Name) })
+	}
+	if p.Plugins == nil {
+		return false
+	}
+	if has(p.Plugins.PostFilter.Enabled, schedulernames.DefaultPreemption) {
+		return true
+	}
+	return !has(p.Plugins.PostFilter.Disabled, schedulernames.DefaultPreemption, "*") &&
+		has(p.Plugins.MultiPoint.Enabled, schedulernames.DefaultPreemption)
+}
+
+// assertPreemption checks that DefaultPreemption runs, or not, in every
+// profile of cfg.
+func assertPreemption(t *testing.T, what string, cfg *kubeschedulerconfig.KubeSchedulerConfiguration, want bool) {
+	t.Helper()
+	for _, p := range cfg.Profiles {
+		if got := preemptionEnabled(p); got != want {
+			t.Errorf("%s: profile %s: DefaultPreemption enabled %v, want %v", what, p.SchedulerName, got, want)
+		}
+	}
+}
+
+// assertSameButPreemption checks that got and want differ in nothing but
+// their profiles' postFilter plugins.
+func assertSameButPreemption(t *testing.T, what string, got, want *kubeschedulerconfig.KubeSchedulerConfiguration) {
+	t.Helper()
+	strip := func(cfg *kubeschedulerconfig.KubeSchedulerConfiguration) kubeschedulerconfig.KubeSchedulerConfiguration {
+		c := *cfg
+		c.Profiles = slices.Clone(cfg.Profiles)
+		for i := range c.Profiles {
+			if c.Profiles[i].Plugins != nil {
+				plugins := *c.Profiles[i].Plugins
+				plugins.PostFilter = kubeschedulerconfig.PluginSet{}
+				c.Profiles[i].Plugins = &plugins
+			}
+		}
+		return c
+	}
+	if g, w := strip(got), strip(want); !reflect.DeepEqual(g, w) {
+		t.Errorf("%s: differs from the configuration without preemption in more than postFilter:\n%+v\nwant\n%+v", what, g, w)
+	}
 }
 
 // checkSchedulerDeployment checks what every gpusched Deployment must have:

@@ -3,11 +3,17 @@ package e2e
 import (
 	"context"
 	"io/fs"
+	"os"
+	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	rbacvalidation "k8s.io/component-helpers/auth/rbac/validation"
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpusched/gpusched/test/testcluster"
@@ -35,29 +41,34 @@ func rbacCluster(t *testing.T) (*testcluster.Cluster, string) {
 
 // TestDeployManifests applies every manifest in deploy/ to a real API server
 // with `kubectl apply --dry-run=server` (deploy/scheduler/ and
-// deploy/extender/ through their kustomizations, deploy/static-pod/ file by
-// file), checks the scheduler's configuration files the way the scheduler
-// reads them, and, with the RBAC objects applied for real, asks the API
-// server what gpusched may and may not do (`kubectl auth can-i`): as the
-// Deployment's ServiceAccount and as the static pod's user.
+// deploy/extender/ through their kustomizations, the preemption component
+// through an overlay of deploy/scheduler/, deploy/static-pod/ file by file),
+// checks the scheduler's configuration files the way the scheduler reads
+// them, and, with the RBAC objects applied for real, asks the API server
+// what gpusched may and may not do (`kubectl auth can-i`): as the
+// Deployment's ServiceAccount, without and with the preemption component,
+// and as the static pod's user.
 func TestDeployManifests(t *testing.T) {
 	c, kubectl := rbacCluster(t)
 	kc := "--kubeconfig=" + c.KubeconfigPath
 	covered := map[string]bool{}
 
-	for _, dir := range []string{"deploy/scheduler", "deploy/extender"} {
+	withPreemption := preemptionOverlay(t)
+	for _, dir := range []string{"deploy/scheduler", "deploy/extender", withPreemption} {
 		command(t, nil, kubectl, kc, "apply", "--dry-run=server", "-k", dir)
-		var k struct{ Resources []string }
-		if err := yaml.Unmarshal(readRepoFile(t, dir, "kustomization.yaml"), &k); err != nil {
-			t.Fatal(err)
-		}
-		covered[dir+"/kustomization.yaml"] = true
-		for _, r := range k.Resources {
-			covered[dir+"/"+r] = true
+	}
+	for _, dir := range []string{"deploy/scheduler", "deploy/extender", "deploy/scheduler/preemption"} {
+		for _, f := range kustomizationFiles(t, dir) {
+			covered[f] = true
 		}
 	}
 	objs := decodeObjects(t, command(t, nil, kubectl, "kustomize", "deploy/scheduler"))
-	checkSchedulerDeployment(t, objs, 2, exampleProfiles)
+	cfg := checkSchedulerDeployment(t, objs, 2, exampleProfiles)
+	assertPreemption(t, "deploy/scheduler", cfg, false)
+	preemptionObjs := decodeObjects(t, command(t, nil, kubectl, "kustomize", withPreemption))
+	preemptionCfg := checkSchedulerDeployment(t, preemptionObjs, 2, exampleProfiles)
+	assertPreemption(t, "deploy/scheduler with the preemption component", preemptionCfg, true)
+	assertSameButPreemption(t, "the preemption component's ConfigMap", preemptionCfg, cfg)
 
 	// Static pod: the pod and its config file, then its user's bindings.
 	command(t, nil, kubectl, kc, "apply", "--dry-run=server", "-f", "deploy/static-pod/gpusched.yaml")
@@ -67,10 +78,12 @@ func TestDeployManifests(t *testing.T) {
 	if configPath != "/etc/kubernetes/gpusched-config.yaml" {
 		t.Errorf("static pod --config=%s", configPath)
 	}
-	cfg := checkSchedulerConfig(t, "deploy/static-pod/gpusched-config.yaml", readRepoFile(t, "deploy", "static-pod", "gpusched-config.yaml"), exampleProfiles)
-	if cfg.ClientConnection.Kubeconfig != "/etc/kubernetes/scheduler.conf" || !cfg.LeaderElection.LeaderElect {
-		t.Errorf("static pod config: kubeconfig %q, leader election %v", cfg.ClientConnection.Kubeconfig, cfg.LeaderElection.LeaderElect)
+	staticCfg := checkSchedulerConfig(t, "deploy/static-pod/gpusched-config.yaml", readRepoFile(t, "deploy", "static-pod", "gpusched-config.yaml"), exampleProfiles)
+	if staticCfg.ClientConnection.Kubeconfig != "/etc/kubernetes/scheduler.conf" || !staticCfg.LeaderElection.LeaderElect {
+		t.Errorf("static pod config: kubeconfig %q, leader election %v", staticCfg.ClientConnection.Kubeconfig, staticCfg.LeaderElection.LeaderElect)
 	}
+	// The kube-scheduler's identity may delete pods: the static pod preempts.
+	assertPreemption(t, "deploy/static-pod/gpusched-config.yaml", staticCfg, true)
 	checkSchedulerConfig(t, "deploy/extender/scheduler-config.yaml", readRepoFile(t, "deploy", "extender", "scheduler-config.yaml"), extenderProfile)
 	covered["deploy/static-pod/gpusched.yaml"] = true
 	covered["deploy/static-pod/gpusched-config.yaml"] = true
@@ -78,15 +91,72 @@ func TestDeployManifests(t *testing.T) {
 	covered["deploy/extender/scheduler-config.yaml"] = true // the stock scheduler's, with gpusched's extender
 	assertEveryManifestCovered(t, covered)
 
+	// gpusched's cluster roles: a kube-scheduler's, less deleting pods.
+	var schedulerRole, gpuschedRole, preemptionRole rbacv1.ClusterRole
+	findObject(t, objs, "ClusterRole", "gpusched-kube-scheduler", &schedulerRole)
+	findObject(t, objs, "ClusterRole", "gpusched", &gpuschedRole)
+	findObject(t, preemptionObjs, "ClusterRole", "gpusched-preemption", &preemptionRole)
+	checkKubeSchedulerRole(t, c, "deploy/scheduler", slices.Concat(schedulerRole.Rules, gpuschedRole.Rules))
+	checkPreemptionRole(t, "deploy/scheduler/preemption", preemptionRole.Rules)
+
 	command(t, nil, kubectl, kc, "apply", "-f", "deploy/scheduler/serviceaccount.yaml",
 		"-f", "deploy/scheduler/role.yaml", "-f", "deploy/scheduler/rbac.yaml", "-f", "deploy/static-pod/rbac.yaml")
-	assertAccess(t, kubectl, kc, schedulerServiceAccount, schedulerNeeds, schedulerMustNot)
-	// The kube-scheduler's user also has the API server's
-	// system::leader-locking-kube-scheduler Role: every Lease in kube-system.
-	assertAccess(t, kubectl, kc, "system:kube-scheduler", schedulerNeeds, schedulerMustNot)
+	assertAccess(t, kubectl, kc, schedulerServiceAccount, schedulerNeeds, slices.Concat(preemptionNeeds, schedulerMustNot))
 	assertAccess(t, kubectl, kc, schedulerServiceAccount, nil, []access{
 		{"update", "leases.coordination.k8s.io/kube-controller-manager", "", "kube-system"},
+		{"update", "leases.coordination.k8s.io/kube-scheduler", "", "kube-system"},
+		{"create", "leases.coordination.k8s.io", "", "default"},
 	})
+	// The kube-scheduler's user has the API server's system:kube-scheduler
+	// role, which deletes pods, and its system::leader-locking-kube-scheduler
+	// Role: every Lease in kube-system.
+	assertAccess(t, kubectl, kc, "system:kube-scheduler", slices.Concat(schedulerNeeds, preemptionNeeds), schedulerMustNot)
+
+	command(t, nil, kubectl, kc, "apply", "-f", "deploy/scheduler/preemption/rbac.yaml")
+	assertAccess(t, kubectl, kc, schedulerServiceAccount, slices.Concat(schedulerNeeds, preemptionNeeds), schedulerMustNot)
+}
+
+// preemptionOverlay writes a kustomization of deploy/scheduler/ with the
+// deploy/scheduler/preemption component, as docs/install.md shows, and
+// returns its directory.
+func preemptionOverlay(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	// kustomize takes relative paths only.
+	rel, err := filepath.Rel(dir, filepath.Join(repoRoot(), "deploy", "scheduler"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rel = filepath.ToSlash(rel)
+	k := "resources:\n- " + rel + "\ncomponents:\n- " + rel + "/preemption\n"
+	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// kustomizationFiles returns the files a kustomization or component in dir
+// (relative to the repository) is made of: itself, its resources and its
+// patches.
+func kustomizationFiles(t *testing.T, dir string) []string {
+	t.Helper()
+	var k struct {
+		Resources []string
+		Patches   []struct{ Path string }
+	}
+	if err := yaml.Unmarshal(readRepoFile(t, dir, "kustomization.yaml"), &k); err != nil {
+		t.Fatal(err)
+	}
+	files := []string{dir + "/kustomization.yaml"}
+	for _, r := range k.Resources {
+		files = append(files, path.Join(dir, r))
+	}
+	for _, p := range k.Patches {
+		if p.Path != "" {
+			files = append(files, path.Join(dir, p.Path))
+		}
+	}
+	return files
 }
 
 // assertEveryManifestCovered fails for a YAML file under deploy/ that the
@@ -119,8 +189,8 @@ type access struct{ verb, resource, subresource, namespace string }
 
 // schedulerNeeds is what a kube-scheduler running gpusched does: read what
 // it schedules against, bind pods and write their status and events, patch
-// the assignment annotation, delete preemption victims, hold its Lease, and
-// authenticate requests to its secure port.
+// the assignment annotation, hold its Lease, and authenticate requests to
+// its secure port.
 var schedulerNeeds = []access{
 	{"watch", "pods", "", ""},
 	{"list", "nodes", "", ""},
@@ -132,10 +202,10 @@ var schedulerNeeds = []access{
 	{"list", "poddisruptionbudgets.policy", "", ""},
 	{"list", "replicasets.apps", "", ""},
 	{"list", "resourceslices.resource.k8s.io", "", ""},
+	{"update", "resourceclaims.resource.k8s.io", "status", "default"},
 	{"create", "pods", "binding", "default"},
 	{"patch", "pods", "status", "default"},
-	{"patch", "pods", "", "default"},  // the assignment annotation (PreBind)
-	{"delete", "pods", "", "default"}, // preemption evicts its victims by deleting them
+	{"patch", "pods", "", "default"}, // the assignment annotation (PreBind)
 	{"create", "events.events.k8s.io", "", "default"},
 	{"patch", "events.events.k8s.io", "", "default"},
 	{"create", "leases.coordination.k8s.io", "", "kube-system"},
@@ -146,7 +216,14 @@ var schedulerNeeds = []access{
 	{"create", "subjectaccessreviews.authorization.k8s.io", "", ""},
 }
 
-// schedulerMustNot are things no scheduler needs.
+// preemptionNeeds is what preemption adds: deleting its victims. gpusched's
+// ServiceAccount has it only when preemption is turned on.
+var preemptionNeeds = []access{
+	{"delete", "pods", "", "default"},
+	{"delete", "pods", "", "kube-system"},
+}
+
+// schedulerMustNot are things no scheduler needs, preemption or not.
 var schedulerMustNot = []access{
 	{"get", "secrets", "", "kube-system"},
 	{"list", "secrets", "", "default"},
@@ -159,6 +236,58 @@ var schedulerMustNot = []access{
 	{"get", "configmaps/kubeadm-config", "", "kube-system"},
 	{"create", "deployments.apps", "", "kube-system"},
 	{"create", "clusterrolebindings.rbac.authorization.k8s.io", "", ""},
+}
+
+// kubeSchedulerOmitted are the rules of the API server's system:kube-scheduler
+// role that gpusched's cluster roles leave out: deleting pods (preemption,
+// granted on its own), the kube-scheduler's Lease and creating Leases
+// anywhere (gpusched's Role has its own Lease), and LeaseCandidates
+// (coordinated leader election, off by default).
+var kubeSchedulerOmitted = []rbacv1.PolicyRule{
+	{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"delete"}},
+	{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"create"}},
+	{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, ResourceNames: []string{"kube-scheduler"}, Verbs: []string{"get", "update", "list", "watch"}},
+	{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leasecandidates"}, Verbs: []string{"*"}},
+}
+
+// gpuschedExtra is what gpusched needs beyond a kube-scheduler's cluster
+// role: patching the assignment annotation onto pods.
+var gpuschedExtra = []rbacv1.PolicyRule{
+	{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"patch"}},
+}
+
+// checkKubeSchedulerRole compares rules, gpusched's cluster-wide rules
+// (without preemption), with the system:kube-scheduler role of the running
+// API server: they must grant everything it does except kubeSchedulerOmitted,
+// and nothing beyond it except gpuschedExtra.
+func checkKubeSchedulerRole(t *testing.T, c *testcluster.Cluster, what string, rules []rbacv1.PolicyRule) {
+	t.Helper()
+	ks, err := c.Client.RbacV1().ClusterRoles().Get(context.Background(), "system:kube-scheduler", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, missing := rbacvalidation.Covers(slices.Concat(rules, kubeSchedulerOmitted), ks.Rules); !ok {
+		t.Errorf("%s: gpusched's cluster roles lack what system:kube-scheduler grants: %v", what, missing)
+	}
+	if ok, extra := rbacvalidation.Covers(slices.Concat(ks.Rules, gpuschedExtra), rules); !ok {
+		t.Errorf("%s: gpusched's cluster roles grant more than system:kube-scheduler and the annotation patch: %v", what, extra)
+	}
+	if ok, _ := rbacvalidation.Covers(rules, kubeSchedulerOmitted[:1]); ok {
+		t.Errorf("%s: gpusched's cluster roles delete pods without preemption turned on", what)
+	}
+}
+
+// checkPreemptionRole checks that the role preemption adds grants deleting
+// pods and nothing else.
+func checkPreemptionRole(t *testing.T, what string, rules []rbacv1.PolicyRule) {
+	t.Helper()
+	deletePods := kubeSchedulerOmitted[:1]
+	if ok, extra := rbacvalidation.Covers(deletePods, rules); !ok {
+		t.Errorf("%s: the preemption role grants more than deleting pods: %v", what, extra)
+	}
+	if ok, _ := rbacvalidation.Covers(rules, deletePods); !ok {
+		t.Errorf("%s: the preemption role does not grant deleting pods", what)
+	}
 }
 
 // assertAccess asks the API server, impersonating user, whether each of

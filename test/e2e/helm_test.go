@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	kubeschedulerconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
 	"sigs.k8s.io/yaml"
@@ -18,12 +19,13 @@ import (
 // helmInstall is how .ci/run installs helm (see also `make tools`).
 const helmInstall = "GOBIN=$PWD/bin go install helm.sh/helm/v3/cmd/helm@v3.22.0"
 
-// TestHelmChart lints charts/gpusched, renders it with its defaults and with
-// every value changed, applies both renderings with
-// `kubectl apply --dry-run=server`, checks the Deployment and the scheduler
-// configuration they carry, applies the default RBAC for real and asks the
-// API server what the chart's ServiceAccount may do, and checks that bad
-// values are refused with a message naming the value.
+// TestHelmChart lints charts/gpusched, renders it with its defaults, with
+// preemption.enabled and with every value changed, applies the renderings
+// with `kubectl apply --dry-run=server`, checks the Deployment and the
+// scheduler configuration they carry, applies the RBAC for real (without,
+// then with preemption) and asks the API server what the chart's
+// ServiceAccount may do, and checks that bad values are refused with a
+// message naming the value.
 func TestHelmChart(t *testing.T) {
 	helm := findTool(t, "helm", "HELM", helmInstall)
 	command(t, nil, helm, "lint", "--strict", "charts/gpusched")
@@ -33,9 +35,34 @@ func TestHelmChart(t *testing.T) {
 	defaults := command(t, nil, helm, "template", "gpusched", "charts/gpusched", "--namespace=kube-system")
 	command(t, defaults, kubectl, kc, "apply", "--dry-run=server", "-f", "-")
 	objs := decodeObjects(t, defaults)
-	checkSchedulerDeployment(t, objs, 2, exampleProfiles)
+	defaultCfg := checkSchedulerDeployment(t, objs, 2, exampleProfiles)
+	assertPreemption(t, "chart defaults", defaultCfg, false)
+	var role rbacv1.ClusterRole
+	findObject(t, objs, "ClusterRole", "gpusched", &role)
+	checkKubeSchedulerRole(t, c, "chart defaults", role.Rules)
+	if slices.ContainsFunc(objs, func(o *unstructured.Unstructured) bool { return o.GetName() == "gpusched-preemption" }) {
+		t.Error("chart defaults: the preemption role is rendered")
+	}
 	command(t, rbacOnly(t, objs), kubectl, kc, "apply", "-f", "-")
-	assertAccess(t, kubectl, kc, schedulerServiceAccount, schedulerNeeds, schedulerMustNot)
+	assertAccess(t, kubectl, kc, schedulerServiceAccount, schedulerNeeds, slices.Concat(preemptionNeeds, schedulerMustNot))
+	assertAccess(t, kubectl, kc, schedulerServiceAccount, nil, []access{
+		{"update", "leases.coordination.k8s.io/kube-scheduler", "", "kube-system"},
+		{"create", "leases.coordination.k8s.io", "", "default"},
+	})
+
+	// preemption.enabled: the same release with DefaultPreemption and the
+	// permission to delete pods.
+	preemption := command(t, nil, helm, "template", "gpusched", "charts/gpusched", "--namespace=kube-system", "--set=preemption.enabled=true")
+	command(t, preemption, kubectl, kc, "apply", "--dry-run=server", "-f", "-")
+	objs = decodeObjects(t, preemption)
+	preemptionCfg := checkSchedulerDeployment(t, objs, 2, exampleProfiles)
+	assertPreemption(t, "preemption.enabled=true", preemptionCfg, true)
+	assertSameButPreemption(t, "preemption.enabled=true", preemptionCfg, defaultCfg)
+	var preemptionRole rbacv1.ClusterRole
+	findObject(t, objs, "ClusterRole", "gpusched-preemption", &preemptionRole)
+	checkPreemptionRole(t, "preemption.enabled=true", preemptionRole.Rules)
+	command(t, rbacOnly(t, objs), kubectl, kc, "apply", "-f", "-")
+	assertAccess(t, kubectl, kc, schedulerServiceAccount, slices.Concat(schedulerNeeds, preemptionNeeds), schedulerMustNot)
 
 	values := filepath.Join(t.TempDir(), "values.yaml")
 	if err := os.WriteFile(values, []byte(customValues), 0o600); err != nil {
@@ -56,6 +83,7 @@ func TestHelmChart(t *testing.T) {
 	if slices.ContainsFunc(p.Plugins.Bind.Enabled, func(pl kubeschedulerconfig.Plugin) bool { return pl.Name == "GPUPlacement" }) {
 		t.Error("GPUPlacement binds with plugin.bind=false")
 	}
+	assertPreemption(t, "custom values", cfg, true)
 	for _, pc := range p.PluginConfig {
 		if args, ok := pc.Args.(*gpuconfig.GPUPlacementArgs); ok {
 			s := args.ScoringStrategy
@@ -77,6 +105,7 @@ func TestHelmChart(t *testing.T) {
 		{"plugin.scoringStrategy.resources[0].name=nvidia.com/mig", "/plugin/scoringStrategy/resources/0/name"},
 		{"plugin.scoringStrategy.type=Best Fit", "/plugin/scoringStrategy/type"},
 		{"replicas=0", "/replicas"},
+		{"preemption.enabled=yes", "/preemption/enabled"},
 		{"schedulerName=GPU_Sched", "/schedulerName"},
 		{"leaderElection.enabled=false", "leaderElection.enabled=false with replicas=2"},
 	} {
@@ -104,6 +133,8 @@ plugin:
       weight: 3
     - name: gpusched.io/gpu-memory
       weight: 1
+preemption:
+  enabled: true
 leaderElection:
   resourceName: team-lease
 logVerbosity: 4
