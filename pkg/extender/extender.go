@@ -275,6 +275,21 @@ func (e *Extender) Prioritize(ctx context.Context, args *extenderv1.ExtenderArgs
 		}
 		lo, hi = min(lo, cands[i].score), max(hi, cands[i].score)
 	}
+	if _, ok := e.policy.(gpu.OrdinalPolicy); ok {
+		var raw []int64
+		for i := range cands {
+			if cands[i].node != nil {
+				raw = append(raw, cands[i].score)
+			}
+		}
+		ranked := gpu.RankScale(raw, extenderv1.MaxExtenderPriority)
+		for i := range cands {
+			if cands[i].node != nil {
+				out[i].Score, ranked = ranked[0], ranked[1:]
+			}
+		}
+		return out
+	}
 	for i := range cands {
 		if cands[i].node != nil {
 			out[i].Score = gpu.Rescale(cands[i].score, lo, hi, extenderv1.MaxExtenderPriority)

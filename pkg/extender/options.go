@@ -163,8 +163,11 @@ func (o *Options) Validate() error {
 // FGD learns its pod shapes from the pods the extender is asked to filter,
 // with the plugin's default half-life.
 func (o *Options) NewPolicy() (gpu.Policy, error) {
-	if gpu.PolicyType(o.Policy) == gpu.PolicyFGD {
+	switch gpu.PolicyType(o.Policy) {
+	case gpu.PolicyFGD:
 		return gpu.NewFGD(gpu.NewShapeWindow(configv1.DefaultHalfLifePods, nil)), nil
+	case gpu.PolicyFragFit:
+		return gpu.NewFragFit(gpu.NewShapeWindow(configv1.DefaultHalfLifePods, nil)), nil
 	}
 	return gpu.NewPolicy(gpu.PolicyType(o.Policy), gpu.Weights{GPU: o.GPUWeight, Memory: o.MemoryWeight})
 }

@@ -27,6 +27,9 @@ type Demand struct {
 	// MilliCPU is the pod's CPU request, which host-aware policies weigh
 	// (see HostPolicy). The front end fills it in; DemandFromPod leaves it 0.
 	MilliCPU int64
+	// HostMemoryMiB is the pod's memory request in MiB, which FragFit weighs
+	// (the front end fills it in, as MilliCPU).
+	HostMemoryMiB int64
 }
 
 // IsZero reports whether the pod asks for no GPU at all.

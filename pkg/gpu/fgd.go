@@ -28,7 +28,10 @@ type fgd struct{ shapes Shapes }
 // ShapesOf returns the shapes a fragmentation-aware policy measures
 // against, or nil for another policy.
 func ShapesOf(p Policy) Shapes {
-	if f, ok := p.(fgd); ok {
+	switch f := p.(type) {
+	case fgd:
+		return f.shapes
+	case fragFit:
 		return f.shapes
 	}
 	return nil
@@ -50,14 +53,14 @@ func (p fgd) ChooseHost(n *NodeGPUs, h Host, d *Demand, candidates DeviceSet) De
 	}
 	typical := p.shapes.Typical()
 	free := freeOf(n)
-	before := n.fragmentOf(free[:n.Len()], h.FreeMilliCPU, typical)
+	before := n.fragmentOf(free[:n.Len()], hostFree{h.FreeMilliCPU, unlimited}, typical)
 	best, bestScore := -1, int64(-1)
 	for i := range n.Used {
 		if !candidates.Has(i) {
 			continue
 		}
 		free[i] -= d.Milli
-		after := n.fragmentOf(free[:n.Len()], h.FreeMilliCPU-d.MilliCPU, typical)
+		after := n.fragmentOf(free[:n.Len()], hostFree{h.FreeMilliCPU - d.MilliCPU, unlimited}, typical)
 		free[i] += d.Milli
 		if s := fgdScore(before, after); s > bestScore {
 			best, bestScore = i, s
@@ -76,13 +79,13 @@ func (p fgd) Score(n *NodeGPUs, d *Demand, chosen DeviceSet) int64 {
 func (p fgd) ScoreHost(n *NodeGPUs, h Host, d *Demand, chosen DeviceSet) int64 {
 	typical := p.shapes.Typical()
 	free := freeOf(n)
-	before := n.fragmentOf(free[:n.Len()], h.FreeMilliCPU, typical)
+	before := n.fragmentOf(free[:n.Len()], hostFree{h.FreeMilliCPU, unlimited}, typical)
 	for i := range n.Used {
 		if chosen.Has(i) {
 			free[i] -= d.Milli
 		}
 	}
-	after := n.fragmentOf(free[:n.Len()], h.FreeMilliCPU-d.MilliCPU, typical)
+	after := n.fragmentOf(free[:n.Len()], hostFree{h.FreeMilliCPU - d.MilliCPU, unlimited}, typical)
 	return fgdScore(before, after) * refScale
 }
 

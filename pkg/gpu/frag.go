@@ -2,6 +2,7 @@ package gpu
 
 import (
 	"cmp"
+	"math"
 	"slices"
 )
 
@@ -76,11 +77,25 @@ func (n *NodeGPUs) Fragment(freeMilliCPU int64, typical []TypicalPod) float64 {
 	for i := range n.Used {
 		free[i] = n.FreeMilli(i)
 	}
-	return n.fragmentOf(free[:n.Len()], freeMilliCPU, typical)
+	return n.fragmentOf(free[:n.Len()], hostFree{freeMilliCPU, unlimited}, typical)
 }
 
+// FragmentWithMemory is Fragment where a typical pod also needs its host
+// memory (Demand.HostMemoryMiB) among the node's free memory.
+func (n *NodeGPUs) FragmentWithMemory(freeMilliCPU, freeMemoryMiB int64, typical []TypicalPod) float64 {
+	free := freeOf(n)
+	return n.fragmentOf(free[:n.Len()], hostFree{freeMilliCPU, freeMemoryMiB}, typical)
+}
+
+// hostFree is a node's free CPU and host memory, as far as typical pods are
+// checked against them.
+type hostFree struct{ milliCPU, memoryMiB int64 }
+
+// unlimited stands for a resource that is not checked.
+const unlimited = math.MaxInt64 / 4
+
 // fragmentOf is Fragment for the node's GPUs with the given free milli-GPU.
-func (n *NodeGPUs) fragmentOf(free []int64, freeMilliCPU int64, typical []TypicalPod) float64 {
+func (n *NodeGPUs) fragmentOf(free []int64, hf hostFree, typical []TypicalPod) float64 {
 	var total int64
 	for _, f := range free {
 		total += f
@@ -90,14 +105,14 @@ func (n *NodeGPUs) fragmentOf(free []int64, freeMilliCPU int64, typical []Typica
 	}
 	var sum float64
 	for i := range typical {
-		sum += typical[i].Weight * float64(n.fragmentFor(free, freeMilliCPU, &typical[i].Demand, total))
+		sum += typical[i].Weight * float64(n.fragmentFor(free, hf, &typical[i].Demand, total))
 	}
 	return sum
 }
 
 // fragmentFor is the free milli-GPU one pod shape could not use on the node.
-func (n *NodeGPUs) fragmentFor(free []int64, freeMilliCPU int64, d *Demand, total int64) int64 {
-	if d.IsZero() || d.MilliCPU > freeMilliCPU || !n.allowsAny(d) {
+func (n *NodeGPUs) fragmentFor(free []int64, hf hostFree, d *Demand, total int64) int64 {
+	if d.IsZero() || d.MilliCPU > hf.milliCPU || d.HostMemoryMiB > hf.memoryMiB || !n.allowsAny(d) {
 		return total
 	}
 	var fitting int

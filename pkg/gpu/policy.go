@@ -32,7 +32,7 @@ const (
 )
 
 // PolicyTypes lists every PolicyType, for validation messages.
-var PolicyTypes = []PolicyType{PolicyBestFit, PolicySpread, PolicyPacking, PolicyFGD,
+var PolicyTypes = []PolicyType{PolicyBestFit, PolicySpread, PolicyPacking, PolicyFGD, PolicyFragFit,
 	PolicyRandom, PolicyDotProd, PolicyGpuClustering, PolicyGpuPacking, PolicyBestFitCPUGPU}
 
 // Weights weigh the resources a policy scores: GPU compute (milli-GPU) and
@@ -58,8 +58,8 @@ func NewPolicy(t PolicyType, w Weights) (Policy, error) {
 		return spread{w}, nil
 	case PolicyPacking:
 		return packing{bestFit{w}}, nil
-	case PolicyFGD:
-		return nil, fmt.Errorf("policy %s measures fragmentation against a distribution of pod shapes: build it with NewFGD", t)
+	case PolicyFGD, PolicyFragFit:
+		return nil, fmt.Errorf("policy %s measures fragmentation against a distribution of pod shapes: build it with NewFGD or NewFragFit", t)
 	case PolicyRandom:
 		return randomPolicy{}, nil
 	case PolicyDotProd:

@@ -38,6 +38,9 @@ const (
 type Host struct {
 	// FreeMilliCPU is the node's allocatable CPU minus its pods' requests.
 	FreeMilliCPU int64
+	// FreeMemoryMiB is the node's allocatable memory minus its pods'
+	// requests; 0 means unknown (not checked).
+	FreeMemoryMiB int64
 	// MaxMilliCPU and MaxGPUs are the largest CPU and GPU capacities of any
 	// node in the cluster; 0 means this node's own.
 	MaxMilliCPU int64
@@ -51,6 +54,26 @@ type Host struct {
 type HostPolicy interface {
 	Policy
 	ScoreHost(n *NodeGPUs, h Host, d *Demand, chosen DeviceSet) int64
+}
+
+// free is what typical pods are checked against on the node: its CPU, and
+// its memory when known.
+func (h Host) free() hostFree {
+	hf := hostFree{h.FreeMilliCPU, h.FreeMemoryMiB}
+	if hf.memoryMiB == 0 {
+		hf.memoryMiB = unlimited
+	}
+	return hf
+}
+
+// after is free once d is placed.
+func (h Host) after(d *Demand) hostFree {
+	hf := h.free()
+	hf.milliCPU -= d.MilliCPU
+	if hf.memoryMiB != unlimited {
+		hf.memoryMiB -= d.HostMemoryMiB
+	}
+	return hf
 }
 
 // refScale turns a reference score in 0..100 into 0..MaxScore.

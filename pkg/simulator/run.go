@@ -17,6 +17,7 @@ import (
 
 	"github.com/gpusched/gpusched/pkg/apis/config"
 	"github.com/gpusched/gpusched/pkg/gpu"
+	"github.com/gpusched/gpusched/pkg/plugins/gpuplacement"
 )
 
 // Options is one simulation: a cluster, a workload, the profiles to compare
@@ -245,6 +246,7 @@ func typicalPods(pods []TracePod) []gpu.TypicalPod {
 			continue
 		}
 		d.MilliCPU = nonZeroMilliCPU(p.Pod)
+		d.HostMemoryMiB = gpuplacement.PodMemoryMiB(p.Pod)
 		demands = append(demands, d)
 	}
 	return gpu.TypicalPods(demands)
@@ -274,14 +276,15 @@ func sortBy[T any, K cmp.Ordered](s []T, key func(T) K) {
 // kept as it is.
 func withWorkloadShapes(p Profile, typical []gpu.TypicalPod) Profile {
 	args := findGPUPlacementArgs(p.Profile)
-	if args == nil || args.ScoringStrategy.Type != config.FGD || len(args.Fragmentation.TypicalPods) > 0 {
+	fragAware := args != nil && (args.ScoringStrategy.Type == config.FGD || args.ScoringStrategy.Type == config.FragFit)
+	if !fragAware || len(args.Fragmentation.TypicalPods) > 0 {
 		return p
 	}
 	p.Profile = p.Profile.DeepCopy()
 	args = findGPUPlacementArgs(p.Profile)
 	args.Fragmentation.HalfLifePods = 0
 	for _, t := range typical {
-		sh := config.PodShape{MilliCPU: t.Demand.MilliCPU, GPUs: int32(t.Demand.Count), Models: t.Demand.Models,
+		sh := config.PodShape{MilliCPU: t.Demand.MilliCPU, MemoryMiB: t.Demand.HostMemoryMiB, GPUs: int32(t.Demand.Count), Models: t.Demand.Models,
 			Weight: max(1, int64(math.Round(t.Weight*1e6)))}
 		if sh.GPUs > 0 {
 			sh.MilliGPU = t.Demand.Milli

@@ -31,8 +31,9 @@ type Fragmentation struct {
 
 // PodShape is one shape of pod and its relative weight.
 type PodShape struct {
-	MilliCPU int64
-	GPUs     int32
+	MilliCPU  int64
+	MemoryMiB int64
+	GPUs      int32
 	// MilliGPU is per GPU: 1000 for whole GPUs, 1..999 for a share of one.
 	MilliGPU int64
 	Models   []string
@@ -51,6 +52,7 @@ const (
 	// The FGD paper's reference policies, for comparison in the simulator
 	// (and usable in production like any other policy).
 	FGD           ScoringStrategyType = "FGD"
+	FragFit       ScoringStrategyType = "FragFit"
 	Random        ScoringStrategyType = "Random"
 	DotProd       ScoringStrategyType = "DotProd"
 	GpuClustering ScoringStrategyType = "GpuClustering"

@@ -75,9 +75,14 @@ func New(_ context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error
 		return nil, err
 	}
 	p := &GPUPlacement{handle: h, ledger: gpu.NewLedger()}
-	if args.ScoringStrategy.Type == config.FGD {
+	switch args.ScoringStrategy.Type {
+	case config.FGD:
 		p.shapes = NewShapeWindow(&args.Fragmentation)
 		p.policy = gpu.NewFGD(p.shapes)
+		return p, nil
+	case config.FragFit:
+		p.shapes = NewShapeWindow(&args.Fragmentation)
+		p.policy = gpu.NewFragFit(p.shapes)
 		return p, nil
 	}
 	if p.policy, err = PolicyFromArgs(args); err != nil {
@@ -91,7 +96,7 @@ func New(_ context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error
 func NewShapeWindow(f *config.Fragmentation) *gpu.ShapeWindow {
 	seed := make([]gpu.TypicalPod, 0, len(f.TypicalPods))
 	for _, sh := range f.TypicalPods {
-		d := gpu.Demand{Count: int(sh.GPUs), Milli: sh.MilliGPU, Models: sh.Models, MilliCPU: sh.MilliCPU}
+		d := gpu.Demand{Count: int(sh.GPUs), Milli: sh.MilliGPU, Models: sh.Models, MilliCPU: sh.MilliCPU, HostMemoryMiB: sh.MemoryMiB}
 		seed = append(seed, gpu.TypicalPod{Demand: d, Weight: float64(sh.Weight)})
 	}
 	return gpu.NewShapeWindow(f.HalfLifePods, seed)
@@ -153,6 +158,7 @@ func (p *GPUPlacement) PreFilter(ctx context.Context, state fwk.CycleState, pod 
 	_, hostAware := p.policy.(gpu.HostPolicy)
 	if hostAware {
 		demand.MilliCPU = podMilliCPU(pod)
+		demand.HostMemoryMiB = PodMemoryMiB(pod)
 	}
 	if p.shapes != nil {
 		p.shapes.ObservePod(pod.UID, demand)
@@ -171,6 +177,12 @@ func (p *GPUPlacement) PreFilter(ctx context.Context, state fwk.CycleState, pod 
 // podMilliCPU is the pod's CPU request as the scheduler scores it: a
 // container without a CPU request counts as 100m.
 func podMilliCPU(pod *v1.Pod) int64 { return PodMilliCPU(pod) }
+
+// PodMemoryMiB is a pod's memory request in MiB.
+func PodMemoryMiB(pod *v1.Pod) int64 {
+	requests := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
+	return requests.Memory().Value() >> 20
+}
 
 // PodMilliCPU is a pod's CPU request in milli-CPU as the scheduler scores it,
 // a container without a CPU request counting 100m: the CPU of a pod shape.
@@ -315,6 +327,7 @@ func hostOf(state fwk.CycleState, nodeInfo fwk.NodeInfo) gpu.Host {
 		host = data.(*hostState).host
 	}
 	host.FreeMilliCPU = nodeInfo.GetAllocatable().GetMilliCPU() - nodeInfo.GetRequested().GetMilliCPU()
+	host.FreeMemoryMiB = (nodeInfo.GetAllocatable().GetMemory() - nodeInfo.GetRequested().GetMemory()) >> 20
 	return host
 }
 
@@ -322,9 +335,19 @@ func hostOf(state fwk.CycleState, nodeInfo fwk.NodeInfo) gpu.Host {
 func (p *GPUPlacement) ScoreExtensions() fwk.ScoreExtensions { return p }
 
 // NormalizeScore rescales engine scores to 0..100, min-max over the feasible
-// nodes (gpu.Rescale).
+// nodes (gpu.Rescale), or by rank for an ordinal policy (gpu.RankScale).
 func (p *GPUPlacement) NormalizeScore(ctx context.Context, state fwk.CycleState, pod *v1.Pod, scores fwk.NodeScoreList) *fwk.Status {
 	if len(scores) == 0 {
+		return nil
+	}
+	if _, ok := p.policy.(gpu.OrdinalPolicy); ok {
+		raw := make([]int64, len(scores))
+		for i := range scores {
+			raw[i] = scores[i].Score
+		}
+		for i, s := range gpu.RankScale(raw, fwk.MaxNodeScore) {
+			scores[i].Score = s
+		}
 		return nil
 	}
 	lo, hi := scores[0].Score, scores[0].Score

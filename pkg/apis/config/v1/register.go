@@ -39,7 +39,7 @@ func Convert_v1_GPUPlacementArgs_To_config_GPUPlacementArgs(in *GPUPlacementArgs
 		}
 		for _, sh := range f.TypicalPods {
 			out.Fragmentation.TypicalPods = append(out.Fragmentation.TypicalPods, config.PodShape{
-				MilliCPU: sh.MilliCPU, GPUs: sh.GPUs, MilliGPU: sh.MilliGPU, Models: append([]string(nil), sh.Models...), Weight: sh.Weight})
+				MilliCPU: sh.MilliCPU, MemoryMiB: sh.MemoryMiB, GPUs: sh.GPUs, MilliGPU: sh.MilliGPU, Models: append([]string(nil), sh.Models...), Weight: sh.Weight})
 		}
 	}
 	if in.ScoringStrategy == nil {
@@ -67,6 +67,6 @@ func Convert_config_GPUPlacementArgs_To_v1_GPUPlacementArgs(in *config.GPUPlacem
 	out.Fragmentation = &Fragmentation{HalfLifePods: &h}
 	for _, sh := range in.Fragmentation.TypicalPods {
 		out.Fragmentation.TypicalPods = append(out.Fragmentation.TypicalPods, PodShape{
-			MilliCPU: sh.MilliCPU, GPUs: sh.GPUs, MilliGPU: sh.MilliGPU, Models: append([]string(nil), sh.Models...), Weight: sh.Weight})
+			MilliCPU: sh.MilliCPU, MemoryMiB: sh.MemoryMiB, GPUs: sh.GPUs, MilliGPU: sh.MilliGPU, Models: append([]string(nil), sh.Models...), Weight: sh.Weight})
 	}
 }

@@ -38,6 +38,9 @@ type Fragmentation struct {
 type PodShape struct {
 	// MilliCPU is the pod's CPU request in milli-CPU.
 	MilliCPU int64 `json:"milliCPU"`
+	// MemoryMiB is the pod's memory request in MiB; FragFit keeps room for
+	// it, FGD does not look at memory.
+	MemoryMiB int64 `json:"memoryMiB,omitempty"`
 	// GPUs is the number of GPUs; 0 for a pod without GPUs.
 	GPUs int32 `json:"gpus"`
 	// MilliGPU is per GPU: 1000 for whole GPUs, 1..999 for a share of one

@@ -12,7 +12,7 @@ const MaxWeight = 100
 
 var (
 	strategyTypes = []string{string(config.BestFit), string(config.Spread), string(config.Packing),
-		string(config.FGD), string(config.Random), string(config.DotProd), string(config.GpuClustering), string(config.GpuPacking), string(config.BestFitCPUGPU)}
+		string(config.FGD), string(config.FragFit), string(config.Random), string(config.DotProd), string(config.GpuClustering), string(config.GpuPacking), string(config.BestFitCPUGPU)}
 	resourceNames = []string{config.ResourceGPU, config.ResourceGPUMemory}
 )
 
@@ -56,6 +56,9 @@ func validateFragmentation(path *field.Path, f *config.Fragmentation) field.Erro
 		p := path.Child("typicalPods").Index(i)
 		if sh.MilliCPU < 0 {
 			errs = append(errs, field.Invalid(p.Child("milliCPU"), sh.MilliCPU, "must be 0 or more"))
+		}
+		if sh.MemoryMiB < 0 {
+			errs = append(errs, field.Invalid(p.Child("memoryMiB"), sh.MemoryMiB, "must be 0 or more"))
 		}
 		if sh.GPUs < 0 || sh.GPUs > 64 {
 			errs = append(errs, field.Invalid(p.Child("gpus"), sh.GPUs, "must be from 0 to 64"))

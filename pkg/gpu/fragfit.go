@@ -1,0 +1,106 @@
+package gpu
+
+import (
+	"math"
+	"slices"
+)
+
+// PolicyFragFit is gpusched's fragmentation-aware policy: FGD's measure with
+// exact comparisons and best-fit to settle what fragmentation leaves equal.
+// See docs/policies.md.
+const PolicyFragFit PolicyType = "FragFit"
+
+// NewFragFit returns the FragFit policy over the given typical pods.
+func NewFragFit(shapes Shapes) Policy { return fragFit{shapes} }
+
+type fragFit struct{ shapes Shapes }
+
+// OrdinalPolicy is a policy whose scores order nodes and mean nothing more:
+// front ends rescale them by rank (RankScale), not min-max, so that the
+// order survives the rescaling to a few levels.
+type OrdinalPolicy interface {
+	Ordinal()
+}
+
+func (fragFit) Ordinal() {}
+
+func (p fragFit) Choose(n *NodeGPUs, d *Demand, candidates DeviceSet) DeviceSet {
+	return p.ChooseHost(n, unlimitedCPU, d, candidates)
+}
+
+// ChooseHost puts a share on the GPU whose use grows the node's fragment
+// least, then the tightest such GPU, then the lowest; whole GPUs as BestFit
+// places them, inside one interconnect group when it can.
+func (p fragFit) ChooseHost(n *NodeGPUs, h Host, d *Demand, candidates DeviceSet) DeviceSet {
+	if !d.IsShare() {
+		return chooseWhole(n, d.Count, candidates)
+	}
+	typical := p.shapes.Typical()
+	free := freeOf(n)
+	best, bestF, bestFree := -1, math.Inf(1), int64(0)
+	for i := range n.Used {
+		if !candidates.Has(i) {
+			continue
+		}
+		free[i] -= d.Milli
+		f := n.fragmentOf(free[:n.Len()], h.after(d), typical)
+		left := free[i]
+		free[i] += d.Milli
+		if f < bestF-fragEpsilon || (f < bestF+fragEpsilon && left < bestFree) {
+			best, bestF, bestFree = i, f, left
+		}
+	}
+	return 1 << uint(best)
+}
+
+// fragEpsilon is the difference in fragment (milli-GPU) below which two
+// placements count as equal.
+const fragEpsilon = 1e-6
+
+func (p fragFit) Score(n *NodeGPUs, d *Demand, chosen DeviceSet) int64 {
+	return p.ScoreHost(n, unlimitedCPU, d, chosen)
+}
+
+// ScoreHost orders placements first by FGD's level of the fragment's change,
+// int(100 × sigmoid((F_before − F_after)/1000)), with F counting a typical
+// pod's host memory as well as its CPU; then, among equal levels, by the
+// free GPU and CPU the node keeps, least first (best fit), each normalized by
+// the largest node's: score = level << 20 + fit, fit in 0..2^20−1.
+//
+// The levels are coarse on purpose: ranking placements by the exact change
+// in fragment does worse (greedy on a measure of the next pod only), and
+// best-fit among near-equal placements packs what the measure cannot tell
+// apart — pods without GPUs onto nodes whose GPUs are taken, whole GPUs onto
+// the fullest nodes — instead of leaving it to the scheduler's tie-break.
+func (p fragFit) ScoreHost(n *NodeGPUs, h Host, d *Demand, chosen DeviceSet) int64 {
+	typical := p.shapes.Typical()
+	free := freeOf(n)
+	before := n.fragmentOf(free[:n.Len()], h.free(), typical)
+	var freeGPU int64
+	for i := range n.Used {
+		if chosen.Has(i) {
+			free[i] -= d.Milli
+		}
+		freeGPU += free[i]
+	}
+	after := n.fragmentOf(free[:n.Len()], h.after(d), typical)
+	fragLevel := fgdScore(before, after)
+	maxCPU, maxGPU := h.maxima(n)
+	left := 0.5*float64(max(0, h.FreeMilliCPU-d.MilliCPU))/float64(maxCPU) + 0.5*float64(freeGPU)/float64(maxGPU)
+	fitLevel := int64((1 - min(1, left)) * float64(1<<20-1))
+	return fragLevel<<20 + fitLevel
+}
+
+// RankScale rescales scores by rank: the highest distinct score gets maxOut,
+// the next maxOut−1, and so on down to 0. Equal scores stay equal.
+func RankScale(scores []int64, maxOut int64) []int64 {
+	distinct := slices.Clone(scores)
+	slices.Sort(distinct)
+	distinct = slices.Compact(distinct)
+	out := make([]int64, len(scores))
+	for i, s := range scores {
+		rank, _ := slices.BinarySearch(distinct, s)
+		out[i] = max(0, maxOut-int64(len(distinct)-1-rank))
+	}
+	return out
+}

@@ -1,0 +1,72 @@
+package gpu_test
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/gpusched/gpusched/pkg/gpu"
+	gt "github.com/gpusched/gpusched/pkg/gpu/gputest"
+)
+
+func TestFragFitScore(t *testing.T) {
+	two := gt.MakeGPUNode("n").GFD("T4", 2, 0)
+	p := gpu.NewFragFit(halfWholeHalfShare).(gpu.HostPolicy)
+	// The largest node: 16 CPUs, 2 GPUs (2000 milli-GPU).
+	host := gpu.Host{FreeMilliCPU: 16000, MaxMilliCPU: 16000, MaxGPUs: 2}
+	tests := []struct {
+		name   string
+		node   *gpu.NodeGPUs
+		demand gpu.Demand
+		want   int64
+	}{
+		// Level as FGD's: 43 (see TestFGDScore). Fit: ½·16000/16000 + ½·1500/2000
+		// = 0.875 left, int(0.125 × (2^20 − 1)) = 131071. 43·2^20 + 131071.
+		{name: "share splits an idle GPU", node: nodeWithPods(t, two), demand: gpu.Demand{Count: 1, Milli: 500},
+			want: 43<<20 + 131071},
+		// Level 56. Fit: ½·1 + ½·1000/2000 = 0.75 left, int(0.25 × (2^20 − 1)) = 262143.
+		{name: "share fills a half-used GPU", node: nodeWithPods(t, two, gpu.Assignment{Devices: []int{0}, Milli: 500}),
+			demand: gpu.Demand{Count: 1, Milli: 500}, want: 56<<20 + 262143},
+		// A pod without GPUs takes 8 CPUs: both shapes need no CPU, F stays 0:
+		// level 50. Fit: ½·8000/16000 + ½·2000/2000 = 0.75 left → 262143.
+		{name: "CPU-only pod", node: nodeWithPods(t, two), demand: gpu.Demand{MilliCPU: 8000},
+			want: 50<<20 + 262143},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var chosen gpu.DeviceSet
+			if !tt.demand.IsZero() {
+				var reasons gpu.Reasons
+				if chosen, reasons = gpu.PlaceHost(tt.node, host, &tt.demand, p); reasons != 0 {
+					t.Fatal(reasons)
+				}
+			}
+			if got := p.ScoreHost(tt.node, host, &tt.demand, chosen); got != tt.want {
+				t.Errorf("score = %d (level %d, fit %d), want %d (level %d, fit %d)", got, got>>20, got&(1<<20-1), tt.want, tt.want>>20, tt.want&(1<<20-1))
+			}
+		})
+	}
+}
+
+// TestFragFitMemory: a typical pod that no longer fits the node's memory
+// cannot use its GPUs either.
+func TestFragFitMemory(t *testing.T) {
+	n := nodeWithPods(t, gt.MakeGPUNode("n").GFD("T4", 2, 0))
+	shapes := gpu.StaticShapes{{Demand: gpu.Demand{Count: 1, Milli: 1000, HostMemoryMiB: 8192}, Weight: 1}}
+	if got := n.FragmentWithMemory(16000, 16384, shapes); got != 0 {
+		t.Errorf("with 16 GiB free: fragment %v, want 0", got)
+	}
+	if got := n.FragmentWithMemory(16000, 4096, shapes); got != 2000 {
+		t.Errorf("with 4 GiB free: fragment %v, want 2000 (all free milli-GPU)", got)
+	}
+}
+
+func TestRankScale(t *testing.T) {
+	// Distinct scores 1 < 5 < 9: 9 → 100, 5 → 99, 1 → 98; equal scores stay equal.
+	if got := gpu.RankScale([]int64{5, 9, 9, 1}, 100); !slices.Equal(got, []int64{99, 100, 100, 98}) {
+		t.Errorf("RankScale = %v, want [99 100 100 98]", got)
+	}
+	// More distinct scores than levels: the lowest floor at 0.
+	if got := gpu.RankScale([]int64{1, 2, 3, 4}, 2); !slices.Equal(got, []int64{0, 0, 1, 2}) {
+		t.Errorf("RankScale = %v, want [0 0 1 2]", got)
+	}
+}
