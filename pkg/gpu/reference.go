@@ -39,8 +39,9 @@ type Host struct {
 	// FreeMilliCPU is the node's allocatable CPU minus its pods' requests.
 	FreeMilliCPU int64
 	// FreeMemoryMiB is the node's allocatable memory minus its pods'
-	// requests; 0 means unknown (not checked).
+	// requests, when MemoryKnown; otherwise memory is not checked.
 	FreeMemoryMiB int64
+	MemoryKnown   bool
 	// MaxMilliCPU and MaxGPUs are the largest CPU and GPU capacities of any
 	// node in the cluster; 0 means this node's own.
 	MaxMilliCPU int64
@@ -59,9 +60,9 @@ type HostPolicy interface {
 // free is what typical pods are checked against on the node: its CPU, and
 // its memory when known.
 func (h Host) free() hostFree {
-	hf := hostFree{h.FreeMilliCPU, h.FreeMemoryMiB}
-	if hf.memoryMiB == 0 {
-		hf.memoryMiB = unlimited
+	hf := hostFree{h.FreeMilliCPU, unlimited}
+	if h.MemoryKnown {
+		hf.memoryMiB = h.FreeMemoryMiB
 	}
 	return hf
 }

@@ -328,6 +328,7 @@ func hostOf(state fwk.CycleState, nodeInfo fwk.NodeInfo) gpu.Host {
 	}
 	host.FreeMilliCPU = nodeInfo.GetAllocatable().GetMilliCPU() - nodeInfo.GetRequested().GetMilliCPU()
 	host.FreeMemoryMiB = (nodeInfo.GetAllocatable().GetMemory() - nodeInfo.GetRequested().GetMemory()) >> 20
+	host.MemoryKnown = true
 	return host
 }
 
