@@ -41,7 +41,7 @@ var unsupportedPlugins = []string{"DynamicResources"}
 
 // scheduler places pods one at a time through one profile's framework, the
 // way kube-scheduler's scheduling cycle does: PreFilter, Filter on every
-// node, PreScore, Score and NormalizeScore, a seeded random choice among the
+// node, PreScore, Score and NormalizeScore, the run's tie-break among the
 // best-scored nodes, Reserve and Permit; then it binds in-process, writing
 // the pod as GPUPlacement's Bind writes it, into the scheduler's own cache.
 // There is no API server and no informer: the cache and its snapshot are
@@ -58,7 +58,7 @@ type scheduler struct {
 	// nextNode is where the next partial scan of the nodes starts.
 	nextNode int
 	// screen, when set, is an exact GPU fit check that runs before the
-	// Filter plugins (see runner.screen); nodes it rejects are not filtered.
+	// Filter plugins (see fragTracker.screen); nodes it rejects are not filtered.
 	screen func(pod *v1.Pod) func(node string) (ok bool, reasons []string)
 	bound  map[string]*v1.Pod // by pod UID
 	// rank orders the nodes for TieBreakNodeOrder: a permutation drawn
