@@ -75,9 +75,13 @@ profiles:
 	if err != nil {
 		t.Fatal(err)
 	}
-	profiles, err := ProfilesFor(cfg, []string{"Spread", "GpuPacking"})
+	profiles, err := ProfilesFor(cfg, []string{"Spread", "GpuPacking", "default"})
 	if err != nil {
 		t.Fatal(err)
+	}
+	// "default" is GPUPlacement's default policy, named beside it.
+	if p := profiles[2]; p.Name != "default (BestFit)" || gpuPlacementArgs(p.Profile).ScoringStrategy.Type != "BestFit" {
+		t.Errorf("default profile = %s with type %s, want \"default (BestFit)\" with BestFit", p.Name, gpuPlacementArgs(p.Profile).ScoringStrategy.Type)
 	}
 	for i, want := range []string{"Spread", "GpuPacking"} {
 		if profiles[i].Name != want || string(gpuPlacementArgs(profiles[i].Profile).ScoringStrategy.Type) != want {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/gpusched/gpusched/pkg/apis/config"
 	_ "github.com/gpusched/gpusched/pkg/apis/config/scheme" // decodes GPUPlacementArgs
+	configv1 "github.com/gpusched/gpusched/pkg/apis/config/v1"
 	"github.com/gpusched/gpusched/pkg/apis/config/validation"
 	"github.com/gpusched/gpusched/pkg/gpu"
 	"github.com/gpusched/gpusched/pkg/plugins/gpuplacement"
@@ -96,16 +97,32 @@ func ProfilesFor(cfg *schedconfig.KubeSchedulerConfiguration, policies []string)
 	}
 	var out []Profile
 	for _, policy := range policies {
+		name := policy
+		if policy == DefaultPolicy {
+			policy = string(defaultPolicyType())
+			name = fmt.Sprintf("%s (%s)", DefaultPolicy, policy)
+		}
 		if !slices.Contains(gpu.PolicyTypes, gpu.PolicyType(policy)) {
-			return nil, fmt.Errorf("--policies: unknown policy %q: want a comma-separated list of %s", policy, policyList())
+			return nil, fmt.Errorf("--policies: unknown policy %q: want a comma-separated list of %s, or %s", policy, policyList(), DefaultPolicy)
 		}
 		p := base.DeepCopy()
-		p.SchedulerName = policy
+		p.SchedulerName = name
 		args := gpuPlacementArgs(p)
 		args.ScoringStrategy.Type = config.ScoringStrategyType(policy)
-		out = append(out, Profile{Name: policy, Profile: p, PercentageOfNodesToScore: pct})
+		out = append(out, Profile{Name: name, Profile: p, PercentageOfNodesToScore: pct})
 	}
 	return out, nil
+}
+
+// DefaultPolicy in --policies names GPUPlacement's default policy, whichever
+// it is; the report shows it as "default (<type>)".
+const DefaultPolicy = "default"
+
+// defaultPolicyType is the scoring type GPUPlacement gets when its args set none.
+func defaultPolicyType() config.ScoringStrategyType {
+	var v1args configv1.GPUPlacementArgs
+	configv1.SetDefaults_GPUPlacementArgs(&v1args)
+	return config.ScoringStrategyType(v1args.ScoringStrategy.Type)
 }
 
 func policyList() string {

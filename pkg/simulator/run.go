@@ -37,6 +37,8 @@ type Options struct {
 	// GPUPlacement would reject (see fragTracker.screen); results are the
 	// same either way, only slower without it.
 	NoScreen bool
+	// RecordPlacements keeps every pod's placement in Run.Placements.
+	RecordPlacements bool
 	// Progress, when set, is called as pods are scheduled, with the pods
 	// done and the pods to do over all runs.
 	Progress func(done, total int64)
@@ -64,6 +66,18 @@ type Run struct {
 	// plugins, engine); MetricsSeconds the time spent measuring.
 	SchedulingSeconds float64 `json:"scheduling_seconds"`
 	MetricsSeconds    float64 `json:"metrics_seconds"`
+	// Placements is every submitted pod's outcome, in submission order,
+	// when Options.RecordPlacements is set.
+	Placements []PodPlacement `json:"placements,omitempty"`
+}
+
+// PodPlacement is where one pod went: its node and GPUs (the assignment's
+// device indices), or nowhere, with the reason.
+type PodPlacement struct {
+	Pod    string `json:"pod"`
+	Node   string `json:"node,omitempty"`
+	GPUs   []int  `json:"gpus,omitempty"`
+	Reason string `json:"reason,omitempty"`
 }
 
 // Simulate runs every profile with every seed, in parallel, and returns
@@ -206,6 +220,9 @@ func (r *runner) run(ctx context.Context) (Run, error) {
 		t0 := time.Now()
 		p := sched.schedule(ctx, pod)
 		schedTime += time.Since(t0)
+		if r.opts.RecordPlacements {
+			out.Placements = append(out.Placements, PodPlacement{Pod: pod.Name, Node: p.node, GPUs: p.assignment.Devices, Reason: p.reason})
+		}
 		t1 := time.Now()
 		if p.node == "" {
 			out.Failed++
