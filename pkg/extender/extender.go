@@ -19,13 +19,12 @@ import (
 	"sync/atomic"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-	resourcehelper "k8s.io/component-helpers/resource"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
 	"github.com/gpusched/gpusched/pkg/gpu"
+	"github.com/gpusched/gpusched/pkg/podrequests"
 )
 
 // MsgUnknownNode is the failure message for a node the extender's informers
@@ -140,7 +139,7 @@ func (e *Extender) Filter(ctx context.Context, args *extenderv1.ExtenderArgs) *e
 	}
 	demand, err := gpu.DemandFromPod(args.Pod)
 	if w, ok := gpu.ShapesOf(e.policy).(*gpu.ShapeWindow); ok && err == nil {
-		demand.MilliCPU = podMilliCPU(args.Pod)
+		podrequests.FillHost(&demand, args.Pod)
 		w.ObservePod(args.Pod.UID, demand)
 	}
 	switch {
@@ -378,13 +377,4 @@ func metaVictims(args *extenderv1.ExtenderPreemptionArgs) map[string]*extenderv1
 		out[name] = mv
 	}
 	return out
-}
-
-// podMilliCPU is a pod's CPU request as the scheduler scores it (100m for a
-// container without one): the CPU of its shape for FGD.
-func podMilliCPU(pod *v1.Pod) int64 {
-	requests := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{
-		NonMissingContainerRequests: v1.ResourceList{v1.ResourceCPU: *resource.NewMilliQuantity(100, resource.DecimalSI)},
-	})
-	return requests.Cpu().MilliValue()
 }

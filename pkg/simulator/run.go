@@ -12,12 +12,10 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
-	resourcehelper "k8s.io/component-helpers/resource"
 
 	"github.com/gpusched/gpusched/pkg/apis/config"
 	"github.com/gpusched/gpusched/pkg/gpu"
-	"github.com/gpusched/gpusched/pkg/plugins/gpuplacement"
+	"github.com/gpusched/gpusched/pkg/podrequests"
 )
 
 // Options is one simulation: a cluster, a workload, the profiles to compare
@@ -209,7 +207,7 @@ func (r *runner) run(ctx context.Context) (Run, error) {
 				schedTime += time.Since(t0)
 				used -= placedMilli[ev.pod]
 				t1 := time.Now()
-				frag.unbind(bound, podMilliCPU(pod))
+				frag.unbind(bound, podrequests.MilliCPU(pod))
 				metricTime += time.Since(t1)
 			}
 			continue
@@ -235,7 +233,7 @@ func (r *runner) run(ctx context.Context) (Run, error) {
 				placedMilli[ev.pod] = m
 				used += m
 			}
-			frag.bind(sched.bound[string(pod.UID)], podMilliCPU(pod))
+			frag.bind(sched.bound[string(pod.UID)], podrequests.MilliCPU(pod))
 		}
 		c.record(arrived, used, frag.total)
 		metricTime += time.Since(t1)
@@ -262,25 +260,10 @@ func typicalPods(pods []TracePod) []gpu.TypicalPod {
 		if err != nil {
 			continue
 		}
-		d.MilliCPU = nonZeroMilliCPU(p.Pod)
-		d.HostMemoryMiB = gpuplacement.PodMemoryMiB(p.Pod)
+		podrequests.FillHost(&d, p.Pod)
 		demands = append(demands, d)
 	}
 	return gpu.TypicalPods(demands)
-}
-
-// podMilliCPU is the pod's CPU request.
-func podMilliCPU(pod *v1.Pod) int64 {
-	requests := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
-	return requests.Cpu().MilliValue()
-}
-
-// nonZeroMilliCPU is the pod's CPU request, 100m for a container without one.
-func nonZeroMilliCPU(pod *v1.Pod) int64 {
-	requests := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{
-		NonMissingContainerRequests: v1.ResourceList{v1.ResourceCPU: *resource.NewMilliQuantity(100, resource.DecimalSI)},
-	})
-	return requests.Cpu().MilliValue()
 }
 
 func sortBy[T any, K cmp.Ordered](s []T, key func(T) K) {

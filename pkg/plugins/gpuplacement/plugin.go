@@ -13,9 +13,7 @@ import (
 	"sync"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/runtime"
-	resourcehelper "k8s.io/component-helpers/resource"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 
@@ -23,6 +21,7 @@ import (
 	configv1 "github.com/gpusched/gpusched/pkg/apis/config/v1"
 	"github.com/gpusched/gpusched/pkg/apis/config/validation"
 	"github.com/gpusched/gpusched/pkg/gpu"
+	"github.com/gpusched/gpusched/pkg/podrequests"
 )
 
 // Name is the plugin's name in a KubeSchedulerConfiguration.
@@ -157,8 +156,7 @@ func (p *GPUPlacement) PreFilter(ctx context.Context, state fwk.CycleState, pod 
 	}
 	_, hostAware := p.policy.(gpu.HostPolicy)
 	if hostAware {
-		demand.MilliCPU = podMilliCPU(pod)
-		demand.HostMemoryMiB = PodMemoryMiB(pod)
+		podrequests.FillHost(&demand, pod)
 	}
 	if p.shapes != nil {
 		p.shapes.ObservePod(pod.UID, demand)
@@ -172,25 +170,6 @@ func (p *GPUPlacement) PreFilter(ctx context.Context, state fwk.CycleState, pod 
 	}
 	state.Write(stateKey, &podState{demand: demand})
 	return nil, nil
-}
-
-// podMilliCPU is the pod's CPU request as the scheduler scores it: a
-// container without a CPU request counts as 100m.
-func podMilliCPU(pod *v1.Pod) int64 { return PodMilliCPU(pod) }
-
-// PodMemoryMiB is a pod's memory request in MiB.
-func PodMemoryMiB(pod *v1.Pod) int64 {
-	requests := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
-	return requests.Memory().Value() >> 20
-}
-
-// PodMilliCPU is a pod's CPU request in milli-CPU as the scheduler scores it,
-// a container without a CPU request counting 100m: the CPU of a pod shape.
-func PodMilliCPU(pod *v1.Pod) int64 {
-	requests := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{
-		NonMissingContainerRequests: v1.ResourceList{v1.ResourceCPU: *resource.NewMilliQuantity(100, resource.DecimalSI)},
-	})
-	return requests.Cpu().MilliValue()
 }
 
 // PreFilterExtensions implements fwk.PreFilterPlugin. The plugin has none:
