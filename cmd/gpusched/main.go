@@ -22,11 +22,7 @@ func main() {
 	command := app.NewSchedulerCommand(
 		app.WithPlugin(gpuplacement.Name, gpuplacement.New),
 	)
-	simulate := simulator.NewCommand()
-	// The scheduler command's help shows its own flag sections; the
-	// subcommand shows its own flags.
-	simulate.SetHelpFunc(nil)
-	simulate.SetUsageFunc(nil)
-	command.AddCommand(simulate)
+	command.Use = "gpusched"
+	command.AddCommand(simulator.NewCommand())
 	os.Exit(cli.Run(command))
 }

@@ -57,6 +57,17 @@ synthetic cluster and workload. See docs/simulator.md.`,
 	fs.StringVar(&f.htmlOut, "html", "", "write a self-contained HTML report with charts to this file")
 	fs.IntVar(&f.parallel, "parallel", 0, "runs at once; default one per CPU")
 	fs.BoolVar(&f.quiet, "quiet", false, "no progress bar on stderr")
+	// The scheduler command's help prints its own flag sections, and a
+	// subcommand without help of its own inherits it: print this command's.
+	cmd.SetUsageFunc(func(c *cobra.Command) error {
+		_, err := fmt.Fprintf(c.OutOrStderr(), "Usage:\n  %s\n\nExamples:\n%s\n\nFlags:\n%s", c.UseLine(), c.Example, c.LocalFlags().FlagUsages())
+		return err
+	})
+	cmd.SetHelpFunc(func(c *cobra.Command, _ []string) {
+		fmt.Fprintf(c.OutOrStdout(), "%s\n\n", c.Long)
+		c.SetOut(c.OutOrStdout())
+		_ = c.Usage()
+	})
 	return cmd
 }
 

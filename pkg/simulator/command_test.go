@@ -1,9 +1,13 @@
 package simulator
 
 import (
+	"bytes"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/spf13/cobra"
 )
 
 func TestParseSeeds(t *testing.T) {
@@ -91,5 +95,30 @@ profiles:
 	// The original configuration is left as it was.
 	if got := gpuPlacementArgs(&cfg.Profiles[0]).ScoringStrategy.Type; got != "BestFit" {
 		t.Errorf("the config's own profile now has type %s, want BestFit", got)
+	}
+}
+
+// The scheduler command prints its own flag sections as help; simulate,
+// added under it, must print its own flags instead.
+func TestHelpShowsSimulateFlags(t *testing.T) {
+	root := &cobra.Command{Use: "gpusched"}
+	root.SetHelpFunc(func(c *cobra.Command, _ []string) { fmt.Fprint(c.OutOrStdout(), "scheduler flag sections") })
+	root.SetUsageFunc(func(c *cobra.Command) error { fmt.Fprint(c.OutOrStderr(), "scheduler usage"); return nil })
+	root.AddCommand(NewCommand())
+	var out bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(&out)
+	root.SetArgs([]string{"simulate", "--help"})
+	if err := root.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	help := out.String()
+	for _, want := range []string{"Usage:\n  gpusched simulate [flags]", "--policies", "--seeds", "--tie-break", "Examples:"} {
+		if !strings.Contains(help, want) {
+			t.Errorf("help lacks %q:\n%s", want, help)
+		}
+	}
+	if strings.Contains(help, "scheduler flag sections") || strings.Contains(help, "scheduler usage") {
+		t.Errorf("help shows the scheduler command's help:\n%s", help)
 	}
 }
