@@ -58,8 +58,9 @@ type Options struct {
 	MemoryWeight int64
 }
 
-// NewOptions returns the defaults: BestFit on GPU compute alone, as the
-// plugin's defaults; port 8888 on every address.
+// NewOptions returns the defaults: FragFit, as the plugin's default, and GPU
+// compute alone for the resource-weighted policies; port 8888 on every
+// address.
 func NewOptions() *Options {
 	return &Options{
 		KubeAPIQPS:        50,
@@ -76,7 +77,7 @@ func NewOptions() *Options {
 		LeaseDuration:           15 * time.Second,
 		RenewDeadline:           10 * time.Second,
 		RetryPeriod:             2 * time.Second,
-		Policy:                  string(gpu.PolicyBestFit),
+		Policy:                  string(gpu.PolicyFragFit),
 		GPUWeight:               gpu.DefaultWeights.GPU,
 		MemoryWeight:            gpu.DefaultWeights.Memory,
 	}

@@ -84,8 +84,8 @@ profiles:
 		t.Fatal(err)
 	}
 	// "default" is GPUPlacement's default policy, named beside it.
-	if p := profiles[2]; p.Name != "default (BestFit)" || gpuPlacementArgs(p.Profile).ScoringStrategy.Type != "BestFit" {
-		t.Errorf("default profile = %s with type %s, want \"default (BestFit)\" with BestFit", p.Name, gpuPlacementArgs(p.Profile).ScoringStrategy.Type)
+	if p := profiles[2]; p.Name != "default (FragFit)" || gpuPlacementArgs(p.Profile).ScoringStrategy.Type != "FragFit" {
+		t.Errorf("default profile = %s with type %s, want \"default (FragFit)\" with FragFit", p.Name, gpuPlacementArgs(p.Profile).ScoringStrategy.Type)
 	}
 	for i, want := range []string{"Spread", "GpuPacking"} {
 		if profiles[i].Name != want || string(gpuPlacementArgs(profiles[i].Profile).ScoringStrategy.Type) != want {
@@ -93,8 +93,8 @@ profiles:
 		}
 	}
 	// The original configuration is left as it was.
-	if got := gpuPlacementArgs(&cfg.Profiles[0]).ScoringStrategy.Type; got != "BestFit" {
-		t.Errorf("the config's own profile now has type %s, want BestFit", got)
+	if got := gpuPlacementArgs(&cfg.Profiles[0]).ScoringStrategy.Type; got != "FragFit" {
+		t.Errorf("the config's own profile now has type %s, want FragFit", got)
 	}
 }
 

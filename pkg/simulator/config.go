@@ -165,10 +165,10 @@ func gpuPlacementArgs(p *schedconfig.KubeSchedulerProfile) *config.GPUPlacementA
 	if args := findGPUPlacementArgs(p); args != nil {
 		return args
 	}
-	args := &config.GPUPlacementArgs{ScoringStrategy: config.ScoringStrategy{
-		Type:      config.BestFit,
-		Resources: []config.ResourceSpec{{Name: config.ResourceGPU, Weight: 1}},
-	}}
+	var v1args configv1.GPUPlacementArgs
+	configv1.SetDefaults_GPUPlacementArgs(&v1args)
+	args := &config.GPUPlacementArgs{}
+	configv1.Convert_v1_GPUPlacementArgs_To_config_GPUPlacementArgs(&v1args, args)
 	p.PluginConfig = append(p.PluginConfig, schedconfig.PluginConfig{Name: gpuplacement.Name, Args: args})
 	return args
 }

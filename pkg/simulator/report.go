@@ -29,14 +29,17 @@ type Summary struct {
 
 // Report is everything a simulation measured.
 type Report struct {
-	Arrival     Arrival   `json:"arrival"`
-	TieBreak    TieBreak  `json:"tie_break"`
-	Nodes       int       `json:"nodes"`
-	GPUs        int64     `json:"gpus"`
-	Pods        int       `json:"pods"`
-	Summary     []Summary `json:"summary"`
-	Runs        []Run     `json:"runs"`
-	WallSeconds float64   `json:"wall_seconds"`
+	Arrival  Arrival   `json:"arrival"`
+	TieBreak TieBreak  `json:"tie_break"`
+	Nodes    int       `json:"nodes"`
+	GPUs     int64     `json:"gpus"`
+	Pods     int       `json:"pods"`
+	Summary  []Summary `json:"summary"`
+	// Floor is how low any policy could go on these workloads (see Floor),
+	// over the seeds; nil for replay arrival.
+	Floor       *FloorSummary `json:"floor,omitempty"`
+	Runs        []Run         `json:"runs"`
+	WallSeconds float64       `json:"wall_seconds"`
 }
 
 // NewReport summarizes runs per policy, in the order the policies ran.
@@ -52,7 +55,21 @@ func NewReport(opts Options, runs []Run, wall float64) *Report {
 		}
 		r.Summary = append(r.Summary, summarize(p.Name, mine))
 	}
+	if floors := workloadFloors(opts, capacityMilli(opts.Nodes)); len(floors) > 0 {
+		var large, bfd []float64
+		for _, f := range floors {
+			large, bfd = append(large, f.LargeSharesPct), append(bfd, f.OfflineBFDPct)
+		}
+		r.Floor = &FloorSummary{LargeSharesPct: stat(large), OfflineBFDPct: stat(bfd), Seeds: floors}
+	}
 	return r
+}
+
+// FloorSummary is the workload's Floor over the seeds.
+type FloorSummary struct {
+	LargeSharesPct Stat    `json:"large_shares_pct"`
+	OfflineBFDPct  Stat    `json:"offline_bfd_pct"`
+	Seeds          []Floor `json:"seeds"`
 }
 
 func summarize(policy string, runs []Run) Summary {
@@ -141,6 +158,12 @@ func (r *Report) WriteTable(w io.Writer) error {
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	if f := r.Floor; f != nil {
+		fmt.Fprintf(w, "\nfloor of the workload, whatever the policy (unallocated GPU %% @ arrived 100%%):\n"+
+			"  %.2f ± %.2f  at least, if every share above 500 milli-GPU is placed\n"+
+			"  %.2f ± %.2f  offline best-fit-decreasing: all pods known, CPU, memory, models and nodes ignored\n",
+			f.LargeSharesPct.Mean, f.LargeSharesPct.SD, f.OfflineBFDPct.Mean, f.OfflineBFDPct.SD)
 	}
 	_, err := fmt.Fprintf(w, "\ntotal wall time %.1f s\n", r.WallSeconds)
 	return err

@@ -37,7 +37,7 @@ profiles:
 		{
 			name: "empty args take the defaults",
 			args: "      {}\n",
-			want: config.ScoringStrategy{Type: config.BestFit, Resources: []config.ResourceSpec{{Name: config.ResourceGPU, Weight: 1}}},
+			want: config.ScoringStrategy{Type: config.FragFit, Resources: []config.ResourceSpec{{Name: config.ResourceGPU, Weight: 1}}},
 		},
 		{
 			name: "packing on compute and memory",

@@ -2,15 +2,17 @@ package v1
 
 import "github.com/gpusched/gpusched/pkg/apis/config"
 
-// SetDefaults_GPUPlacementArgs fills in what the user left out: the BestFit
-// policy, scoring GPU compute, each resource with weight 1.
+// SetDefaults_GPUPlacementArgs fills in what the user left out: the FragFit
+// policy with pod shapes learned from the pods scheduled, and GPU compute as
+// the resource that resource-weighted policies (BestFit, Spread, Packing)
+// score, each resource with weight 1.
 func SetDefaults_GPUPlacementArgs(a *GPUPlacementArgs) {
 	if a.ScoringStrategy == nil {
 		a.ScoringStrategy = &ScoringStrategy{}
 	}
 	s := a.ScoringStrategy
 	if s.Type == "" {
-		s.Type = string(config.BestFit)
+		s.Type = string(config.FragFit)
 	}
 	if len(s.Resources) == 0 {
 		s.Resources = []ResourceSpec{{Name: config.ResourceGPU}}

@@ -15,9 +15,9 @@ func TestSetDefaultsGPUPlacementArgs(t *testing.T) {
 		want GPUPlacementArgs
 	}{
 		{
-			name: "empty args: best-fit on GPU compute",
+			name: "empty args: FragFit, GPU compute for the resource-weighted policies",
 			in:   GPUPlacementArgs{},
-			want: GPUPlacementArgs{ScoringStrategy: &ScoringStrategy{Type: "BestFit", Resources: []ResourceSpec{{Name: "nvidia.com/gpu", Weight: ptr(1)}}}, Fragmentation: learned()},
+			want: GPUPlacementArgs{ScoringStrategy: &ScoringStrategy{Type: "FragFit", Resources: []ResourceSpec{{Name: "nvidia.com/gpu", Weight: ptr(1)}}}, Fragmentation: learned()},
 		},
 		{
 			name: "type set, resources left out",
@@ -28,7 +28,7 @@ func TestSetDefaultsGPUPlacementArgs(t *testing.T) {
 			name: "a resource without weight gets 1; a set weight is kept",
 			in: GPUPlacementArgs{ScoringStrategy: &ScoringStrategy{Resources: []ResourceSpec{
 				{Name: "nvidia.com/gpu", Weight: ptr(3)}, {Name: "gpusched.io/gpu-memory"}}}},
-			want: GPUPlacementArgs{ScoringStrategy: &ScoringStrategy{Type: "BestFit", Resources: []ResourceSpec{
+			want: GPUPlacementArgs{ScoringStrategy: &ScoringStrategy{Type: "FragFit", Resources: []ResourceSpec{
 				{Name: "nvidia.com/gpu", Weight: ptr(3)}, {Name: "gpusched.io/gpu-memory", Weight: ptr(1)}}}, Fragmentation: learned()},
 		},
 		{

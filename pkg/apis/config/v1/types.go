@@ -54,9 +54,10 @@ type PodShape struct {
 
 // ScoringStrategy is a placement policy and the weights of the resources it scores.
 type ScoringStrategy struct {
-	// Type is BestFit, Spread or Packing, or one of the FGD paper's reference
-	// policies Random, DotProd, GpuClustering, GpuPacking, BestFitCPUGPU
-	// (docs/policies.md). Default: BestFit.
+	// Type is FragFit (fragmentation-aware), FGD, BestFit, Spread or Packing,
+	// or one of the FGD paper's reference policies Random, DotProd,
+	// GpuClustering, GpuPacking, BestFitCPUGPU (docs/policies.md).
+	// Default: FragFit.
 	Type string `json:"type,omitempty"`
 	// Resources are the resources scored and their weights: nvidia.com/gpu
 	// (GPU compute) and gpusched.io/gpu-memory. Default: nvidia.com/gpu, weight 1.

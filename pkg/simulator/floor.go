@@ -1,0 +1,138 @@
+package simulator
+
+import (
+	"slices"
+
+	"github.com/gpusched/gpusched/pkg/gpu"
+)
+
+// Floor is how low the headline metric can go on one seed's workload,
+// whatever the policy: the pods that arrive until their GPU demand reaches
+// the cluster's capacity, placed as well as the shares among them allow.
+// It tells how much of a policy's unallocated capacity the workload forces
+// and how much the policy could still win back.
+type Floor struct {
+	Seed int64 `json:"seed"`
+	// LargeSharesPct is a lower bound on the unallocated GPU % at arrived
+	// 100% for every placement that places each share above 500 milli-GPU:
+	// such a share leaves 1000 − milli free on its GPU that only smaller
+	// shares can fill. See largeShareBound.
+	LargeSharesPct float64 `json:"large_shares_pct"`
+	// OfflineBFDPct is the unallocated GPU % left by offline
+	// best-fit-decreasing bin packing of the same pods: every pod known in
+	// advance, CPU, memory, GPU models and node boundaries ignored. It is
+	// not a bound, but a placement that sees pods one at a time under every
+	// constraint does not do better in practice. See offlineBestFitDecreasing.
+	OfflineBFDPct float64 `json:"offline_bfd_pct"`
+}
+
+// workloadFloors computes the Floor of each seed's workload under the FGD
+// arrival process; replay has departures, for which neither measure holds.
+func workloadFloors(opts Options, capacity int64) []Floor {
+	if opts.Arrival == ArrivalReplay || capacity == 0 {
+		return nil
+	}
+	floors := make([]Floor, 0, len(opts.Seeds))
+	for _, seed := range opts.Seeds {
+		var arrived []gpu.Demand
+		var total int64
+		for _, p := range fgdSequence(opts.Pods, seed, capacity) {
+			d, err := gpu.DemandFromPod(p.Pod)
+			if err != nil || d.TotalMilli() == 0 {
+				continue
+			}
+			if total+d.TotalMilli() > capacity {
+				break
+			}
+			total += d.TotalMilli()
+			arrived = append(arrived, d)
+		}
+		if total*100 < capacity*99 {
+			continue // the workload never reaches capacity: no metric to bound
+		}
+		gpus := capacity / gpu.MilliPerGPU
+		floors = append(floors, Floor{
+			Seed:           seed,
+			LargeSharesPct: round2(100 * float64(largeShareBound(arrived)) / float64(capacity)),
+			OfflineBFDPct:  round2(100 * float64(capacity-offlineBestFitDecreasing(arrived, gpus)) / float64(capacity)),
+		})
+	}
+	return floors
+}
+
+// largeShareBound is the milli-GPU that stays free once the demands are
+// placed, in every placement that places each share of more than 500
+// milli-GPU: for any t below 500, a GPU holding a share of at least 1000 − t
+// holds no other share above t (two such shares would not fit), so the
+// 1000 − milli it leaves free can only be filled by the shares of at most t,
+// and at least Σ(1000 − milli) − Σ(shares ≤ t) stays free. The bound is the
+// largest over t.
+//
+// Example: 10 shares of 810 and 3 of 160. t = 190: 10 × 190 − 3 × 160 = 1420
+// milli-GPU stay free, however the 160s are placed.
+func largeShareBound(demands []gpu.Demand) int64 {
+	var shares []int64
+	for _, d := range demands {
+		if d.IsShare() {
+			shares = append(shares, d.Milli)
+		}
+	}
+	slices.Sort(shares)
+	var best int64
+	for i := len(shares) - 1; i >= 0 && shares[i] > gpu.MilliPerGPU/2; i-- {
+		if i+1 < len(shares) && shares[i+1] == shares[i] {
+			continue // the same t as the previous share
+		}
+		t := gpu.MilliPerGPU - shares[i] // the gap of the smallest share counted
+		var gaps, fill int64
+		for _, s := range shares {
+			switch {
+			case s >= gpu.MilliPerGPU-t:
+				gaps += gpu.MilliPerGPU - s
+			case s <= t:
+				fill += s
+			}
+		}
+		best = max(best, gaps-fill)
+	}
+	return best
+}
+
+// offlineBestFitDecreasing packs the demands into gpus GPUs and returns the
+// milli-GPU placed: whole GPUs first (a pod's GPUs anywhere), then the shares,
+// largest first, each on the GPU it fits most tightly, a fresh GPU when none
+// fits; a demand that finds no room is left out.
+func offlineBestFitDecreasing(demands []gpu.Demand, gpus int64) int64 {
+	var placed int64
+	var shares []int64
+	for _, d := range demands {
+		switch {
+		case d.IsShare():
+			shares = append(shares, d.Milli)
+		case int64(d.Count) <= gpus:
+			gpus -= int64(d.Count)
+			placed += d.TotalMilli()
+		}
+	}
+	slices.SortFunc(shares, func(a, b int64) int { return int(b - a) })
+	var free []int64 // free milli of the GPUs holding shares, ascending
+	for _, s := range shares {
+		i, _ := slices.BinarySearch(free, s)
+		switch {
+		case i < len(free):
+			left := free[i] - s
+			free = slices.Delete(free, i, i+1)
+			j, _ := slices.BinarySearch(free, left)
+			free = slices.Insert(free, j, left)
+		case gpus > 0:
+			gpus--
+			left := gpu.MilliPerGPU - s
+			j, _ := slices.BinarySearch(free, left)
+			free = slices.Insert(free, j, left)
+		default:
+			continue
+		}
+		placed += s
+	}
+	return placed
+}

@@ -1,0 +1,127 @@
+package simulator
+
+import (
+	"testing"
+
+	"github.com/gpusched/gpusched/pkg/gpu"
+)
+
+func share(milli int64) gpu.Demand { return gpu.Demand{Count: 1, Milli: milli} }
+func whole(count int) gpu.Demand   { return gpu.Demand{Count: count, Milli: gpu.MilliPerGPU} }
+func repeat(d gpu.Demand, n int) []gpu.Demand {
+	out := make([]gpu.Demand, n)
+	for i := range out {
+		out[i] = d
+	}
+	return out
+}
+
+func TestLargeShareBound(t *testing.T) {
+	tests := []struct {
+		name    string
+		demands []gpu.Demand
+		want    int64
+	}{
+		{
+			name:    "no share above 500: nothing forced",
+			demands: append(repeat(share(470), 3), whole(2)),
+			want:    0,
+		},
+		{
+			// t = 190: 10 × (1000 − 810) − 3 × 160 = 1900 − 480 = 1420.
+			name:    "810s and the 160s that fit beside them",
+			demands: append(repeat(share(810), 10), repeat(share(160), 3)...),
+			want:    1420,
+		},
+		{
+			// t = 190: 4 × 190 − 0 = 760 (the 350 fits no 190 gap);
+			// t = 350: 4 × 190 + 350 − 350 = 760 (the 350 fills the 650's gap);
+			// best: 760.
+			name:    "a share that fits a larger gap only",
+			demands: append(append(repeat(share(810), 4), share(650)), share(350)),
+			want:    760,
+		},
+		{
+			// t = 100: 2 × 100 − 50 = 150; t = 300: 2 × 100 + 2 × 300 − 50 = 750;
+			// best: 750.
+			name:    "the widest gap wins",
+			demands: []gpu.Demand{share(900), share(900), share(700), share(700), share(50)},
+			want:    750,
+		},
+		{
+			// Whole GPUs fill no gap: t = 190: 2 × 190 = 380.
+			name:    "whole GPUs do not count as fill",
+			demands: []gpu.Demand{share(810), share(810), whole(1), whole(8)},
+			want:    380,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := largeShareBound(tt.demands); got != tt.want {
+				t.Errorf("largeShareBound = %d, want %d", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestOfflineBestFitDecreasing(t *testing.T) {
+	tests := []struct {
+		name    string
+		demands []gpu.Demand
+		gpus    int64
+		want    int64
+	}{
+		{
+			// 3 whole GPUs, then 650 on GPU 4, 350 beside it, 320 on GPU 5:
+			// 3000 + 650 + 350 + 320 = 4320.
+			name:    "shares pair up on the tightest GPU",
+			demands: []gpu.Demand{share(320), whole(3), share(650), share(350)},
+			gpus:    5,
+			want:    4320,
+		},
+		{
+			// The 8-GPU pod does not fit in 4 GPUs and is left out; then
+			// 2 whole, 810 and 470 on their own GPUs, 160 beside the 810
+			// (190 free, tighter than 530): 2000 + 810 + 470 + 160 = 3440.
+			name:    "what does not fit is left out",
+			demands: []gpu.Demand{whole(8), whole(2), share(810), share(470), share(160)},
+			gpus:    4,
+			want:    3440,
+		},
+		{
+			// One GPU: 810 first; 470 fits nowhere; 190 fills it: 1000.
+			name:    "largest first, the rest where it fits",
+			demands: []gpu.Demand{share(470), share(190), share(810)},
+			gpus:    1,
+			want:    1000,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := offlineBestFitDecreasing(tt.demands, tt.gpus); got != tt.want {
+				t.Errorf("offlineBestFitDecreasing = %d, want %d", got, tt.want)
+			}
+		})
+	}
+}
+
+// On the synthetic workload both measures exist for every seed, and the
+// bound is no more than what best-fit-decreasing leaves: BFD places every
+// share above 500 first, so the bound holds for it.
+func TestWorkloadFloors(t *testing.T) {
+	nodes, pods := Synthetic(SyntheticOptions{})
+	opts := Options{Nodes: nodes, Pods: pods, Seeds: []int64{1, 2, 3}, Arrival: ArrivalFGD}
+	floors := workloadFloors(opts, capacityMilli(nodes))
+	if len(floors) != 3 {
+		t.Fatalf("%d floors, want one per seed: %+v", len(floors), floors)
+	}
+	for _, f := range floors {
+		if f.LargeSharesPct < 0 || f.OfflineBFDPct < f.LargeSharesPct || f.OfflineBFDPct >= 100 {
+			t.Errorf("seed %d: large-share bound %.2f%%, offline BFD %.2f%%: want 0 ≤ bound ≤ BFD < 100", f.Seed, f.LargeSharesPct, f.OfflineBFDPct)
+		}
+	}
+	opts.Arrival = ArrivalReplay
+	if floors := workloadFloors(opts, capacityMilli(nodes)); floors != nil {
+		t.Errorf("replay arrival: floors %+v, want none (departures void both measures)", floors)
+	}
+}
