@@ -41,11 +41,18 @@ func benchCluster(b *testing.B, nodes int) (*Cluster, []*v1.Node, []string) {
 
 // BenchmarkFilterPrioritize5000Nodes is what the extender adds to scheduling
 // one pod at 5000 GPU nodes with nodeCacheCapable: true: the scheduler
-// encodes the filter request (the pod and 5000 node names), the extender
+// encodes the filter request (the pod and the node names), the extender
 // decodes it, filters, encodes its answer, the scheduler decodes it; then the
 // same for prioritize over the feasible nodes. One node changes before each
 // cycle, as the previous pod's bind changes one, so one node's view is
 // recomputed and the rest are read from the ledger's cache.
+//
+// The scheduler sends the extender the feasible nodes its own filters found,
+// and stops looking once it has found percentageOfNodesToScore of them: by
+// default 50 − nodes/125 percent (at least 5%), 10% or 500 names at 5000
+// nodes (nodes-sent=500); 5000 names with percentageOfNodesToScore: 100
+// (nodes-sent=5000). Each runs with the default policy, FragFit, and with
+// BestFit, and is timed three ways:
 //
 //   - extender-only: the extender's HTTP handler alone, on requests encoded
 //     once, answers discarded: what the extender process spends;
@@ -60,8 +67,37 @@ func benchCluster(b *testing.B, nodes int) (*Cluster, []*v1.Node, []string) {
 // scheduler's own JSON encoding and decoding.
 // Run: go test -run '^$' -bench FilterPrioritize5000Nodes -benchtime 400x ./pkg/extender/
 func BenchmarkFilterPrioritize5000Nodes(b *testing.B) {
-	c, nodes, names := benchCluster(b, 5000)
-	policy, _ := gpu.NewPolicy(gpu.PolicyBestFit, gpu.DefaultWeights)
+	const clusterNodes = 5000
+	for _, name := range []string{string(gpu.PolicyFragFit), string(gpu.PolicyBestFit)} {
+		for _, sent := range []int{defaultNodesToFind(clusterNodes), clusterNodes} {
+			b.Run(fmt.Sprintf("policy=%s/nodes-sent=%d", name, sent), func(b *testing.B) {
+				opts := NewOptions()
+				opts.Policy = name
+				policy, err := opts.NewPolicy()
+				if err != nil {
+					b.Fatal(err)
+				}
+				benchFilterPrioritize(b, policy, clusterNodes, sent)
+			})
+		}
+	}
+}
+
+// defaultNodesToFind is how many feasible nodes kube-scheduler looks for,
+// and so sends its extenders, when percentageOfNodesToScore is left at its
+// adaptive default: 50 − nodes/125 percent, at least 5%, at least 100 nodes.
+func defaultNodesToFind(nodes int) int {
+	if nodes < 100 {
+		return nodes
+	}
+	pct := max(50-nodes/125, 5)
+	return max(nodes*pct/100, 100)
+}
+
+func benchFilterPrioritize(b *testing.B, policy gpu.Policy, clusterNodes, sent int) {
+	c, nodes, all := benchCluster(b, clusterNodes)
+	names := all[:sent]
+	nodes = nodes[:sent]
 	h := NewHandler(New(c, nil, policy), DefaultMaxRequestBytes)
 	pod := gt.MakeGPUPod("share").Milli(250).GPUMemory("8Gi").Obj()
 
