@@ -112,9 +112,10 @@ func BenchmarkFitScoreAcrossNodes(b *testing.B) {
 	}
 }
 
-// BenchmarkFGDScore is FGD's Place + Score for one 8-GPU node, against 20
+// BenchmarkFragmentationScore is Place + Score for one 8-GPU node with the
+// fragmentation-aware policies, FGD and FragFit (the default), against 20
 // typical pods (the default Alibaba workload has 19 shapes covering 95%).
-func BenchmarkFGDScore(b *testing.B) {
+func BenchmarkFragmentationScore(b *testing.B) {
 	node, pods := busyNode(b, "n")
 	n := gpu.NewLedger().Node(node, 1, slices.Values(pods))
 	var shapes gpu.StaticShapes
@@ -126,21 +127,28 @@ func BenchmarkFGDScore(b *testing.B) {
 		}
 		shapes = append(shapes, gpu.TypicalPod{Demand: d, Weight: 0.05})
 	}
-	policy := gpu.NewFGD(shapes).(gpu.HostPolicy)
 	host := gpu.Host{FreeMilliCPU: 64000}
-	for _, tc := range []struct {
+	for _, p := range []struct {
 		name   string
-		demand gpu.Demand
+		policy gpu.HostPolicy
 	}{
-		{"share", gpu.Demand{Count: 1, Milli: 250, MilliCPU: 4000}},
-		{"whole-2", gpu.Demand{Count: 2, Milli: 1000, MilliCPU: 16000}},
+		{"FGD", gpu.NewFGD(shapes).(gpu.HostPolicy)},
+		{"FragFit", gpu.NewFragFit(shapes).(gpu.HostPolicy)},
 	} {
-		b.Run(tc.name, func(b *testing.B) {
-			b.ReportAllocs()
-			for b.Loop() {
-				chosen, _ := gpu.PlaceHost(n, host, &tc.demand, policy)
-				policy.ScoreHost(n, host, &tc.demand, chosen)
-			}
-		})
+		for _, tc := range []struct {
+			name   string
+			demand gpu.Demand
+		}{
+			{"share", gpu.Demand{Count: 1, Milli: 250, MilliCPU: 4000}},
+			{"whole-2", gpu.Demand{Count: 2, Milli: 1000, MilliCPU: 16000}},
+		} {
+			b.Run(p.name+"/"+tc.name, func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					chosen, _ := gpu.PlaceHost(n, host, &tc.demand, p.policy)
+					p.policy.ScoreHost(n, host, &tc.demand, chosen)
+				}
+			})
+		}
 	}
 }
