@@ -282,4 +282,3 @@ func waitForRefreshes(ctx context.Context, t *testing.T, n float64) {
 	start := metricValue(t, "gpusched_telemetry_refreshes_total")
 	waitForMetric(ctx, t, "gpusched_telemetry_refreshes_total", fmt.Sprintf("at least %v", start+n), func(v float64) bool { return v >= start+n })
 }
-
