@@ -43,7 +43,11 @@ func (b *builder) add(logger klog.Logger, vec model.Vector, signal *telemetry.Si
 	for _, smp := range vec {
 		if cause := b.addSample(smp, signal); cause != "" {
 			if b.skipped[cause] == 0 {
-				logger.Info("Skipping malformed telemetry sample", "cause", cause, "sample", smp.Metric.String(), "value", float64(smp.Value))
+				if smp == nil {
+					logger.Info("Skipping malformed telemetry sample", "cause", cause)
+				} else {
+					logger.Info("Skipping malformed telemetry sample", "cause", cause, "sample", smp.Metric.String(), "value", float64(smp.Value))
+				}
 			}
 			b.skipped[cause]++
 		}
