@@ -140,13 +140,18 @@ func ScoreNode(devices []gpu.Device, node *Node, k int, skip gpu.DeviceSet, w *W
 	}
 	var buf [gpu.MaxDevicesPerNode]rated
 	gpus := buf[:0]
+	var model string
+	var spec *ModelSpec
 	for i := range devices {
 		if skip.Has(i) {
 			continue
 		}
 		d := &devices[i]
+		if i == 0 || d.Model != model { // a node's GPUs are usually of one model: look it up once
+			model, spec = d.Model, ModelOf(d.Model)
+		}
 		var r rated
-		r.parts = Rate(d, node.Lookup(d.UUID, d.Index))
+		r.parts = rate(d, spec, node.Lookup(d.UUID, d.Index))
 		for p := range NumParts {
 			r.total += float64(w[p]) * r.parts[p]
 		}
@@ -181,11 +186,15 @@ func ScoreNode(devices []gpu.Device, node *Node, k int, skip gpu.DeviceSet, w *W
 
 // Rate rates one GPU on every part; g is its samples, nil when unknown.
 func Rate(d *gpu.Device, g *GPU) [NumParts]float64 {
+	return rate(d, ModelOf(d.Model), g)
+}
+
+// rate is Rate with the device's model spec (nil when unknown) looked up.
+func rate(d *gpu.Device, spec *ModelSpec, g *GPU) [NumParts]float64 {
 	var r [NumParts]float64
 	for p := range r {
 		r[p] = Neutral
 	}
-	spec := ModelOf(d.Model)
 	memGiB := float64(d.MemoryMiB) / 1024
 	if memGiB == 0 && spec != nil {
 		memGiB = spec.MemoryGiB

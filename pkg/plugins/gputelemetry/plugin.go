@@ -48,6 +48,8 @@ type GPUTelemetry struct {
 
 	// inventories caches each node's GPU inventory by resourceVersion.
 	inventories sync.Map // node name -> *cachedInventory
+	// scores memoizes node scores per snapshot and weighting.
+	scores scoreCaches
 	// reported holds the pods whose malformed annotation was reported, by
 	// UID and value, so each gets one event.
 	reported sync.Map
@@ -174,6 +176,8 @@ type cycleState struct {
 	weights telemetry.Weights
 	// count is the number of GPUs the pod takes.
 	count int
+	// scores is where Score memoizes node scores for this weighting.
+	scores *scoreCache
 }
 
 // Clone implements fwk.StateData; cycleState is never modified after PreFilter.
@@ -224,6 +228,7 @@ func (p *GPUTelemetry) PreFilter(ctx context.Context, state fwk.CycleState, pod 
 		p.reportSensitivity(ctx, pod, err)
 	}
 	s := &cycleState{snap: p.freshSnapshot(ctx), weights: weights, count: demand.Count}
+	s.scores = p.scores.get(s.snap, &s.weights, s.count)
 	if p.health && s.snap != nil {
 		s.health = &telemetry.Health{Snap: s.snap}
 		gpuhealth.Write(state, s.health)
@@ -292,13 +297,17 @@ func (p *GPUTelemetry) PreScore(ctx context.Context, state fwk.CycleState, pod *
 // Score is the node's telemetry-weighted score in 0..gpu.MaxScore
 // (telemetry.ScoreNode) over the GPUs the health filter does not exclude;
 // NormalizeScore rescales it. With stale telemetry only the static parts
-// differ between nodes.
+// differ between nodes. Scores are memoized per snapshot, weighting and GPU
+// count (scoreCache), and computed again when the node object changes.
 func (p *GPUTelemetry) Score(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeInfo fwk.NodeInfo) (int64, *fwk.Status) {
 	s := stateOf(state)
 	if s == nil {
 		return 0, nil
 	}
 	node := nodeInfo.Node()
+	if score, ok := s.scores.lookup(node.Name, node.ResourceVersion); ok {
+		return score, nil
+	}
 	inv := p.inventory(node)
 	if inv == nil {
 		return gpu.MaxScore / 2, nil
@@ -308,11 +317,13 @@ func (p *GPUTelemetry) Score(ctx context.Context, state fwk.CycleState, pod *v1.
 		skip, _ = s.health.Excluded(node.Name, inv)
 	}
 	res := telemetry.ScoreNode(inv.Devices, s.snap.Node(node.Name), s.count, skip, &s.weights)
+	// Observed once per node, snapshot and weighting, as computed.
 	for part, r := range res.Parts {
 		if s.weights[part] > 0 {
 			partObservers[part].Observe(r)
 		}
 	}
+	s.scores.store(node.Name, node.ResourceVersion, res.Score)
 	return res.Score, nil
 }
 

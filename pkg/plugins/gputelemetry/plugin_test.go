@@ -57,13 +57,13 @@ type testCluster struct {
 // sampledAt is the snapshots' time; the default args' maxAge is 1m.
 var sampledAt = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
-func newCluster(t *testing.T, src telemetry.Source, now time.Time, nodes ...*v1.Node) *testCluster {
+func newCluster(t testing.TB, src telemetry.Source, now time.Time, nodes ...*v1.Node) *testCluster {
 	t.Helper()
 	return newClusterWith(t, true, src, now, nodes...)
 }
 
 // newClusterWith is newCluster, without GPUPlacement unless placement.
-func newClusterWith(t *testing.T, placement bool, src telemetry.Source, now time.Time, nodes ...*v1.Node) *testCluster {
+func newClusterWith(t testing.TB, placement bool, src telemetry.Source, now time.Time, nodes ...*v1.Node) *testCluster {
 	t.Helper()
 	logger, ctx := ktesting.NewTestContext(t)
 	c := &testCluster{cache: cache.New(ctx, nil, false, false), snapshot: cache.NewEmptySnapshot(),
@@ -92,7 +92,7 @@ func newClusterWith(t *testing.T, placement bool, src telemetry.Source, now time
 	return c
 }
 
-func (c *testCluster) refresh(t *testing.T) {
+func (c *testCluster) refresh(t testing.TB) {
 	if err := c.cache.UpdateSnapshot(c.logger, c.snapshot); err != nil {
 		t.Fatal(err)
 	}
