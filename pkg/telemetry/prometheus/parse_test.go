@@ -31,9 +31,9 @@ func TestParseSkipsMalformed(t *testing.T) {
 		sample(30, "__name__", "DCGM_FI_DEV_GPU_UTIL", "Hostname", "n1", "gpu", "1", "UUID", "GPU-b", "GPU_I_PROFILE", "3g.40gb", "GPU_I_ID", "1"),
 		sample(90, "__name__", "DCGM_FI_DEV_GPU_UTIL", "Hostname", "n1", "gpu", "1", "UUID", "GPU-b", "GPU_I_PROFILE", "3g.40gb", "GPU_I_ID", "2"),
 		// malformed
-		sample(50, "__name__", "DCGM_FI_DEV_GPU_UTIL", "gpu", "0", "UUID", "GPU-x"),                   // no node
-		sample(50, "__name__", "DCGM_FI_DEV_GPU_UTIL", "Hostname", "n1"),                              // no GPU identity
-		sample(50, "__name__", "DCGM_FI_DEV_GPU_UTIL", "Hostname", "n1", "gpu", "one"),                // bad index
+		sample(50, "__name__", "DCGM_FI_DEV_GPU_UTIL", "gpu", "0", "UUID", "GPU-x"),                  // no node
+		sample(50, "__name__", "DCGM_FI_DEV_GPU_UTIL", "Hostname", "n1"),                             // no GPU identity
+		sample(50, "__name__", "DCGM_FI_DEV_GPU_UTIL", "Hostname", "n1", "gpu", "one"),               // bad index
 		sample(math.NaN(), "__name__", "DCGM_FI_DEV_POWER_USAGE", "Hostname", "n1", "UUID", "GPU-a"), // NaN
 		sample(math.Inf(1), "__name__", "DCGM_FI_DEV_FB_FREE", "Hostname", "n1", "UUID", "GPU-a"),    // Inf
 		sample(1, "__name__", "DCGM_FI_DEV_SOMETHING_ELSE", "Hostname", "n1", "UUID", "GPU-a"),       // not ours
