@@ -3,13 +3,14 @@ package telemetry
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/gpusched/gpusched/pkg/gpu"
 )
 
 // Unhealthy reports whether g must not be given to pods, and why: an XID
 // error within the health window, or a failed row remap.
-func (g *GPU) Unhealthy(window string) (bool, string) {
+func (g *GPU) Unhealthy(window time.Duration) (bool, string) {
 	if v, ok := g.Get(XIDErrors); ok && v > 0 {
 		return true, fmt.Sprintf("XID %g within %s", v, window)
 	}
@@ -36,7 +37,7 @@ func (h *Health) Excluded(node string, inv *gpu.Inventory) (gpu.DeviceSet, strin
 	if n == nil {
 		return 0, ""
 	}
-	window := h.Snap.HealthWindow.String()
+	window := h.Snap.HealthWindow
 	var set gpu.DeviceSet
 	var why []string
 	for i := range inv.Devices {
@@ -67,7 +68,7 @@ func (h *Health) UnhealthyCount(node string) (int, string) {
 	if n == nil {
 		return 0, ""
 	}
-	window := h.Snap.HealthWindow.String()
+	window := h.Snap.HealthWindow
 	count := 0
 	var why []string
 	for i := range n.GPUs {

@@ -78,3 +78,22 @@ profiles:
 		})
 	}
 }
+
+// TestTelemetryExample loads examples/gpusched-telemetry-config.yaml as the
+// scheduler would.
+func TestTelemetryExample(t *testing.T) {
+	logger, _ := ktesting.NewTestContext(t)
+	cfg, err := options.LoadConfigFromFile(logger, filepath.Join("..", "..", "..", "..", "examples", "gpusched-telemetry-config.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pc := range cfg.Profiles[0].PluginConfig {
+		if a, ok := pc.Args.(*config.GPUTelemetryArgs); ok {
+			if a.Prometheus.Address == "" || a.Weights.Utilization != 3 || !a.Health.Enabled || a.Health.XIDWindow.Duration != 10*time.Minute {
+				t.Errorf("GPUTelemetry args %+v", a)
+			}
+			return
+		}
+	}
+	t.Fatal("no GPUTelemetryArgs in the example")
+}
