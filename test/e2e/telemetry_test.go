@@ -133,7 +133,8 @@ func TestTelemetryPlacement(t *testing.T) {
 		}
 		// GPU 0 is free but unhealthy: a second T4 pod must not get it.
 		createPod(ctx, t, c, gt.MakeGPUPod("tel-4").GPUs(1).Models(t4).Obj())
-		waitForEventWith(ctx, t, c, "tel-4", "unhealthy GPUs excluded", "GPU 0: XID 79")
+		msg := waitForEventWith(ctx, t, c, "tel-4", "unhealthy GPUs excluded", "GPU 0: XID 79")
+		t.Logf("tel-4: %s", msg)
 		testcluster.AssertPodNotScheduled(ctx, t, c.Client, "default", "tel-4", 2*time.Second)
 	})
 
