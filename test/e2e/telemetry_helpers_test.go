@@ -282,3 +282,15 @@ func waitForRefreshes(ctx context.Context, t *testing.T, n float64) {
 	start := metricValue(t, "gpusched_telemetry_refreshes_total")
 	waitForMetric(ctx, t, "gpusched_telemetry_refreshes_total", fmt.Sprintf("at least %v", start+n), func(v float64) bool { return v >= start+n })
 }
+
+// hasLabel reports whether a metric of the family has the label with value.
+func hasLabel(f *dto.MetricFamily, name, value string) bool {
+	for _, m := range f.Metric {
+		for _, l := range m.Label {
+			if l.GetName() == name && l.GetValue() == value {
+				return true
+			}
+		}
+	}
+	return false
+}

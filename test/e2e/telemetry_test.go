@@ -120,6 +120,9 @@ func TestTelemetryPlacement(t *testing.T) {
 		if a := assignmentOf(ctx, t, c, "tel-2"); a.Node != "tel-a" {
 			t.Errorf("tel-2: %s, want tel-a: tel-b's GPUs are 95%% busy", a.String())
 		}
+		if f := metricFamily(t, "gpusched_telemetry_signal_score"); f == nil || !hasLabel(f, "signal", "utilization") {
+			t.Errorf("no gpusched_telemetry_signal_score{signal=\"utilization\"} observed")
+		}
 	})
 
 	t.Run("pods get healthy GPUs only", func(t *testing.T) {

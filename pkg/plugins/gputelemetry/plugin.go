@@ -45,6 +45,8 @@ type GPUTelemetry struct {
 	weights telemetry.Weights
 	factor  int64
 	health  bool
+	// logger is the scheduler's, for what happens outside a cycle (refreshes).
+	logger klog.Logger
 
 	// inventories caches each node's GPU inventory by resourceVersion.
 	inventories sync.Map // node name -> *cachedInventory
@@ -85,6 +87,7 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 		labels = []string{args.Prometheus.NodeLabel}
 	}
 	p := newPlugin(args, h, nil, time.Now)
+	p.logger = klog.FromContext(ctx).WithValues("plugin", Name)
 	src, err := prometheus.New(prometheus.Config{
 		Address: args.Prometheus.Address,
 		Auth: prometheus.Auth{BearerTokenFile: args.Prometheus.BearerTokenFile, BasicAuthUsername: args.Prometheus.BasicAuthUsername,
@@ -100,7 +103,7 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 		return nil, fmt.Errorf("%s: %w", Name, err)
 	}
 	p.source = src
-	go src.Run(klog.NewContext(ctx, klog.FromContext(ctx).WithValues("plugin", Name)))
+	go src.Run(klog.NewContext(ctx, p.logger))
 	return p, nil
 }
 
@@ -108,13 +111,15 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 // with now as its clock, ignoring the args' Prometheus settings: the
 // simulator replays recorded telemetry this way.
 func NewWithSource(src telemetry.Source, now func() time.Time) func(context.Context, runtime.Object, fwk.Handle) (fwk.Plugin, error) {
-	return func(_ context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
+	return func(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
 		args, err := argsFrom(obj)
 		if err != nil {
 			return nil, err
 		}
 		registerMetrics()
-		return newPlugin(args, h, src, now), nil
+		p := newPlugin(args, h, src, now)
+		p.logger = klog.FromContext(ctx).WithValues("plugin", Name)
+		return p, nil
 	}
 }
 
@@ -160,7 +165,7 @@ func (p *GPUTelemetry) observeRefresh(d time.Duration, _ *telemetry.Snapshot, er
 	if err != nil {
 		refreshErrors.Inc()
 	}
-	p.freshSnapshot(context.Background())
+	p.freshSnapshot(p.logger)
 }
 
 // Name implements fwk.Plugin.
@@ -185,7 +190,7 @@ func (s *cycleState) Clone() fwk.StateData { return s }
 
 // freshSnapshot returns the source's snapshot if it is fresh, updating the
 // age and staleness metrics and logging when telemetry turns stale or fresh.
-func (p *GPUTelemetry) freshSnapshot(ctx context.Context) *telemetry.Snapshot {
+func (p *GPUTelemetry) freshSnapshot(logger klog.Logger) *telemetry.Snapshot {
 	snap, age := telemetry.Fresh(p.source, p.now(), p.maxAge)
 	if p.source != nil && p.source.Latest() != nil {
 		telemetryAge.Set(age.Seconds())
@@ -201,7 +206,6 @@ func (p *GPUTelemetry) freshSnapshot(ctx context.Context) *telemetry.Snapshot {
 	p.stale = stale
 	p.staleMu.Unlock()
 	if changed {
-		logger := klog.FromContext(ctx).WithValues("plugin", Name)
 		if stale {
 			logger.Info("GPU telemetry is stale: placing pods on allocation alone until it is fresh again", "maxAge", p.maxAge)
 		} else {
@@ -227,7 +231,7 @@ func (p *GPUTelemetry) PreFilter(ctx context.Context, state fwk.CycleState, pod 
 	if err != nil {
 		p.reportSensitivity(ctx, pod, err)
 	}
-	s := &cycleState{snap: p.freshSnapshot(ctx), weights: weights, count: demand.Count}
+	s := &cycleState{snap: p.freshSnapshot(klog.FromContext(ctx).WithValues("plugin", Name)), weights: weights, count: demand.Count}
 	s.scores = p.scores.get(s.snap, &s.weights, s.count)
 	if p.health && s.snap != nil {
 		s.health = &telemetry.Health{Snap: s.snap}
