@@ -9,6 +9,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
@@ -23,6 +24,7 @@ import (
 	tf "k8s.io/kubernetes/pkg/scheduler/testing/framework"
 
 	"github.com/gpusched/gpusched/pkg/apis/config"
+	configv1 "github.com/gpusched/gpusched/pkg/apis/config/v1"
 	"github.com/gpusched/gpusched/pkg/gpu"
 	gt "github.com/gpusched/gpusched/pkg/gpu/gputest"
 	"github.com/gpusched/gpusched/pkg/plugins/gpuplacement"
@@ -59,11 +61,12 @@ var sampledAt = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
 func newCluster(t testing.TB, src telemetry.Source, now time.Time, nodes ...*v1.Node) *testCluster {
 	t.Helper()
-	return newClusterWith(t, true, src, now, nodes...)
+	return newClusterWith(t, true, nil, src, now, nodes...)
 }
 
-// newClusterWith is newCluster, without GPUPlacement unless placement.
-func newClusterWith(t testing.TB, placement bool, src telemetry.Source, now time.Time, nodes ...*v1.Node) *testCluster {
+// newClusterWith is newCluster, without GPUPlacement unless placement, and
+// with GPUTelemetry's args (nil for the defaults).
+func newClusterWith(t testing.TB, placement bool, args *config.GPUTelemetryArgs, src telemetry.Source, now time.Time, nodes ...*v1.Node) *testCluster {
 	t.Helper()
 	logger, ctx := ktesting.NewTestContext(t)
 	c := &testCluster{cache: cache.New(ctx, nil, false, false), snapshot: cache.NewEmptySnapshot(),
@@ -74,8 +77,13 @@ func newClusterWith(t testing.TB, placement bool, src telemetry.Source, now time
 	c.refresh(t)
 	plugins := []tf.RegisterPluginFunc{
 		tf.RegisterQueueSortPlugin(queuesort.Name, queuesort.New),
-		tf.RegisterPluginAsExtensionsWithWeight(gputelemetry.Name, 5,
-			gputelemetry.NewWithSource(src, func() time.Time { return c.now }), "PreFilter", "Filter", "PreScore", "Score"),
+		tf.RegisterPluginAsExtensionsWithWeight(gputelemetry.Name, 5, func(ctx context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
+			factory := gputelemetry.NewWithSource(src, func() time.Time { return c.now })
+			if args == nil {
+				return factory(ctx, nil, h)
+			}
+			return factory(ctx, args, h)
+		}, "PreFilter", "Filter", "PreScore", "Score"),
 		tf.RegisterBindPlugin(defaultbinder.Name, defaultbinder.New),
 	}
 	if placement {
@@ -301,10 +309,18 @@ func TestUnhealthyGPUs(t *testing.T) {
 		}
 	})
 	t.Run("GPUTelemetry's own filter", func(t *testing.T) {
-		c := newClusterWith(t, false, &fixedSource{snap}, sampledAt, twoGPUNode("a"), twoGPUNode("b"))
+		c := newClusterWith(t, false, nil, &fixedSource{snap}, sampledAt, twoGPUNode("a"), twoGPUNode("b"))
 		r := c.schedule(t, gt.MakeGPUPod("p").GPUs(2).Obj())
 		if want := "too few healthy GPUs (GPU 0: XID 79 within 10m0s)"; r.filtered["a"] != want || r.node != "b" {
 			t.Errorf("on %q, filtered %v, want b, and a filtered: %q", r.node, r.filtered, want)
+		}
+	})
+	t.Run("health filter off", func(t *testing.T) {
+		args := defaultArgs(t)
+		args.Health.Enabled = false
+		c := newClusterWith(t, true, args, &fixedSource{snap}, sampledAt, twoGPUNode("a"))
+		if r := c.schedule(t, gt.MakeGPUPod("p1").GPUs(2).Obj()); r.node != "a" || !slices.Equal(r.devices, []int{0, 1}) {
+			t.Errorf("p1 on %q GPUs %v (filtered %v), want a GPUs 0,1: the filter is off", r.node, r.devices, r.filtered)
 		}
 	})
 	t.Run("stale", func(t *testing.T) {
@@ -313,6 +329,46 @@ func TestUnhealthyGPUs(t *testing.T) {
 			t.Errorf("p1 on %q GPUs %v (filtered %v), want a GPUs 0,1: unknown health is not bad health", r.node, r.devices, r.filtered)
 		}
 	})
+}
+
+// defaultArgs are the internal args the v1 defaults give.
+func defaultArgs(t *testing.T) *config.GPUTelemetryArgs {
+	t.Helper()
+	var external configv1.GPUTelemetryArgs
+	configv1.SetDefaults_GPUTelemetryArgs(&external)
+	args := &config.GPUTelemetryArgs{}
+	configv1.Convert_v1_GPUTelemetryArgs_To_config_GPUTelemetryArgs(&external, args)
+	return args
+}
+
+// TestSignPod: pods with the same GPU count and sensitivity sign alike, so
+// opportunistic batching may reuse one's results for the other; others do not.
+func TestSignPod(t *testing.T) {
+	c := newCluster(t, &fixedSource{}, sampledAt, twoGPUNode("a"))
+	pl, err := gputelemetry.NewWithSource(&fixedSource{}, time.Now)(context.Background(), nil, c.fw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := pl.(*gputelemetry.GPUTelemetry)
+	sign := func(pod *v1.Pod) any {
+		fragments, status := p.SignPod(context.Background(), pod)
+		if !status.IsSuccess() {
+			t.Fatal(status)
+		}
+		return fragments[0].Value
+	}
+	base := sign(gt.MakeGPUPod("p").GPUs(1).Obj())
+	if got := sign(gt.MakeGPUPod("q").GPUs(1).Obj()); got != base {
+		t.Errorf("same demand: %v, want %v", got, base)
+	}
+	for name, pod := range map[string]*v1.Pod{
+		"two GPUs": gt.MakeGPUPod("q").GPUs(2).Obj(),
+		"video":    gt.MakeGPUPod("q").GPUs(1).Annotation(telemetry.AnnotationSensitiveTo, "video").Obj(),
+	} {
+		if got := sign(pod); got == base {
+			t.Errorf("%s: signed like a plain one-GPU pod (%v)", name, got)
+		}
+	}
 }
 
 func TestNewRequiresAddress(t *testing.T) {
