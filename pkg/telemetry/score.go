@@ -128,7 +128,8 @@ type Result struct {
 // gpu.MaxScore × the mean rating of its k best-rated GPUs (fewer when it has
 // fewer). node is the node's samples, nil when there are none or they are
 // stale: then every dynamic part rates Neutral. A node without GPUs, or with
-// every weight 0, scores gpu.MaxScore/2.
+// every weight 0, scores gpu.MaxScore/2; a node whose every GPU is skipped
+// scores 0.
 func ScoreNode(devices []gpu.Device, node *Node, k int, skip gpu.DeviceSet, w *Weights) Result {
 	sum := w.Sum()
 	if sum <= 0 || len(devices) == 0 || k <= 0 {
