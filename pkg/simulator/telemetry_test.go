@@ -18,6 +18,11 @@ profiles:
       - name: GPUPlacement
       - name: GPUTelemetry
         weight: 5
+  pluginConfig:
+  - name: GPUPlacement
+    args:
+      scoringStrategy:
+        type: BestFit
 `
 
 // TestReplayTelemetry replays telemetry in which n0 is busy until second 5

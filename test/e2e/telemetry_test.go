@@ -29,6 +29,10 @@ profiles:
       - name: GPUTelemetry
         weight: 5
   pluginConfig:
+  - name: GPUPlacement
+    args:
+      scoringStrategy:
+        type: BestFit
   - name: GPUTelemetry
     args:
       prometheus:

@@ -46,7 +46,7 @@ func (s *fixedSource) Latest() *telemetry.Snapshot { return s.snap }
 
 // testCluster is a real framework over a real scheduler cache, with
 // GPUPlacement (BestFit) and GPUTelemetry reading a fixed snapshot at a fixed
-// clock.
+// clock; GPUTelemetry filters first.
 type testCluster struct {
 	fw       framework.Framework
 	cache    cache.Cache
@@ -87,7 +87,9 @@ func newClusterWith(t testing.TB, placement bool, args *config.GPUTelemetryArgs,
 		tf.RegisterBindPlugin(defaultbinder.Name, defaultbinder.New),
 	}
 	if placement {
-		plugins = append(plugins, tf.RegisterPluginAsExtensions(gpuplacement.Name, gpuplacement.New, "PreFilter", "Filter", "PreScore", "Score", "Reserve"))
+		plugins = append(plugins, tf.RegisterPluginAsExtensions(gpuplacement.Name, func(ctx context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
+			return gpuplacement.New(ctx, bestFitArgs(), h)
+		}, "PreFilter", "Filter", "PreScore", "Score", "Reserve"))
 	}
 	fw, err := tf.NewFramework(ctx, plugins, "gpusched",
 		frameworkruntime.WithSnapshotSharedLister(c.snapshot),
@@ -329,6 +331,17 @@ func TestUnhealthyGPUs(t *testing.T) {
 			t.Errorf("p1 on %q GPUs %v (filtered %v), want a GPUs 0,1: unknown health is not bad health", r.node, r.devices, r.filtered)
 		}
 	})
+}
+
+// bestFitArgs are GPUPlacement's default args with the BestFit policy, which
+// the tests' expectations are worked out for.
+func bestFitArgs() *config.GPUPlacementArgs {
+	var external configv1.GPUPlacementArgs
+	configv1.SetDefaults_GPUPlacementArgs(&external)
+	external.ScoringStrategy.Type = string(config.BestFit)
+	args := &config.GPUPlacementArgs{}
+	configv1.Convert_v1_GPUPlacementArgs_To_config_GPUPlacementArgs(&external, args)
+	return args
 }
 
 // defaultArgs are the internal args the v1 defaults give.
