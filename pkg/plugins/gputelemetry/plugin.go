@@ -82,6 +82,7 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 		return nil, fmt.Errorf("%s: args.prometheus.address is empty: want the URL of the Prometheus that scrapes dcgm-exporter, e.g. http://prometheus.monitoring:9090", Name)
 	}
 	registerMetrics()
+	telemetryStale.Set(1) // no snapshot yet
 	var labels []string
 	if args.Prometheus.NodeLabel != "" {
 		labels = []string{args.Prometheus.NodeLabel}
@@ -117,6 +118,7 @@ func NewWithSource(src telemetry.Source, now func() time.Time) func(context.Cont
 			return nil, err
 		}
 		registerMetrics()
+		telemetryStale.Set(1)
 		p := newPlugin(args, h, src, now)
 		p.logger = klog.FromContext(ctx).WithValues("plugin", Name)
 		return p, nil
@@ -135,6 +137,7 @@ func newPlugin(args *config.GPUTelemetryArgs, h fwk.Handle, src telemetry.Source
 		},
 		factor: args.SensitivityFactor,
 		health: args.Health.Enabled,
+		stale:  true, // until the first snapshot arrives
 	}
 }
 
