@@ -52,9 +52,6 @@ type GPUTelemetry struct {
 	inventories sync.Map // node name -> *cachedInventory
 	// scores memoizes node scores per snapshot and weighting.
 	scores scoreCaches
-	// reported holds the pods whose malformed annotation was reported, by
-	// UID and value, so each gets one event.
-	reported sync.Map
 	// stale is whether the last cycle found the telemetry stale, for logging
 	// the transitions once.
 	staleMu sync.Mutex
@@ -234,7 +231,7 @@ func (p *GPUTelemetry) PreFilter(ctx context.Context, state fwk.CycleState, pod 
 	if err != nil {
 		p.reportSensitivity(ctx, pod, err)
 	}
-	s := &cycleState{snap: p.freshSnapshot(klog.FromContext(ctx).WithValues("plugin", Name)), weights: weights, count: demand.Count}
+	s := &cycleState{snap: p.freshSnapshot(klog.FromContext(ctx)), weights: weights, count: demand.Count}
 	s.scores = p.scores.get(s.snap, &s.weights, s.count)
 	if p.health && s.snap != nil {
 		s.health = &telemetry.Health{Snap: s.snap}
@@ -248,13 +245,11 @@ func (p *GPUTelemetry) PreFilter(ctx context.Context, state fwk.CycleState, pod 
 }
 
 // reportSensitivity records a Warning event on a pod whose sensitivity
-// annotation is malformed, once per pod and value.
+// annotation is malformed. The pod is normally placed in the same cycle; a
+// pod that cycles again repeats an identical event, which the event recorder
+// folds into a series.
 func (p *GPUTelemetry) reportSensitivity(ctx context.Context, pod *v1.Pod, err error) {
-	key := string(pod.UID) + "\x00" + pod.Annotations[telemetry.AnnotationSensitiveTo]
-	if _, seen := p.reported.LoadOrStore(key, true); seen {
-		return
-	}
-	klog.FromContext(ctx).Info("Ignoring malformed sensitivity annotation", "plugin", Name, "pod", klog.KObj(pod), "err", err)
+	klog.FromContext(ctx).V(2).Info("Ignoring malformed sensitivity annotation", "pod", klog.KObj(pod), "err", err)
 	if recorder := p.handle.EventRecorder(); recorder != nil {
 		recorder.Eventf(pod, nil, v1.EventTypeWarning, "InvalidSensitivity", "Scheduling",
 			"%v; scheduling with the configured weights", err)
