@@ -2,6 +2,8 @@ package simulator
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -118,4 +120,26 @@ func TestTelemetryFlag(t *testing.T) {
 	if opts, err := optionsFromFlags(flags{arrival: "fgd", seeds: "1"}); err != nil || opts.Telemetry != nil {
 		t.Errorf("no --telemetry: telemetry %v, error %v; want none", opts.Telemetry, err)
 	}
+}
+
+// FuzzLoadTelemetry: any file either loads or is rejected with its name;
+// none panics.
+func FuzzLoadTelemetry(f *testing.F) {
+	f.Add("time,node,gpu,signal,value\n0,n0,0,DCGM_FI_DEV_GPU_UTIL,5\n")
+	f.Add("time,node,gpu,signal,value\n0,n0,GPU-a,DCGM_FI_DEV_XID_ERRORS,79\n9,n1,3,DCGM_FI_PROF_DRAM_ACTIVE,0.5\n")
+	f.Add("time,node\n\"unterminated\n")
+	dir := f.TempDir()
+	f.Fuzz(func(t *testing.T, content string) {
+		path := filepath.Join(dir, "fuzz.csv")
+		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		replay, err := LoadTelemetry(path)
+		if err != nil && !strings.Contains(err.Error(), "fuzz.csv") {
+			t.Fatalf("error %q does not name the file", err)
+		}
+		if err == nil && replay.Len() == 0 {
+			t.Fatal("loaded without samples")
+		}
+	})
 }
