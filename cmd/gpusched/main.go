@@ -13,14 +13,16 @@ import (
 	"k8s.io/component-base/cli"
 	"k8s.io/kubernetes/cmd/kube-scheduler/app"
 
-	_ "github.com/gpusched/gpusched/pkg/apis/config/scheme" // GPUPlacementArgs in the configuration scheme
+	_ "github.com/gpusched/gpusched/pkg/apis/config/scheme" // GPUPlacementArgs and GPUTelemetryArgs in the configuration scheme
 	"github.com/gpusched/gpusched/pkg/plugins/gpuplacement"
+	"github.com/gpusched/gpusched/pkg/plugins/gputelemetry"
 	"github.com/gpusched/gpusched/pkg/simulator"
 )
 
 func main() {
 	command := app.NewSchedulerCommand(
 		app.WithPlugin(gpuplacement.Name, gpuplacement.New),
+		app.WithPlugin(gputelemetry.Name, gputelemetry.New),
 	)
 	command.Use = "gpusched"
 	command.AddCommand(simulator.NewCommand())

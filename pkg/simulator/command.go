@@ -20,6 +20,7 @@ type flags struct {
 	policies, seeds     string
 	arrival, tieBreak   string
 	jsonOut, htmlOut    string
+	telemetry           string
 	parallel            int
 	quiet               bool
 }
@@ -53,6 +54,7 @@ synthetic cluster and workload. See docs/simulator.md.`,
 	fs.StringVar(&f.seeds, "seeds", "42", "seeds: N, N..M, or a comma-separated list")
 	fs.StringVar(&f.arrival, "arrival", string(ArrivalFGD), "arrival process: fgd (the FGD paper's protocol) or replay (the trace's creation and deletion times)")
 	fs.StringVar(&f.tieBreak, "tie-break", "", "how equally scored nodes are chosen: node-order (the FGD paper's simulator; default with --arrival fgd) or random (kube-scheduler; default with --arrival replay)")
+	fs.StringVar(&f.telemetry, "telemetry", "", "recorded GPU telemetry (CSV time,node,gpu,signal,value) that the GPUTelemetry plugin replays at each pod's arrival time")
 	fs.StringVar(&f.jsonOut, "json", "", "write the full report as JSON to this file")
 	fs.StringVar(&f.htmlOut, "html", "", "write a self-contained HTML report with charts to this file")
 	fs.IntVar(&f.parallel, "parallel", 0, "runs at once; default one per CPU")
@@ -155,7 +157,13 @@ func optionsFromFlags(f flags) (Options, error) {
 	if f.parallel < 0 {
 		return opts, fmt.Errorf("--parallel %d: want 0 (one run per CPU) or more", f.parallel)
 	}
-	return Options{Nodes: nodes, Pods: pods, Profiles: profiles, Seeds: seeds, Arrival: arrival, TieBreak: tieBreak, Parallel: f.parallel}, nil
+	opts = Options{Nodes: nodes, Pods: pods, Profiles: profiles, Seeds: seeds, Arrival: arrival, TieBreak: tieBreak, Parallel: f.parallel}
+	if f.telemetry != "" {
+		if opts.Telemetry, err = LoadTelemetry(f.telemetry); err != nil {
+			return opts, err
+		}
+	}
+	return opts, nil
 }
 
 // ParseSeeds reads "42", "42..51" or "1,5,9".

@@ -16,6 +16,7 @@ import (
 	"github.com/gpusched/gpusched/pkg/apis/config"
 	"github.com/gpusched/gpusched/pkg/gpu"
 	"github.com/gpusched/gpusched/pkg/podrequests"
+	"github.com/gpusched/gpusched/pkg/telemetry"
 )
 
 // Options is one simulation: a cluster, a workload, the profiles to compare
@@ -40,6 +41,9 @@ type Options struct {
 	// Progress, when set, is called as pods are scheduled, with the pods
 	// done and the pods to do over all runs.
 	Progress func(done, total int64)
+	// Telemetry is recorded GPU telemetry that GPUTelemetry replays at each
+	// pod's arrival time (LoadTelemetry); nil leaves it without telemetry.
+	Telemetry *telemetry.Replay
 }
 
 // Run is the result of one (profile, seed) run.
@@ -170,7 +174,12 @@ func (r *runner) run(ctx context.Context) (Run, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	tieBreak := cmp.Or(r.opts.TieBreak, DefaultTieBreak(r.opts.Arrival))
-	sched, err := newScheduler(ctx, r.profile, r.opts.Nodes, r.seed, r.parallelism, tieBreak)
+	clock := &replayClock{}
+	registry, err := runRegistry(r.opts.Telemetry, clock)
+	if err != nil {
+		return Run{}, err
+	}
+	sched, err := newScheduler(ctx, registry, r.profile, r.opts.Nodes, r.seed, r.parallelism, tieBreak)
 	if err != nil {
 		return Run{}, err
 	}
@@ -195,9 +204,14 @@ func (r *runner) run(ctx context.Context) (Run, error) {
 		}
 	}
 	placedMilli := map[int]int64{}
-	for _, ev := range events {
+	for i, ev := range events {
 		if err := ctx.Err(); err != nil {
 			return Run{}, err
+		}
+		if r.opts.Arrival == ArrivalReplay {
+			clock.set(ev.time)
+		} else {
+			clock.set(int64(i))
 		}
 		pod := pods[ev.pod].Pod
 		if ev.depart {

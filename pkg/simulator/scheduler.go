@@ -23,14 +23,20 @@ import (
 
 	"github.com/gpusched/gpusched/pkg/gpu"
 	"github.com/gpusched/gpusched/pkg/plugins/gpuplacement"
+	"github.com/gpusched/gpusched/pkg/plugins/gputelemetry"
 )
 
-// Registry is the plugins a simulated profile may use: the in-tree plugins
-// and GPUPlacement, exactly as cmd/gpusched registers them.
+// Registry is the plugins a simulated profile may use: the in-tree plugins,
+// GPUPlacement and GPUTelemetry, exactly as cmd/gpusched registers them (a
+// run replaces GPUTelemetry's factory to replay recorded telemetry, see
+// runRegistry).
 func Registry() frameworkruntime.Registry {
 	r := plugins.NewInTreeRegistry()
 	if err := r.Register(gpuplacement.Name, gpuplacement.New); err != nil {
 		panic(err) // a name clash in code, not in input
+	}
+	if err := r.Register(gputelemetry.Name, gputelemetry.New); err != nil {
+		panic(err)
 	}
 	return r
 }
@@ -66,13 +72,13 @@ type scheduler struct {
 	rank map[string]int
 }
 
-func newScheduler(ctx context.Context, p Profile, nodes []*v1.Node, seed int64, parallelism int, tieBreak TieBreak) (*scheduler, error) {
+func newScheduler(ctx context.Context, registry frameworkruntime.Registry, p Profile, nodes []*v1.Node, seed int64, parallelism int, tieBreak TieBreak) (*scheduler, error) {
 	metrics.Register() // the framework records into the scheduler's metrics; registers once
 	profile := p.Profile.DeepCopy()
 	stripUnsupported(profile)
 	snapshot := internalcache.NewEmptySnapshot()
 	client := fake.NewClientset()
-	f, err := frameworkruntime.NewFramework(ctx, Registry(), profile,
+	f, err := frameworkruntime.NewFramework(ctx, registry, profile,
 		frameworkruntime.WithClientSet(client),
 		frameworkruntime.WithInformerFactory(informers.NewSharedInformerFactory(client, 0)),
 		frameworkruntime.WithSnapshotSharedLister(snapshot),

@@ -21,6 +21,7 @@ import (
 	configv1 "github.com/gpusched/gpusched/pkg/apis/config/v1"
 	"github.com/gpusched/gpusched/pkg/apis/config/validation"
 	"github.com/gpusched/gpusched/pkg/gpu"
+	"github.com/gpusched/gpusched/pkg/plugins/gpuhealth"
 	"github.com/gpusched/gpusched/pkg/podrequests"
 )
 
@@ -209,9 +210,14 @@ func (p *GPUPlacement) Filter(ctx context.Context, state fwk.CycleState, pod *v1
 		return status
 	}
 	n := p.nodeGPUs(nodeInfo)
-	_, reasons := gpu.Candidates(n, demand)
+	_, reasons, excluded := gpu.CandidatesExcluding(n, demand, gpuhealth.Read(state))
 	if reasons.Has(gpu.ReasonInventoryInvalid) {
 		p.reportInvalidInventory(nodeInfo.Node(), n.Err)
+	}
+	if excluded != "" {
+		// Enough GPUs are free, but not enough healthy ones: the health
+		// view may change, freeing GPUs elsewhere will not help here.
+		return fwk.NewStatus(fwk.Unschedulable, excluded)
 	}
 	return statusOf(reasons)
 }
@@ -287,7 +293,8 @@ func (p *GPUPlacement) Score(ctx context.Context, state fwk.CycleState, pod *v1.
 	var chosen gpu.DeviceSet
 	if !demand.IsZero() {
 		var reasons gpu.Reasons
-		if chosen, reasons = gpu.PlaceHost(n, host, demand, p.policy); reasons != 0 {
+		var excluded string
+		if chosen, reasons, excluded = gpu.PlaceHostExcluding(n, host, demand, p.policy, gpuhealth.Read(state)); reasons != 0 || excluded != "" {
 			return 0, nil // the node changed since Filter; it will not be chosen
 		}
 	}

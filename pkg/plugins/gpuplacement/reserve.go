@@ -13,6 +13,7 @@ import (
 	schedconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
 
 	"github.com/gpusched/gpusched/pkg/gpu"
+	"github.com/gpusched/gpusched/pkg/plugins/gpuhealth"
 )
 
 // assignmentState carries the pod's assignment from Reserve to PreBind.
@@ -38,7 +39,10 @@ func (p *GPUPlacement) Reserve(ctx context.Context, state fwk.CycleState, pod *v
 		return fwk.AsStatus(fmt.Errorf("%s: node %s: %w", Name, nodeName, err))
 	}
 	n := p.nodeGPUs(nodeInfo)
-	chosen, reasons := gpu.PlaceHost(n, hostOf(state, nodeInfo), demand, p.policy)
+	chosen, reasons, excluded := gpu.PlaceHostExcluding(n, hostOf(state, nodeInfo), demand, p.policy, gpuhealth.Read(state))
+	if excluded != "" {
+		return fwk.NewStatus(fwk.Unschedulable, excluded)
+	}
 	if reasons != 0 {
 		return statusOf(reasons)
 	}

@@ -14,8 +14,12 @@ var SchemeGroupVersion = schema.GroupVersion{Group: config.GroupName, Version: "
 // AddToScheme registers the v1 types, their defaults and their conversions to
 // and from the internal types.
 func AddToScheme(s *runtime.Scheme) error {
-	s.AddKnownTypes(SchemeGroupVersion, &GPUPlacementArgs{})
+	s.AddKnownTypes(SchemeGroupVersion, &GPUPlacementArgs{}, &GPUTelemetryArgs{})
 	s.AddTypeDefaultingFunc(&GPUPlacementArgs{}, func(obj any) { SetDefaults_GPUPlacementArgs(obj.(*GPUPlacementArgs)) })
+	s.AddTypeDefaultingFunc(&GPUTelemetryArgs{}, func(obj any) { SetDefaults_GPUTelemetryArgs(obj.(*GPUTelemetryArgs)) })
+	if err := addTelemetryConversions(s); err != nil {
+		return err
+	}
 	if err := s.AddConversionFunc((*GPUPlacementArgs)(nil), (*config.GPUPlacementArgs)(nil), func(a, b any, _ conversion.Scope) error {
 		Convert_v1_GPUPlacementArgs_To_config_GPUPlacementArgs(a.(*GPUPlacementArgs), b.(*config.GPUPlacementArgs))
 		return nil
