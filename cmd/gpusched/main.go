@@ -13,7 +13,8 @@ import (
 	"k8s.io/component-base/cli"
 	"k8s.io/kubernetes/cmd/kube-scheduler/app"
 
-	_ "github.com/gpusched/gpusched/pkg/apis/config/scheme" // GPUPlacementArgs in the configuration scheme
+	_ "github.com/gpusched/gpusched/pkg/apis/config/scheme" // GPUPlacementArgs and GPUGangArgs in the configuration scheme
+	"github.com/gpusched/gpusched/pkg/plugins/gang"
 	"github.com/gpusched/gpusched/pkg/plugins/gpuplacement"
 	"github.com/gpusched/gpusched/pkg/simulator"
 )
@@ -21,6 +22,7 @@ import (
 func main() {
 	command := app.NewSchedulerCommand(
 		app.WithPlugin(gpuplacement.Name, gpuplacement.New),
+		app.WithPlugin(gang.Name, gang.New),
 	)
 	simulate := simulator.NewCommand()
 	// The scheduler command's help shows its own flag sections; the

@@ -13,8 +13,8 @@ type GPUGangArgs struct {
 	// Permit for the rest of the gang when its PodGroup sets no
 	// spec.scheduleTimeoutSeconds.
 	ScheduleTimeoutSeconds int64
-	// BackoffSeconds is how long a released gang waits before its pods are
-	// tried again; 0 retries at once.
+	// BackoffSeconds is how long a released gang's pods stay out of the
+	// scheduling queue, unless GPUs are freed before.
 	BackoffSeconds int64
 	// TopologyKey is the node label naming the topology domain (a rack, a
 	// block) a gang is kept in when one interconnect group cannot hold it;

@@ -17,7 +17,7 @@ func TestSetDefaultsGPUGangArgs(t *testing.T) {
 			want: GPUGangArgs{ScheduleTimeoutSeconds: ptr(60), BackoffSeconds: ptr(10)},
 		},
 		{
-			name: "set values are kept, a zero back-off included",
+			name: "set values are kept, whatever their value",
 			in:   GPUGangArgs{ScheduleTimeoutSeconds: ptr(5), BackoffSeconds: ptr(0), TopologyKey: "example.com/rack"},
 			want: GPUGangArgs{ScheduleTimeoutSeconds: ptr(5), BackoffSeconds: ptr(0), TopologyKey: "example.com/rack"},
 		},

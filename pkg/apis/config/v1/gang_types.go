@@ -15,9 +15,9 @@ type GPUGangArgs struct {
 	// rest of the gang when its PodGroup sets no spec.scheduleTimeoutSeconds:
 	// 1..900 (the framework waits at most 15 minutes at Permit). Default: 60.
 	ScheduleTimeoutSeconds *int64 `json:"scheduleTimeoutSeconds,omitempty"`
-	// BackoffSeconds is how long a released gang (timed out, or a pod that
-	// found no node) waits before its pods are tried again: 0..600.
-	// Default: 10.
+	// BackoffSeconds is how long the pods of a released gang (timed out, or
+	// a pod that found no node) stay out of the scheduling queue, unless GPUs
+	// are freed before: 1..600. Default: 10.
 	BackoffSeconds *int64 `json:"backoffSeconds,omitempty"`
 	// TopologyKey is the node label naming the topology domain (a rack, a
 	// block) a gang is kept in when one interconnect group cannot hold it,

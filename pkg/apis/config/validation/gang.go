@@ -21,8 +21,8 @@ func ValidateGPUGangArgs(path *field.Path, args *config.GPUGangArgs) field.Error
 	if t := args.ScheduleTimeoutSeconds; t < 1 || t > MaxScheduleTimeoutSeconds {
 		errs = append(errs, field.Invalid(path.Child("scheduleTimeoutSeconds"), t, "must be from 1 to 900"))
 	}
-	if b := args.BackoffSeconds; b < 0 || b > MaxGangBackoffSeconds {
-		errs = append(errs, field.Invalid(path.Child("backoffSeconds"), b, "must be from 0 to 600"))
+	if b := args.BackoffSeconds; b < 1 || b > MaxGangBackoffSeconds {
+		errs = append(errs, field.Invalid(path.Child("backoffSeconds"), b, "must be from 1 to 600"))
 	}
 	if args.TopologyKey != "" {
 		errs = append(errs, metav1validation.ValidateLabelName(args.TopologyKey, path.Child("topologyKey"))...)

@@ -22,8 +22,8 @@ func TestValidateGPUGangArgs(t *testing.T) {
 			want: []string{"args.scheduleTimeoutSeconds: Invalid value: 0: must be from 1 to 900"}},
 		{name: "timeout beyond the framework's limit", modify: func(a *config.GPUGangArgs) { a.ScheduleTimeoutSeconds = 901 },
 			want: []string{"args.scheduleTimeoutSeconds: Invalid value: 901: must be from 1 to 900"}},
-		{name: "negative back-off", modify: func(a *config.GPUGangArgs) { a.BackoffSeconds = -1 },
-			want: []string{"args.backoffSeconds: Invalid value: -1: must be from 0 to 600"}},
+		{name: "no back-off", modify: func(a *config.GPUGangArgs) { a.BackoffSeconds = 0 },
+			want: []string{"args.backoffSeconds: Invalid value: 0: must be from 1 to 600"}},
 		{name: "a topology key that is no label", modify: func(a *config.GPUGangArgs) { a.TopologyKey = "rack id" },
 			want: []string{`args.topologyKey: Invalid value: "rack id"`}},
 	}
