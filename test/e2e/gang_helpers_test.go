@@ -136,9 +136,13 @@ func waitForPodGroupStatus(ctx context.Context, t *testing.T, dyn dynamic.Interf
 	}
 }
 
-// gangPod is a pod of gang group asking for gpus whole GPUs.
+// gangPod is a pod of gang group asking for gpus whole GPUs; group "" makes
+// a pod outside any gang.
 func gangPod(name, group string, gpus int) *v1.Pod {
 	pod := gt.MakeGPUPod(name).GPUs(gpus).Obj()
+	if group == "" {
+		return pod
+	}
 	if pod.Labels == nil {
 		pod.Labels = map[string]string{}
 	}
