@@ -89,6 +89,9 @@ func TestDeployManifests(t *testing.T) {
 	covered["deploy/static-pod/gpusched-config.yaml"] = true
 	covered["deploy/static-pod/rbac.yaml"] = true
 	covered["deploy/extender/scheduler-config.yaml"] = true // the stock scheduler's, with gpusched's extender
+	// The PodGroup CRD; TestGang* tests create it and use it for real.
+	command(t, nil, kubectl, kc, "apply", "--dry-run=server", "-f", "deploy/crds/scheduling.x-k8s.io_podgroups.yaml")
+	covered["deploy/crds/scheduling.x-k8s.io_podgroups.yaml"] = true
 	assertEveryManifestCovered(t, covered)
 
 	// gpusched's cluster roles: a kube-scheduler's, less deleting pods.
@@ -205,7 +208,9 @@ var schedulerNeeds = []access{
 	{"update", "resourceclaims.resource.k8s.io", "status", "default"},
 	{"create", "pods", "binding", "default"},
 	{"patch", "pods", "status", "default"},
-	{"patch", "pods", "", "default"}, // the assignment annotation (PreBind)
+	{"patch", "pods", "", "default"},                                // the assignment annotation (PreBind)
+	{"watch", "podgroups.scheduling.x-k8s.io", "", ""},              // GPUGang's gangs
+	{"patch", "podgroups.scheduling.x-k8s.io", "status", "default"}, // and their status
 	{"create", "events.events.k8s.io", "", "default"},
 	{"patch", "events.events.k8s.io", "", "default"},
 	{"create", "leases.coordination.k8s.io", "", "kube-system"},
@@ -236,6 +241,8 @@ var schedulerMustNot = []access{
 	{"get", "configmaps/kubeadm-config", "", "kube-system"},
 	{"create", "deployments.apps", "", "kube-system"},
 	{"create", "clusterrolebindings.rbac.authorization.k8s.io", "", ""},
+	{"update", "podgroups.scheduling.x-k8s.io", "", "default"},
+	{"delete", "podgroups.scheduling.x-k8s.io", "", "default"},
 }
 
 // kubeSchedulerOmitted are the rules of the API server's system:kube-scheduler
@@ -251,9 +258,12 @@ var kubeSchedulerOmitted = []rbacv1.PolicyRule{
 }
 
 // gpuschedExtra is what gpusched needs beyond a kube-scheduler's cluster
-// role: patching the assignment annotation onto pods.
+// role: patching the assignment annotation onto pods, reading PodGroups and
+// writing their status (GPUGang).
 var gpuschedExtra = []rbacv1.PolicyRule{
 	{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"patch"}},
+	{APIGroups: []string{"scheduling.x-k8s.io"}, Resources: []string{"podgroups"}, Verbs: []string{"get", "list", "watch"}},
+	{APIGroups: []string{"scheduling.x-k8s.io"}, Resources: []string{"podgroups/status"}, Verbs: []string{"patch", "update"}},
 }
 
 // checkKubeSchedulerRole compares rules, gpusched's cluster-wide rules
@@ -270,7 +280,7 @@ func checkKubeSchedulerRole(t *testing.T, c *testcluster.Cluster, what string, r
 		t.Errorf("%s: gpusched's cluster roles lack what system:kube-scheduler grants: %v", what, missing)
 	}
 	if ok, extra := rbacvalidation.Covers(slices.Concat(ks.Rules, gpuschedExtra), rules); !ok {
-		t.Errorf("%s: gpusched's cluster roles grant more than system:kube-scheduler and the annotation patch: %v", what, extra)
+		t.Errorf("%s: gpusched's cluster roles grant more than system:kube-scheduler, the annotation patch and PodGroups: %v", what, extra)
 	}
 	if ok, _ := rbacvalidation.Covers(rules, kubeSchedulerOmitted[:1]); ok {
 		t.Errorf("%s: gpusched's cluster roles delete pods without preemption turned on", what)

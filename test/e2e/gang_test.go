@@ -4,8 +4,8 @@ import (
 	"context"
 	"testing"
 
-	"github.com/gpusched/gpusched/pkg/podgroup"
 	gt "github.com/gpusched/gpusched/pkg/gpu/gputest"
+	"github.com/gpusched/gpusched/pkg/podgroup"
 	"github.com/gpusched/gpusched/test/testcluster"
 )
 
