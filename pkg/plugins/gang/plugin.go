@@ -80,6 +80,7 @@ var (
 	_ fwk.PermitPlugin      = &GPUGang{}
 	_ fwk.PostBindPlugin    = &GPUGang{}
 	_ fwk.EnqueueExtensions = &GPUGang{}
+	_ fwk.SignPlugin        = &GPUGang{}
 )
 
 // New builds the plugin from its args (GPUGangArgs, or nil for the

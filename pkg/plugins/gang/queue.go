@@ -1,6 +1,9 @@
 package gang
 
 import (
+	"context"
+
+	v1 "k8s.io/api/core/v1"
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/gpusched/gpusched/pkg/gang"
@@ -38,4 +41,15 @@ func (p *GPUGang) sortKey(e fwk.QueuedEntityInfo) gang.SortKey {
 		k.Since = pod.CreationTimestamp.Time
 	}
 	return k
+}
+
+// SignPod keeps opportunistic batching on for pods outside any gang, which
+// this plugin does not touch (no fragment), and off for gang pods: the
+// topology score of a gang's next pod depends on where its siblings were
+// just reserved, so a cached result of an identical pod would be stale.
+func (p *GPUGang) SignPod(ctx context.Context, pod *v1.Pod) ([]fwk.SignFragment, *fwk.Status) {
+	if _, ok := pod.Labels[podgroup.LabelPodGroup]; ok {
+		return nil, fwk.NewStatus(fwk.Unschedulable, "gang pods are scored against their gang's placement")
+	}
+	return nil, nil
 }
