@@ -15,9 +15,14 @@ import (
 // caller's pod cache holds them (the scheduler's snapshot in plugin mode): a
 // pod counts when it carries an assignment for the node, or, while it is in
 // flight (reserved, not yet bound), when the ledger holds an assumption for it.
-// So a restarted scheduler rebuilds the exact state from the annotations of the
-// bound pods, and the ledger never disagrees with the cache the scheduler
-// filters against. Views are cached per node and recomputed only when the
+// An assumption counts on its node even before the cache holds its pod: the
+// upstream Workload API reserves every pod of a gang against one snapshot,
+// which holds none of them yet. So a restarted scheduler rebuilds the exact
+// state from the annotations of the bound pods, and no GPU is given twice
+// within a batch of reservations. An assumption ends with Forget, when its pod
+// is seen bound with its annotation, or when its pod is seen terminated; a
+// caller whose pods may be deleted before they are seen bound forgets them on
+// deletion (GPUPlacement does, from the pod informer). Views are cached per node and recomputed only when the
 // caller's generation for the node changes.
 //
 // Invariant: Assume never allocates a GPU beyond its capacity. Bound pods are
@@ -107,8 +112,16 @@ func (l *Ledger) compute(name string, inv *Inventory, invErr error, pods iter.Se
 		return n
 	}
 	var unplaced []*v1.Pod
+	var held map[types.UID]bool // the pods the caller holds, when assumptions exist
+	if len(l.assumed) > 0 {
+		held = map[types.UID]bool{}
+	}
 	for pod := range pods {
+		if held != nil {
+			held[pod.UID] = true
+		}
 		if isTerminated(pod) {
+			delete(l.assumed, pod.UID) // its containers are gone, and so is its claim
 			continue
 		}
 		a, counted := AssignmentOf(pod)
@@ -119,6 +132,12 @@ func (l *Ledger) compute(name string, inv *Inventory, invErr error, pods iter.Se
 			continue
 		}
 		n.add(&a)
+	}
+	// Pods assumed on this node that the caller does not hold yet.
+	for uid, a := range l.assumed {
+		if a.Node == name && !held[uid] {
+			n.add(&a)
+		}
 	}
 	n.summarize()
 	for _, pod := range unplaced {
@@ -156,9 +175,9 @@ func isTerminated(pod *v1.Pod) bool {
 }
 
 // Assume allocates a's GPUs to the pod with the given UID before it is bound.
-// The caller must have read the node with Node in this cycle, and must then
-// hold the pod on the node (with a new generation) for the assumption to
-// count. Assume fails, changing nothing, if the node is unknown, if another
+// The caller must have read the node with Node in this cycle; the assumption
+// counts on the node from the next read, whether or not the caller holds the
+// pod there yet. Assume fails, changing nothing, if the node is unknown, if another
 // assumption changed the node since it was last read, or if any GPU lacks the
 // free milli-GPU or memory, or if the pod is assumed already (Forget it first).
 func (l *Ledger) Assume(uid types.UID, a Assignment) error {

@@ -89,8 +89,10 @@ func TestDeployManifests(t *testing.T) {
 	covered["deploy/static-pod/gpusched-config.yaml"] = true
 	covered["deploy/static-pod/rbac.yaml"] = true
 	covered["deploy/extender/scheduler-config.yaml"] = true // the stock scheduler's, with gpusched's extender
-	// The PodGroup CRD; TestGang* tests create it and use it for real.
-	command(t, nil, kubectl, kc, "apply", "--dry-run=server", "-f", "deploy/crds/scheduling.x-k8s.io_podgroups.yaml")
+	// The PodGroup CRD, installed for real: the access checks below name its
+	// resource, which kubectl resolves through discovery.
+	command(t, nil, kubectl, kc, "apply", "-f", "deploy/crds/scheduling.x-k8s.io_podgroups.yaml")
+	command(t, nil, kubectl, kc, "wait", "--for=condition=Established", "--timeout=30s", "crd/podgroups.scheduling.x-k8s.io")
 	covered["deploy/crds/scheduling.x-k8s.io_podgroups.yaml"] = true
 	assertEveryManifestCovered(t, covered)
 

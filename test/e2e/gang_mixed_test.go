@@ -93,6 +93,10 @@ func TestGangSchedulerRestart(t *testing.T) {
 		return n
 	}
 	if !waitUntil(ctx, timeout, func() bool { return waiting() == 2 }) {
+		evs, _ := c.Client.EventsV1().Events("default").List(ctx, metav1.ListOptions{})
+		for _, ev := range evs.Items {
+			t.Logf("event %s %s: %s", ev.Regarding.Name, ev.Reason, ev.Note)
+		}
 		t.Fatalf("%d pods wait at Permit, want 2", waiting())
 	}
 	first.Stop()

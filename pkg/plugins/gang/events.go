@@ -49,8 +49,11 @@ func isGangPod(logger klog.Logger, pod *v1.Pod, oldObj, newObj any) (fwk.Queuein
 	return fwk.QueueSkip, nil
 }
 
-// podHandler keeps PodGroup status in step with the gang's pods, and forgets
-// the reservations of deleted pods.
+// podHandler keeps PodGroup status in step with the gang's pods, forgets
+// the reservations of deleted pods, and moves a gang's pods back to the
+// queue when a new pod completes its minMember: pods refused for being too
+// few must not depend on the new pod's own event reaching the queue (a pod
+// held by a scheduling gate never enters it).
 func (p *GPUGang) podHandler() cache.ResourceEventHandler {
 	touch := func(obj any) {
 		if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
@@ -65,7 +68,12 @@ func (p *GPUGang) podHandler() cache.ResourceEventHandler {
 		}
 	}
 	return cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { touch(obj) },
+		AddFunc: func(obj any) {
+			touch(obj)
+			if pod, ok := obj.(*v1.Pod); ok && pod.Spec.NodeName == "" {
+				p.activateIfComplete(pod)
+			}
+		},
 		UpdateFunc: func(_, obj any) { touch(obj) },
 		DeleteFunc: func(obj any) {
 			touch(obj)
@@ -101,5 +109,26 @@ func (p *GPUGang) podGroupHandler() cache.ResourceEventHandler {
 			}
 			changed(newObj)
 		},
+	}
+}
+
+// activateIfComplete moves the queued pods of pod's gang to the front of the
+// queue if the gang has minMember pods.
+func (p *GPUGang) activateIfComplete(pod *v1.Pod) {
+	name, ok, err := podgroup.NameOf(pod)
+	if !ok || err != nil {
+		return
+	}
+	obj := p.podGroup(pod.Namespace, name)
+	if obj == nil {
+		return
+	}
+	pg, err := podgroup.FromUnstructured(obj)
+	if err != nil || pg.Validate() != nil {
+		return
+	}
+	key := groupKey(pod.Namespace, name)
+	if len(p.members(key)) >= int(pg.Spec.MinMember) {
+		p.activateQueued(context.Background(), key, p.placed(key))
 	}
 }
