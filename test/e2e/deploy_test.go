@@ -25,9 +25,14 @@ const kubectlInstall = "go build -o bin/kubectl k8s.io/kubernetes/cmd/kubectl"
 // schedulerServiceAccount is the identity deploy/scheduler/ gives gpusched.
 const schedulerServiceAccount = "system:serviceaccount:kube-system:gpusched"
 
+// podGroupCRD is the PodGroup CRD gang scheduling needs.
+const podGroupCRD = "deploy/crds/scheduling.x-k8s.io_podgroups.yaml"
+
 // rbacCluster starts an API server that authorizes with RBAC and waits for
 // what manifests refer to: the kube-system namespace and the system
-// PriorityClasses. It returns the cluster and kubectl's path.
+// PriorityClasses. It installs the PodGroup CRD, whose resource the access
+// checks name (kubectl resolves it through discovery). It returns the cluster
+// and kubectl's path.
 func rbacCluster(t *testing.T) (*testcluster.Cluster, string) {
 	t.Helper()
 	kubectl := findTool(t, "kubectl", "KUBECTL", kubectlInstall)
@@ -36,6 +41,9 @@ func rbacCluster(t *testing.T) (*testcluster.Cluster, string) {
 	waitForNamespace(ctx, t, c, "kube-system")
 	waitForPriorityClass(ctx, t, c, "system-cluster-critical")
 	waitForPriorityClass(ctx, t, c, "system-node-critical")
+	kc := "--kubeconfig=" + c.KubeconfigPath
+	command(t, nil, kubectl, kc, "apply", "-f", podGroupCRD)
+	command(t, nil, kubectl, kc, "wait", "--for=condition=Established", "--timeout=30s", "crd/podgroups.scheduling.x-k8s.io")
 	return c, kubectl
 }
 
@@ -89,11 +97,7 @@ func TestDeployManifests(t *testing.T) {
 	covered["deploy/static-pod/gpusched-config.yaml"] = true
 	covered["deploy/static-pod/rbac.yaml"] = true
 	covered["deploy/extender/scheduler-config.yaml"] = true // the stock scheduler's, with gpusched's extender
-	// The PodGroup CRD, installed for real: the access checks below name its
-	// resource, which kubectl resolves through discovery.
-	command(t, nil, kubectl, kc, "apply", "-f", "deploy/crds/scheduling.x-k8s.io_podgroups.yaml")
-	command(t, nil, kubectl, kc, "wait", "--for=condition=Established", "--timeout=30s", "crd/podgroups.scheduling.x-k8s.io")
-	covered["deploy/crds/scheduling.x-k8s.io_podgroups.yaml"] = true
+	covered[podGroupCRD] = true // installed by rbacCluster
 	assertEveryManifestCovered(t, covered)
 
 	// gpusched's cluster roles: a kube-scheduler's, less deleting pods.
