@@ -16,6 +16,7 @@ package gang
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -63,6 +64,9 @@ type GPUGang struct {
 	// plugin's view of the GPUs allocated on each node (PreScore).
 	policy gpu.Policy
 	ledger *gpu.Ledger
+
+	// fits caches each gang's fitEmpty result (a fitResult by gang key).
+	fits sync.Map
 
 	reservations *gang.Reservations
 	backoff      *gang.Backoff

@@ -3,6 +3,8 @@ package gang
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
+	"slices"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -52,7 +54,7 @@ func (p *GPUGang) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1.P
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf(
 			"gang %s has %d of the %d pods its spec.minMember asks for; waiting for the rest", key, len(members), minMember))
 	}
-	if fit := p.fitEmpty(members, nodes, minMember); !fit.Fits() {
+	if fit := p.fitEmpty(key, members, nodes, minMember); !fit.Fits() {
 		msg := fmt.Sprintf("gang %s: %s", key, fit.Reason())
 		p.reportOnce(obj, v1.EventTypeWarning, "GangTooLarge", msg)
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msg)
@@ -67,8 +69,42 @@ func (p *GPUGang) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1.P
 
 // fitEmpty places the members' GPU demands on empty copies of the nodes. A
 // member whose demand is malformed is left out: GPUPlacement reports it on
-// that pod.
-func (p *GPUGang) fitEmpty(members []*v1.Pod, nodes []fwk.NodeInfo, minMember int) gang.EmptyFit {
+// that pod. The result depends only on the members, minMember and the Node
+// objects, so it is kept per gang and recomputed when one of them changes:
+// every pod of a gang asks the same question, on clusters of thousands of
+// nodes.
+func (p *GPUGang) fitEmpty(key string, members []*v1.Pod, nodes []fwk.NodeInfo, minMember int) gang.EmptyFit {
+	h := fnv.New64a()
+	fmt.Fprintf(h, "%d;", minMember)
+	uids := make([]string, len(members))
+	for i, m := range members {
+		uids[i] = string(m.UID)
+	}
+	slices.Sort(uids) // the index returns members in no particular order
+	for _, uid := range uids {
+		fmt.Fprintf(h, "%s;", uid)
+	}
+	for _, ni := range nodes {
+		if n := ni.Node(); n != nil {
+			fmt.Fprintf(h, "%s/%s;", n.Name, n.ResourceVersion)
+		}
+	}
+	sum := h.Sum64()
+	if cached, ok := p.fits.Load(key); ok && cached.(fitResult).sum == sum {
+		return cached.(fitResult).fit
+	}
+	fit := p.computeFitEmpty(members, nodes, minMember)
+	p.fits.Store(key, fitResult{sum: sum, fit: fit})
+	return fit
+}
+
+// fitResult is a gang's fitEmpty result and the hash of what it was computed from.
+type fitResult struct {
+	sum uint64
+	fit gang.EmptyFit
+}
+
+func (p *GPUGang) computeFitEmpty(members []*v1.Pod, nodes []fwk.NodeInfo, minMember int) gang.EmptyFit {
 	demands := make([]gpu.Demand, 0, len(members))
 	for _, m := range members {
 		if d, err := gpu.DemandFromPod(m); err == nil {
