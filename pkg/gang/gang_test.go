@@ -161,8 +161,14 @@ func TestReservations(t *testing.T) {
 	if got := r.Of("ns/g"); len(got) != 2 || got["u2"] != "n1" {
 		t.Errorf("Of = %v", got)
 	}
+	if since, ok := r.Since("ns/g"); !ok || !since.Equal(t0) {
+		t.Errorf("Since = %v, %v", since, ok)
+	}
 	r.Remove("u1")
 	r.Remove("u2")
+	if _, ok := r.Since("ns/g"); ok {
+		t.Error("a gang without reservations has a start")
+	}
 	r.Remove("unknown")
 	if got := r.Of("ns/g"); len(got) != 0 {
 		t.Errorf("after Remove: %v", got)

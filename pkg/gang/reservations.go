@@ -42,6 +42,15 @@ func (r *Reservations) Add(group string, uid types.UID, node string, now time.Ti
 	return r.since[group]
 }
 
+// Since returns when the gang's first current reservation was made, if it
+// has any.
+func (r *Reservations) Since(group string) (time.Time, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	since, ok := r.since[group]
+	return since, ok
+}
+
 // Remove forgets pod uid, if it is reserved.
 func (r *Reservations) Remove(uid types.UID) {
 	r.mu.Lock()

@@ -103,14 +103,7 @@ func TestGangSchedulerRestart(t *testing.T) {
 	testcluster.AssertPodNotScheduled(ctx, t, c.Client, "default", "rs-0", 0)
 	testcluster.AssertPodNotScheduled(ctx, t, c.Client, "default", "rs-1", 0)
 
-	pod, err := c.Client.CoreV1().Pods("default").Get(ctx, "rs-2", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pod.Spec.SchedulingGates = nil
-	if _, err := c.Client.CoreV1().Pods("default").Update(ctx, pod, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	ungate(ctx, t, c, "rs-2")
 	startGangSched(ctx, t, c, cfg)
 	for _, name := range []string{"rs-0", "rs-1", "rs-2"} {
 		assignmentOf(ctx, t, c, name)
@@ -121,4 +114,17 @@ func TestGangSchedulerRestart(t *testing.T) {
 	createPod(ctx, t, c, gangPod("none", "", 1))
 	waitForEventWith(ctx, t, c, "none", "insufficient free GPUs")
 	assertNoGPUGivenTwice(ctx, t, c)
+}
+
+// ungate removes the scheduling gates of a pod.
+func ungate(ctx context.Context, t *testing.T, c *testcluster.Cluster, name string) {
+	t.Helper()
+	pod, err := c.Client.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod.Spec.SchedulingGates = nil
+	if _, err := c.Client.CoreV1().Pods("default").Update(ctx, pod, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("removing the scheduling gates of %s: %v", name, err)
+	}
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 
+	v1 "k8s.io/api/core/v1"
+
 	gt "github.com/gpusched/gpusched/pkg/gpu/gputest"
 	"github.com/gpusched/gpusched/pkg/podgroup"
 	"github.com/gpusched/gpusched/test/testcluster"
@@ -66,5 +68,20 @@ func TestGangFits(t *testing.T) {
 	if len(late) != 2 || (late["b0"] != 2 && late["c0"] != 2) {
 		t.Errorf("late gang on %v, want two pods on b0 or c0 and one on the other", late)
 	}
+
+	// A gang whose second pod is held back by a scheduling gate: the first
+	// waits at Permit for 2 s, times out, gives its GPU back and retries;
+	// once the gate is lifted the gang completes.
+	createPodGroup(ctx, t, dyn, "slow", 2, 2)
+	createPod(ctx, t, c, gangPod("slow-0", "slow", 1))
+	gated := gangPod("slow-1", "slow", 1)
+	gated.Spec.SchedulingGates = []v1.PodSchedulingGate{{Name: "example.com/hold"}}
+	createPod(ctx, t, c, gated)
+	containsAll(t, "PodGroup event", waitForPodGroupEvent(ctx, t, c, "slow", "GangReleased"),
+		"timed out after 2s with 1 of 2 pods reserved or bound", "released 0 reserved pods")
+	testcluster.AssertPodNotScheduled(ctx, t, c.Client, "default", "slow-0", 0)
+	ungate(ctx, t, c, "slow-1")
+	assignmentOf(ctx, t, c, "slow-0")
+	assignmentOf(ctx, t, c, "slow-1")
 	assertNoGPUGivenTwice(ctx, t, c)
 }

@@ -31,14 +31,22 @@ func (p *GPUGang) PostBind(ctx context.Context, state fwk.CycleState, pod *v1.Po
 // Unreserve runs when a reserved pod does not bind: it timed out or was
 // rejected at Permit, or a later step failed. It forgets the reservation and
 // releases the gang: every other pod of the gang waiting at Permit is
-// rejected, so that no part of a gang holds GPUs on its own.
+// rejected, so that no part of a gang holds GPUs on its own. The reason
+// recorded on the PodGroup says whether the gang's time ran out.
 func (p *GPUGang) Unreserve(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeName string) {
-	p.reservations.Remove(pod.UID)
 	gs := gangOf(state)
 	if gs == nil {
+		p.reservations.Remove(pod.UID)
 		return
 	}
-	p.release(ctx, gs, fmt.Sprintf("pod %s left its reservation on node %s", klog.KObj(pod), nodeName))
+	since, waiting := p.reservations.Since(gs.key)
+	placed := len(p.placed(gs.key))
+	p.reservations.Remove(pod.UID)
+	reason := fmt.Sprintf("pod %s left its reservation on node %s", klog.KObj(pod), nodeName)
+	if waiting && !p.now().Before(since.Add(gs.timeout)) {
+		reason = fmt.Sprintf("timed out after %v with %d of %d pods reserved or bound", gs.timeout, placed, gs.minMember)
+	}
+	p.release(ctx, gs, reason)
 }
 
 // Permit lets a gang pod bind once minMember pods of its gang are reserved
