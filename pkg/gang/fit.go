@@ -3,6 +3,7 @@ package gang
 import (
 	"fmt"
 	"slices"
+	"strings"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -58,11 +59,7 @@ func FitEmpty(nodes []*v1.Node, demands []gpu.Demand, minMember int, policy gpu.
 
 	fit := EmptyFit{Needed: minMember}
 	cluster := newEmptyCluster(nodes, policy)
-	for _, n := range cluster.nodes {
-		if n.view.Inventory != nil {
-			fit.ClusterMilli += int64(n.view.Len()) * gpu.MilliPerGPU
-		}
-	}
+	fit.ClusterMilli = cluster.milli
 	for i := range ds {
 		d := &ds[i]
 		fit.GPUMilli += d.TotalMilli()
@@ -84,12 +81,19 @@ func compareInt64(a, b int64) int {
 }
 
 // emptyCluster is a copy of the nodes with nothing on them, filled by place.
+// Nodes still empty are kept by class, nodes of one class having the same
+// GPUs: they are interchangeable, so place tries one node per class and the
+// nodes already used, not every node of a large cluster.
 type emptyCluster struct {
-	policy gpu.Policy
-	ledger *gpu.Ledger
-	nodes  []*emptyNode
+	policy  gpu.Policy
+	ledger  *gpu.Ledger
+	used    []*emptyNode
+	classes []*nodeClass
+	// milli is the GPU compute of every node.
+	milli int64
 }
 
+// emptyNode is a node that holds placed demands.
 type emptyNode struct {
 	node       *v1.Node
 	pods       []*v1.Pod // the demands placed so far, as bound pods
@@ -97,35 +101,77 @@ type emptyNode struct {
 	view       *gpu.NodeGPUs
 }
 
+// nodeClass is the empty nodes with one GPU inventory.
+type nodeClass struct {
+	view  *gpu.NodeGPUs // an empty node of the class
+	empty []*v1.Node
+}
+
 func newEmptyCluster(nodes []*v1.Node, policy gpu.Policy) *emptyCluster {
 	c := &emptyCluster{policy: policy, ledger: gpu.NewLedger()}
+	bySignature := map[string]*nodeClass{}
 	for _, node := range nodes {
-		n := &emptyNode{node: node}
-		n.view = c.ledger.Node(node, 0, slices.Values(n.pods))
-		c.nodes = append(c.nodes, n)
+		sig := InventorySignature(node)
+		class, ok := bySignature[sig]
+		if !ok {
+			class = &nodeClass{view: c.ledger.Node(node, 0, slices.Values([]*v1.Pod(nil)))}
+			bySignature[sig] = class
+			c.classes = append(c.classes, class)
+		}
+		class.empty = append(class.empty, node)
+		if class.view.Inventory != nil {
+			c.milli += int64(class.view.Len()) * gpu.MilliPerGPU
+		}
 	}
 	return c
 }
 
+// InventorySignature is what a node's GPU inventory is read from
+// (gpu.InventoryFromNode): nodes with equal signatures have equal GPUs.
+func InventorySignature(node *v1.Node) string {
+	q := node.Status.Allocatable[gpu.ResourceGPU]
+	return strings.Join([]string{node.Annotations[gpu.AnnotationDevices], q.String(),
+		node.Labels[gpu.LabelProduct], node.Labels[gpu.LabelMemory], node.Labels[gpu.LabelCount], node.Labels[gpu.LabelClique]}, "\x00")
+}
+
 // place puts d on the node where it leaves the least GPU compute free, and
-// reports whether any node had room.
+// reports whether any node had room. Among equal nodes it prefers one
+// already used.
 func (c *emptyCluster) place(d *gpu.Demand) bool {
 	var best *emptyNode
-	var bestChosen gpu.DeviceSet
+	var bestClass *nodeClass
 	var bestLeft int64
-	for _, n := range c.nodes {
-		chosen, reasons := gpu.Place(n.view, d, c.policy)
-		if reasons != 0 {
-			continue
+	found := false
+	consider := func(view *gpu.NodeGPUs, n *emptyNode, class *nodeClass) {
+		if _, reasons := gpu.Place(view, d, c.policy); reasons != 0 {
+			return
 		}
-		if left := n.view.FreeMilliTotal() - d.TotalMilli(); best == nil || left < bestLeft {
-			best, bestChosen, bestLeft = n, chosen, left
+		if left := view.FreeMilliTotal() - d.TotalMilli(); !found || left < bestLeft {
+			found, best, bestClass, bestLeft = true, n, class, left
 		}
 	}
-	if best == nil {
+	for _, n := range c.used {
+		consider(n.view, n, nil)
+	}
+	for _, class := range c.classes {
+		if len(class.empty) > 0 {
+			consider(class.view, nil, class)
+		}
+	}
+	if !found {
 		return false
 	}
-	a := gpu.NewAssignment(best.view, d, bestChosen)
+	if best == nil { // an empty node of bestClass
+		node := bestClass.empty[0]
+		bestClass.empty = bestClass.empty[1:]
+		best = &emptyNode{node: node, view: c.ledger.Node(node, 0, slices.Values([]*v1.Pod(nil)))}
+		c.used = append(c.used, best)
+	}
+	chosen, reasons := gpu.Place(best.view, d, c.policy)
+	if reasons != 0 {
+		return false // equal inventories place alike; not reached
+	}
+	a := gpu.NewAssignment(best.view, d, chosen)
 	best.pods = append(best.pods, &v1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{gpu.AnnotationAssigned: a.String()}},
 		Spec:       v1.PodSpec{NodeName: best.node.Name},

@@ -13,7 +13,9 @@ import (
 
 const a100 = "NVIDIA-A100-SXM4-80GB"
 
-func bestFit(t *testing.T) gpu.Policy {
+func bestFit(t *testing.T) gpu.Policy { return bestFitB(t) }
+
+func bestFitB(t testing.TB) gpu.Policy {
 	t.Helper()
 	p, err := gpu.NewPolicy(gpu.PolicyBestFit, gpu.DefaultWeights)
 	if err != nil {
@@ -54,6 +56,12 @@ func TestFitEmpty(t *testing.T) {
 		// Shares: four pods of 600 milli need four GPUs (two cannot share one), the cluster has 16.
 		{name: "shares of one GPU", nodes: twoNodes, demands: repeat(gpu.Demand{Count: 1, Milli: 600}, 4), minMember: 4, placed: 4, fits: true},
 		{name: "pods without GPUs count as placed", nodes: nil, demands: repeat(gpu.Demand{}, 3), minMember: 3, placed: 3, fits: true},
+		// One 8-GPU node and two 4-GPU nodes: the 8-GPU node takes two pods, each 4-GPU node one.
+		{name: "nodes of two shapes", nodes: []*v1.Node{
+			gt.MakeGPUNode("big").GFD(a100, 8, 81920).Obj(),
+			gt.MakeGPUNode("small-0").GFD(a100, 4, 81920).Obj(),
+			gt.MakeGPUNode("small-1").GFD(a100, 4, 81920).Obj(),
+		}, demands: repeat(whole(4), 5), minMember: 5, placed: 4},
 		{name: "no GPU nodes", nodes: []*v1.Node{gt.MakeGPUNode("cpu").Obj()}, demands: repeat(whole(1), 2), minMember: 2, placed: 0},
 	}
 	for _, tt := range tests {

@@ -69,8 +69,9 @@ func (p *GPUGang) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1.P
 
 // fitEmpty places the members' GPU demands on empty copies of the nodes. A
 // member whose demand is malformed is left out: GPUPlacement reports it on
-// that pod. The result depends only on the members, minMember and the Node
-// objects, so it is kept per gang and recomputed when one of them changes:
+// that pod. The result depends only on the members, minMember and the
+// nodes' GPUs, so it is kept per gang and recomputed when one of them changes
+// (not on every node status update):
 // every pod of a gang asks the same question, on clusters of thousands of
 // nodes.
 func (p *GPUGang) fitEmpty(key string, members []*v1.Pod, nodes []fwk.NodeInfo, minMember int) gang.EmptyFit {
@@ -86,7 +87,7 @@ func (p *GPUGang) fitEmpty(key string, members []*v1.Pod, nodes []fwk.NodeInfo, 
 	}
 	for _, ni := range nodes {
 		if n := ni.Node(); n != nil {
-			fmt.Fprintf(h, "%s/%s;", n.Name, n.ResourceVersion)
+			fmt.Fprintf(h, "%s/%s;", n.Name, gang.InventorySignature(n))
 		}
 	}
 	sum := h.Sum64()
