@@ -15,14 +15,9 @@ import (
 // caller's pod cache holds them (the scheduler's snapshot in plugin mode): a
 // pod counts when it carries an assignment for the node, or, while it is in
 // flight (reserved, not yet bound), when the ledger holds an assumption for it.
-// An assumption counts on its node even before the cache holds its pod: the
-// upstream Workload API reserves every pod of a gang against one snapshot,
-// which holds none of them yet. So a restarted scheduler rebuilds the exact
-// state from the annotations of the bound pods, and no GPU is given twice
-// within a batch of reservations. An assumption ends with Forget, when its pod
-// is seen bound with its annotation, or when its pod is seen terminated; a
-// caller whose pods may be deleted before they are seen bound forgets them on
-// deletion (GPUPlacement does, from the pod informer). Views are cached per node and recomputed only when the
+// So a restarted scheduler rebuilds the exact state from the annotations of the
+// bound pods, and the ledger never disagrees with the cache the scheduler
+// filters against. Views are cached per node and recomputed only when the
 // caller's generation for the node changes.
 //
 // Invariant: Assume never allocates a GPU beyond its capacity. Bound pods are
@@ -52,6 +47,8 @@ type cachedView struct {
 	inv        *Inventory
 	invErr     error
 	view       *NodeGPUs
+	// held is the UIDs of the pods the view was computed from.
+	held map[types.UID]bool
 }
 
 // NewLedger returns an empty ledger.
@@ -80,9 +77,50 @@ func (l *Ledger) Node(node *v1.Node, generation int64, pods iter.Seq[*v1.Pod]) *
 	} else {
 		next.inv, next.invErr = InventoryFromNode(node)
 	}
-	next.view = l.compute(node.Name, next.inv, next.invErr, pods)
+	next.view, next.held = l.compute(node.Name, next.inv, next.invErr, pods)
 	l.views.Store(node.Name, next)
 	return next.view
+}
+
+// NodeInFlight is Node, plus the assumptions on the node of pods that pods
+// does not hold yet. A scheduler reserves with it: the upstream Workload
+// API's pod-group cycle reserves every pod of a gang against one snapshot,
+// which holds none of them, and without these the gang's pods would be given
+// the same GPUs. Filter and Score read Node, whose snapshot always holds the
+// pods assumed before the cycle.
+func (l *Ledger) NodeInFlight(node *v1.Node, generation int64, pods iter.Seq[*v1.Pod]) *NodeGPUs {
+	view := l.Node(node, generation, pods)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	c := l.cached(node.Name)
+	if c == nil || c.view != view {
+		return view // replaced meanwhile; the next read sees it
+	}
+	return l.withUnheld(c)
+}
+
+// withUnheld returns c's view with the assumptions on its node of pods it
+// was not computed from, or the view itself when there are none. Callers
+// hold l.mu.
+func (l *Ledger) withUnheld(c *cachedView) *NodeGPUs {
+	if c.inv == nil {
+		return c.view
+	}
+	var out *NodeGPUs
+	for uid, a := range l.assumed {
+		if a.Node != c.view.Name || c.held[uid] {
+			continue
+		}
+		if out == nil {
+			out = c.view.clone()
+		}
+		out.add(&a)
+	}
+	if out == nil {
+		return c.view
+	}
+	out.summarize()
+	return out
 }
 
 // cached returns the node's cached view, or nil.
@@ -106,22 +144,16 @@ func sameNode(seen, node *v1.Node) bool {
 // with a GPU demand and neither — one nominated to the node by preemption, or
 // one bound by another scheduler — still needs GPUs there: it is counted on
 // the GPUs best-fit would give it, so that its claim is held.
-func (l *Ledger) compute(name string, inv *Inventory, invErr error, pods iter.Seq[*v1.Pod]) *NodeGPUs {
+func (l *Ledger) compute(name string, inv *Inventory, invErr error, pods iter.Seq[*v1.Pod]) (*NodeGPUs, map[types.UID]bool) {
 	n := newNodeGPUs(name, inv, invErr)
 	if inv == nil {
-		return n
+		return n, nil
 	}
 	var unplaced []*v1.Pod
-	var held map[types.UID]bool // the pods the caller holds, when assumptions exist
-	if len(l.assumed) > 0 {
-		held = map[types.UID]bool{}
-	}
+	held := map[types.UID]bool{}
 	for pod := range pods {
-		if held != nil {
-			held[pod.UID] = true
-		}
+		held[pod.UID] = true
 		if isTerminated(pod) {
-			delete(l.assumed, pod.UID) // its containers are gone, and so is its claim
 			continue
 		}
 		a, counted := AssignmentOf(pod)
@@ -133,12 +165,6 @@ func (l *Ledger) compute(name string, inv *Inventory, invErr error, pods iter.Se
 		}
 		n.add(&a)
 	}
-	// Pods assumed on this node that the caller does not hold yet.
-	for uid, a := range l.assumed {
-		if a.Node == name && !held[uid] {
-			n.add(&a)
-		}
-	}
 	n.summarize()
 	for _, pod := range unplaced {
 		if d, err := DemandFromPod(pod); err == nil && !d.IsZero() {
@@ -149,7 +175,7 @@ func (l *Ledger) compute(name string, inv *Inventory, invErr error, pods iter.Se
 			}
 		}
 	}
-	return n
+	return n, held
 }
 
 // unplacedPolicy places the GPU claims of pods without an assignment.
@@ -175,11 +201,13 @@ func isTerminated(pod *v1.Pod) bool {
 }
 
 // Assume allocates a's GPUs to the pod with the given UID before it is bound.
-// The caller must have read the node with Node in this cycle; the assumption
-// counts on the node from the next read, whether or not the caller holds the
-// pod there yet. Assume fails, changing nothing, if the node is unknown, if another
-// assumption changed the node since it was last read, or if any GPU lacks the
-// free milli-GPU or memory, or if the pod is assumed already (Forget it first).
+// The caller must have read the node with Node or NodeInFlight in this
+// cycle, and must then hold the pod on the node (with a new generation) for
+// the assumption to count in Node; NodeInFlight counts it at once. Assume
+// fails, changing nothing, if the node is unknown, if another assumption
+// changed the node since it was last read, or if any GPU lacks the free
+// milli-GPU or memory in the view Node returned, or if the pod is assumed
+// already (Forget it first).
 func (l *Ledger) Assume(uid types.UID, a Assignment) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()

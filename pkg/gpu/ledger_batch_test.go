@@ -1,18 +1,19 @@
 package gpu_test
 
 import (
+	"slices"
 	"testing"
 
-	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gpusched/gpusched/pkg/gpu"
 	gt "github.com/gpusched/gpusched/pkg/gpu/gputest"
 )
 
-// TestLedgerBatchOfReservations: pods reserved one after the other against a
-// snapshot that holds none of them (the Workload API's pod-group cycle) are
-// not given the same GPUs, and an assumption ends when its pod terminates.
+// TestLedgerBatchOfReservations: pods reserved one after the other with
+// NodeInFlight against a snapshot that holds none of them (the Workload
+// API's pod-group cycle) are not given the same GPUs; Node counts an
+// assumption only once the cache holds its pod.
 func TestLedgerBatchOfReservations(t *testing.T) {
 	node := gt.MakeGPUNode("n").GFD("A100", 4, 81920).Obj()
 	l, cache := gpu.NewLedger(), newPodCache()
@@ -23,7 +24,8 @@ func TestLedgerBatchOfReservations(t *testing.T) {
 	d := gpu.Demand{Count: 2, Milli: gpu.MilliPerGPU}
 	var got []gpu.Assignment
 	for _, uid := range []string{"p0", "p1"} {
-		n := cache.view(l, node) // the same generation: the snapshot did not change
+		// The same generation: the snapshot did not change.
+		n := l.NodeInFlight(node, cache.gen["n"], slices.Values(cache.pods["n"]))
 		chosen, reasons := gpu.Place(n, &d, bestFit)
 		if reasons != 0 {
 			t.Fatalf("%s: %s", uid, reasons)
@@ -41,17 +43,21 @@ func TestLedgerBatchOfReservations(t *testing.T) {
 			}
 		}
 	}
-	if free := cache.view(l, node).FreeMilliTotal(); free != 0 {
-		t.Errorf("free milli-GPU %d after two 2-GPU reservations on 4 GPUs, want 0", free)
+	if free := l.NodeInFlight(node, cache.gen["n"], slices.Values(cache.pods["n"])).FreeMilliTotal(); free != 0 {
+		t.Errorf("in flight: free milli-GPU %d after two 2-GPU reservations on 4 GPUs, want 0", free)
 	}
-
-	// p0 runs and terminates: its GPUs are free again, though never forgotten.
-	done := gt.MakeGPUPod("p0").UID("p0").Node("n").Phase(v1.PodSucceeded).Obj()
-	cache.put(done)
+	if free := cache.view(l, node).FreeMilliTotal(); free != 4000 {
+		t.Errorf("Node: free milli-GPU %d before the cache holds the pods, want 4000", free)
+	}
+	cache.put(gt.MakeGPUPod("p0").UID("p0").Node("n").Obj())
 	if free := cache.view(l, node).FreeMilliTotal(); free != 2000 {
-		t.Errorf("free milli-GPU %d after p0 terminated, want 2000", free)
+		t.Errorf("Node: free milli-GPU %d once the cache holds p0, want 2000", free)
 	}
-	if _, ok := l.Assumed("p0"); ok {
-		t.Error("a terminated pod kept its assumption")
+	if free := l.NodeInFlight(node, cache.gen["n"], slices.Values(cache.pods["n"])).FreeMilliTotal(); free != 0 {
+		t.Errorf("in flight: free milli-GPU %d once the cache holds p0, want 0 (p0 counted once)", free)
+	}
+	l.Forget("p1")
+	if free := l.NodeInFlight(node, cache.gen["n"], slices.Values(cache.pods["n"])).FreeMilliTotal(); free != 2000 {
+		t.Errorf("in flight: free milli-GPU %d after p1 was forgotten, want 2000", free)
 	}
 }

@@ -21,8 +21,9 @@ func createCliqueNodes(ctx context.Context, t *testing.T, c *testcluster.Cluster
 	}
 }
 
-// TestGangMixedWithSinglePods: single GPU pods keep scheduling beside gangs;
-// a gang that cannot fit holds nothing while it waits, and runs once the
+// TestGangMixedWithSinglePods: single GPU pods and a gang, submitted
+// interleaved, all run; a gang that cannot fit in what is left holds nothing
+// while it waits, single pods keep scheduling beside it, and it runs once the
 // others finish.
 func TestGangMixedWithSinglePods(t *testing.T) {
 	ctx := context.Background()
@@ -31,12 +32,9 @@ func TestGangMixedWithSinglePods(t *testing.T) {
 	createCliqueNodes(ctx, t, c, 3) // 12 GPUs
 	startGangSched(ctx, t, c, gangConfig(t))
 
-	// Interleaved: a gang of 6 GPUs, a gang of 12 that only an empty cluster
-	// holds, and four single pods of one GPU.
+	// Interleaved: a gang of three 2-GPU pods and three 1-GPU single pods.
 	createPodGroup(ctx, t, dyn, "small", 3, 2)
-	createPodGroup(ctx, t, dyn, "big", 3, 2)
 	for i := range 3 {
-		createPod(ctx, t, c, gangPod(fmt.Sprintf("big-%d", i), "big", 4))
 		createPod(ctx, t, c, gangPod(fmt.Sprintf("small-%d", i), "small", 2))
 		createPod(ctx, t, c, gangPod(fmt.Sprintf("single-%d", i), "", 1))
 	}
@@ -44,7 +42,16 @@ func TestGangMixedWithSinglePods(t *testing.T) {
 		assignmentOf(ctx, t, c, fmt.Sprintf("single-%d", i))
 		assignmentOf(ctx, t, c, fmt.Sprintf("small-%d", i))
 	}
-	// 9 GPUs are taken: big cannot have any pod bound, only wait and be released.
+
+	// 9 GPUs are taken: a gang of three 4-GPU pods cannot have any pod bound.
+	createPodGroup(ctx, t, dyn, "big", 3, 2)
+	for i := range 3 {
+		createPod(ctx, t, c, gangPod(fmt.Sprintf("big-%d", i), "big", 4))
+	}
+	waitForPodGroupEvent(ctx, t, c, "big", "GangReleased")
+	// A single pod still finds one of the 3 free GPUs while big waits.
+	createPod(ctx, t, c, gangPod("single-late", "", 1))
+	assignmentOf(ctx, t, c, "single-late")
 	for range 20 {
 		bound, err := boundPods(ctx, c)
 		if err != nil {
@@ -52,15 +59,14 @@ func TestGangMixedWithSinglePods(t *testing.T) {
 		}
 		for i := range 3 {
 			if _, ok := bound[fmt.Sprintf("big-%d", i)]; ok {
-				t.Fatalf("big-%d bound with 9 of 12 GPUs taken", i)
+				t.Fatalf("big-%d bound with 10 of 12 GPUs taken", i)
 			}
 		}
 		time.Sleep(testcluster.PollInterval)
 	}
-	waitForPodGroupEvent(ctx, t, c, "big", "GangReleased")
 
 	// The others finish; big takes the whole cluster.
-	deletePods(ctx, t, c, "single-0", "single-1", "single-2", "small-0", "small-1", "small-2")
+	deletePods(ctx, t, c, "single-0", "single-1", "single-2", "single-late", "small-0", "small-1", "small-2")
 	for i := range 3 {
 		assignmentOf(ctx, t, c, fmt.Sprintf("big-%d", i))
 	}

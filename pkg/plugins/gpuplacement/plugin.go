@@ -96,9 +96,9 @@ func New(_ context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error
 
 // forgetDeletedPods ends the ledger's assumption for a pod that leaves the
 // scheduler's pod informer (deleted, or terminated): a pod bound and deleted
-// before any read of its node saw it bound would otherwise keep its GPUs
-// assumed. A handle without an informer factory (the simulator's tests) has
-// no deletions to follow.
+// before any read of its node saw it bound would otherwise stay assumed, and
+// Reserve (gpu.Ledger.NodeInFlight) would count its GPUs. A handle without an
+// informer factory (the plugin's unit tests) has no deletions to follow.
 func (p *GPUPlacement) forgetDeletedPods() error {
 	factory := p.handle.SharedInformerFactory()
 	if factory == nil {
