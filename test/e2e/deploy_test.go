@@ -97,7 +97,7 @@ func TestDeployManifests(t *testing.T) {
 	covered["deploy/static-pod/gpusched-config.yaml"] = true
 	covered["deploy/static-pod/rbac.yaml"] = true
 	covered["deploy/extender/scheduler-config.yaml"] = true // the stock scheduler's, with gpusched's extender
-	covered[podGroupCRD] = true // installed by rbacCluster
+	covered[podGroupCRD] = true                             // installed by rbacCluster
 	assertEveryManifestCovered(t, covered)
 
 	// gpusched's cluster roles: a kube-scheduler's, less deleting pods.
