@@ -29,8 +29,10 @@ import (
 // parallel); computing a view, assuming and forgetting take l.mu.
 type Ledger struct {
 	mu sync.Mutex
-	// assumed holds the assignments of pods in flight. Guarded by mu.
-	assumed map[types.UID]Assignment
+	// assumed holds the assignments of pods in flight, and assumedAt the
+	// caller's generation of the node view each was made against. Guarded by mu.
+	assumed   map[types.UID]Assignment
+	assumedAt map[types.UID]int64
 	// views maps a node name to its last computed *cachedView. Entries are
 	// immutable and replaced under mu.
 	views sync.Map
@@ -53,7 +55,7 @@ type cachedView struct {
 
 // NewLedger returns an empty ledger.
 func NewLedger() *Ledger {
-	return &Ledger{assumed: map[types.UID]Assignment{}}
+	return &Ledger{assumed: map[types.UID]Assignment{}, assumedAt: map[types.UID]int64{}}
 }
 
 // Node returns node's GPUs and their allocation by pods.
@@ -83,11 +85,14 @@ func (l *Ledger) Node(node *v1.Node, generation int64, pods iter.Seq[*v1.Pod]) *
 }
 
 // NodeInFlight is Node, plus the assumptions on the node of pods that pods
-// does not hold yet. A scheduler reserves with it: the upstream Workload
-// API's pod-group cycle reserves every pod of a gang against one snapshot,
-// which holds none of them, and without these the gang's pods would be given
-// the same GPUs. Filter and Score read Node, whose snapshot always holds the
-// pods assumed before the cycle.
+// does not hold yet, made against a view of this generation or a later one.
+// A scheduler reserves with it: the upstream Workload API's pod-group cycle
+// reserves every pod of a gang against one snapshot, which holds none of
+// them, and without these the gang's pods would be given the same GPUs.
+// Once the caller's generation for the node has moved past an assumption,
+// its cache has taken the pod in, or dropped it: the assumption counts only
+// if the cache holds the pod. Filter and Score read Node, whose snapshot
+// always holds the pods assumed before the cycle.
 func (l *Ledger) NodeInFlight(node *v1.Node, generation int64, pods iter.Seq[*v1.Pod]) *NodeGPUs {
 	view := l.Node(node, generation, pods)
 	l.mu.Lock()
@@ -108,7 +113,7 @@ func (l *Ledger) withUnheld(c *cachedView) *NodeGPUs {
 	}
 	var out *NodeGPUs
 	for uid, a := range l.assumed {
-		if a.Node != c.view.Name || c.held[uid] {
+		if a.Node != c.view.Name || c.held[uid] || l.assumedAt[uid] < c.generation {
 			continue
 		}
 		if out == nil {
@@ -158,7 +163,7 @@ func (l *Ledger) compute(name string, inv *Inventory, invErr error, pods iter.Se
 		}
 		a, counted := AssignmentOf(pod)
 		if counted && a.Node == name {
-			delete(l.assumed, pod.UID) // bound with its annotation: the assumption is done
+			l.done(pod.UID) // bound with its annotation: the assumption is done
 		} else if a, counted = l.assumed[pod.UID]; !counted || a.Node != name {
 			unplaced = append(unplaced, pod)
 			continue
@@ -225,6 +230,7 @@ func (l *Ledger) Assume(uid types.UID, a Assignment) error {
 		return err
 	}
 	l.assumed[uid] = a
+	l.assumedAt[uid] = c.generation
 	l.markStale(a.Node)
 	return nil
 }
@@ -235,7 +241,7 @@ func (l *Ledger) Forget(uid types.UID) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if a, ok := l.assumed[uid]; ok {
-		delete(l.assumed, uid)
+		l.done(uid)
 		l.markStale(a.Node)
 	}
 }
@@ -246,6 +252,12 @@ func (l *Ledger) Assumed(uid types.UID) (Assignment, bool) {
 	defer l.mu.Unlock()
 	a, ok := l.assumed[uid]
 	return a, ok
+}
+
+// done ends the assumption of a pod. Callers hold l.mu.
+func (l *Ledger) done(uid types.UID) {
+	delete(l.assumed, uid)
+	delete(l.assumedAt, uid)
 }
 
 // markStale forces the node's next read to recompute. Callers hold l.mu.
