@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	gt "github.com/gpusched/gpusched/pkg/gpu/gputest"
 	"github.com/gpusched/gpusched/test/testcluster"
 )
@@ -97,6 +99,23 @@ func TestGangContention(t *testing.T) {
 		}
 		time.Sleep(testcluster.PollInterval)
 	}
+
+	// Gangs did contend: some were released (timed out, or a pod found no
+	// node) and retried.
+	events, err := c.Client.EventsV1().Events("default").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	released := 0
+	for _, ev := range events.Items {
+		if ev.Reason == "GangReleased" {
+			released++
+		}
+	}
+	if released == 0 {
+		t.Error("no gang was ever released: the gangs did not contend")
+	}
+	t.Logf("GangReleased events: %d", released)
 
 	// Every GPU is free again in the scheduler's ledger: a gang of three
 	// 4-GPU pods takes the whole cluster.
