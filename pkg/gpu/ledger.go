@@ -3,6 +3,7 @@ package gpu
 import (
 	"fmt"
 	"iter"
+	"slices"
 	"sync"
 
 	v1 "k8s.io/api/core/v1"
@@ -49,8 +50,10 @@ type cachedView struct {
 	inv        *Inventory
 	invErr     error
 	view       *NodeGPUs
-	// held is the UIDs of the pods the view was computed from.
-	held map[types.UID]bool
+	// held is the UIDs of the assumed pods the view was computed from. Every
+	// Assume and Forget on the node marks its view stale, so a view in use
+	// was computed after the node's current assumptions were made.
+	held []types.UID
 }
 
 // NewLedger returns an empty ledger.
@@ -113,7 +116,7 @@ func (l *Ledger) withUnheld(c *cachedView) *NodeGPUs {
 	}
 	var out *NodeGPUs
 	for uid, a := range l.assumed {
-		if a.Node != c.view.Name || c.held[uid] || l.assumedAt[uid] < c.generation {
+		if a.Node != c.view.Name || l.assumedAt[uid] < c.generation || slices.Contains(c.held, uid) {
 			continue
 		}
 		if out == nil {
@@ -149,15 +152,17 @@ func sameNode(seen, node *v1.Node) bool {
 // with a GPU demand and neither — one nominated to the node by preemption, or
 // one bound by another scheduler — still needs GPUs there: it is counted on
 // the GPUs best-fit would give it, so that its claim is held.
-func (l *Ledger) compute(name string, inv *Inventory, invErr error, pods iter.Seq[*v1.Pod]) (*NodeGPUs, map[types.UID]bool) {
+func (l *Ledger) compute(name string, inv *Inventory, invErr error, pods iter.Seq[*v1.Pod]) (*NodeGPUs, []types.UID) {
 	n := newNodeGPUs(name, inv, invErr)
 	if inv == nil {
 		return n, nil
 	}
 	var unplaced []*v1.Pod
-	held := map[types.UID]bool{}
+	var held []types.UID
 	for pod := range pods {
-		held[pod.UID] = true
+		if _, ok := l.assumed[pod.UID]; ok {
+			held = append(held, pod.UID)
+		}
 		if isTerminated(pod) {
 			continue
 		}
