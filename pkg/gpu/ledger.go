@@ -3,6 +3,7 @@ package gpu
 import (
 	"fmt"
 	"iter"
+	"slices"
 	"sync"
 
 	v1 "k8s.io/api/core/v1"
@@ -29,8 +30,10 @@ import (
 // parallel); computing a view, assuming and forgetting take l.mu.
 type Ledger struct {
 	mu sync.Mutex
-	// assumed holds the assignments of pods in flight. Guarded by mu.
-	assumed map[types.UID]Assignment
+	// assumed holds the assignments of pods in flight, and assumedAt the
+	// caller's generation of the node view each was made against. Guarded by mu.
+	assumed   map[types.UID]Assignment
+	assumedAt map[types.UID]int64
 	// views maps a node name to its last computed *cachedView. Entries are
 	// immutable and replaced under mu.
 	views sync.Map
@@ -47,11 +50,15 @@ type cachedView struct {
 	inv        *Inventory
 	invErr     error
 	view       *NodeGPUs
+	// held is the UIDs of the assumed pods the view was computed from. Every
+	// Assume and Forget on the node marks its view stale, so a view in use
+	// was computed after the node's current assumptions were made.
+	held []types.UID
 }
 
 // NewLedger returns an empty ledger.
 func NewLedger() *Ledger {
-	return &Ledger{assumed: map[types.UID]Assignment{}}
+	return &Ledger{assumed: map[types.UID]Assignment{}, assumedAt: map[types.UID]int64{}}
 }
 
 // Node returns node's GPUs and their allocation by pods.
@@ -75,9 +82,53 @@ func (l *Ledger) Node(node *v1.Node, generation int64, pods iter.Seq[*v1.Pod]) *
 	} else {
 		next.inv, next.invErr = InventoryFromNode(node)
 	}
-	next.view = l.compute(node.Name, next.inv, next.invErr, pods)
+	next.view, next.held = l.compute(node.Name, next.inv, next.invErr, pods)
 	l.views.Store(node.Name, next)
 	return next.view
+}
+
+// NodeInFlight is Node, plus the assumptions on the node of pods that pods
+// does not hold yet, made against a view of this generation or a later one.
+// A scheduler reserves with it: the upstream Workload API's pod-group cycle
+// reserves every pod of a gang against one snapshot, which holds none of
+// them, and without these the gang's pods would be given the same GPUs.
+// Once the caller's generation for the node has moved past an assumption,
+// its cache has taken the pod in, or dropped it: the assumption counts only
+// if the cache holds the pod. Filter and Score read Node, whose snapshot
+// always holds the pods assumed before the cycle.
+func (l *Ledger) NodeInFlight(node *v1.Node, generation int64, pods iter.Seq[*v1.Pod]) *NodeGPUs {
+	view := l.Node(node, generation, pods)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	c := l.cached(node.Name)
+	if c == nil || c.view != view {
+		return view // replaced meanwhile; the next read sees it
+	}
+	return l.withUnheld(c)
+}
+
+// withUnheld returns c's view with the assumptions on its node of pods it
+// was not computed from, or the view itself when there are none. Callers
+// hold l.mu.
+func (l *Ledger) withUnheld(c *cachedView) *NodeGPUs {
+	if c.inv == nil {
+		return c.view
+	}
+	var out *NodeGPUs
+	for uid, a := range l.assumed {
+		if a.Node != c.view.Name || l.assumedAt[uid] < c.generation || slices.Contains(c.held, uid) {
+			continue
+		}
+		if out == nil {
+			out = c.view.clone()
+		}
+		out.add(&a)
+	}
+	if out == nil {
+		return c.view
+	}
+	out.summarize()
+	return out
 }
 
 // cached returns the node's cached view, or nil.
@@ -101,19 +152,23 @@ func sameNode(seen, node *v1.Node) bool {
 // with a GPU demand and neither — one nominated to the node by preemption, or
 // one bound by another scheduler — still needs GPUs there: it is counted on
 // the GPUs best-fit would give it, so that its claim is held.
-func (l *Ledger) compute(name string, inv *Inventory, invErr error, pods iter.Seq[*v1.Pod]) *NodeGPUs {
+func (l *Ledger) compute(name string, inv *Inventory, invErr error, pods iter.Seq[*v1.Pod]) (*NodeGPUs, []types.UID) {
 	n := newNodeGPUs(name, inv, invErr)
 	if inv == nil {
-		return n
+		return n, nil
 	}
 	var unplaced []*v1.Pod
+	var held []types.UID
 	for pod := range pods {
+		if _, ok := l.assumed[pod.UID]; ok {
+			held = append(held, pod.UID)
+		}
 		if isTerminated(pod) {
 			continue
 		}
 		a, counted := AssignmentOf(pod)
 		if counted && a.Node == name {
-			delete(l.assumed, pod.UID) // bound with its annotation: the assumption is done
+			l.done(pod.UID) // bound with its annotation: the assumption is done
 		} else if a, counted = l.assumed[pod.UID]; !counted || a.Node != name {
 			unplaced = append(unplaced, pod)
 			continue
@@ -130,7 +185,7 @@ func (l *Ledger) compute(name string, inv *Inventory, invErr error, pods iter.Se
 			}
 		}
 	}
-	return n
+	return n, held
 }
 
 // unplacedPolicy places the GPU claims of pods without an assignment.
@@ -156,11 +211,13 @@ func isTerminated(pod *v1.Pod) bool {
 }
 
 // Assume allocates a's GPUs to the pod with the given UID before it is bound.
-// The caller must have read the node with Node in this cycle, and must then
-// hold the pod on the node (with a new generation) for the assumption to
-// count. Assume fails, changing nothing, if the node is unknown, if another
-// assumption changed the node since it was last read, or if any GPU lacks the
-// free milli-GPU or memory, or if the pod is assumed already (Forget it first).
+// The caller must have read the node with Node or NodeInFlight in this
+// cycle, and must then hold the pod on the node (with a new generation) for
+// the assumption to count in Node; NodeInFlight counts it at once. Assume
+// fails, changing nothing, if the node is unknown, if another assumption
+// changed the node since it was last read, or if any GPU lacks the free
+// milli-GPU or memory in the view Node returned, or if the pod is assumed
+// already (Forget it first).
 func (l *Ledger) Assume(uid types.UID, a Assignment) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -178,6 +235,7 @@ func (l *Ledger) Assume(uid types.UID, a Assignment) error {
 		return err
 	}
 	l.assumed[uid] = a
+	l.assumedAt[uid] = c.generation
 	l.markStale(a.Node)
 	return nil
 }
@@ -188,7 +246,7 @@ func (l *Ledger) Forget(uid types.UID) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if a, ok := l.assumed[uid]; ok {
-		delete(l.assumed, uid)
+		l.done(uid)
 		l.markStale(a.Node)
 	}
 }
@@ -199,6 +257,12 @@ func (l *Ledger) Assumed(uid types.UID) (Assignment, bool) {
 	defer l.mu.Unlock()
 	a, ok := l.assumed[uid]
 	return a, ok
+}
+
+// done ends the assumption of a pod. Callers hold l.mu.
+func (l *Ledger) done(uid types.UID) {
+	delete(l.assumed, uid)
+	delete(l.assumedAt, uid)
 }
 
 // markStale forces the node's next read to recompute. Callers hold l.mu.

@@ -78,6 +78,17 @@ func (n *NodeGPUs) FreeMilliTotal() int64 {
 	return int64(n.Len())*MilliPerGPU - n.usedMilli
 }
 
+// clone returns a copy of n that add may change.
+func (n *NodeGPUs) clone() *NodeGPUs {
+	out := *n
+	out.Used = append([]Usage(nil), n.Used...)
+	out.classes = make(map[PodClass]int, len(n.classes))
+	for c, count := range n.classes {
+		out.classes[c] = count
+	}
+	return &out
+}
+
 // add counts an assignment on n, which is still being built. GPUs the
 // inventory does not have are ignored.
 func (n *NodeGPUs) add(a *Assignment) {

@@ -163,6 +163,9 @@ const (
 	// extenderProfile: no GPUPlacement (the stock scheduler with gpusched's
 	// extender).
 	extenderProfile
+	// gangProfiles: the profiles of examples/gpusched-gang-config.yaml, but
+	// for their postFilter plugins.
+	gangProfiles
 )
 
 // checkSchedulerConfig decodes a KubeSchedulerConfiguration strictly with
@@ -191,15 +194,21 @@ func checkSchedulerConfig(t *testing.T, what string, raw []byte, profiles profil
 					t.Errorf("%s: profile %s: %v", what, p.SchedulerName, errs.ToAggregate())
 				}
 			}
+			if args, ok := pc.Args.(*gpuconfig.GPUGangArgs); ok {
+				if errs := gpuvalidation.ValidateGPUGangArgs(field.NewPath("args"), args); len(errs) > 0 {
+					t.Errorf("%s: profile %s: %v", what, p.SchedulerName, errs.ToAggregate())
+				}
+			}
 		}
 	}
 	if found != (profiles != extenderProfile) {
 		t.Errorf("%s: GPUPlacement args in a profile: %v", what, found)
 	}
-	if profiles == exampleProfiles {
-		want, got := profilesOf(t, readRepoFile(t, "examples", "gpusched-config.yaml")), profilesOf(t, raw)
+	example := map[profileCheck]string{exampleProfiles: "gpusched-config.yaml", gangProfiles: "gpusched-gang-config.yaml"}[profiles]
+	if example != "" {
+		want, got := profilesOf(t, readRepoFile(t, "examples", example)), profilesOf(t, raw)
 		if !reflect.DeepEqual(got, want) {
-			t.Errorf("%s: profiles differ from examples/gpusched-config.yaml:\n%v\nwant\n%v", what, got, want)
+			t.Errorf("%s: profiles differ from examples/%s:\n%v\nwant\n%v", what, example, got, want)
 		}
 	}
 	return cfg

@@ -25,9 +25,14 @@ const kubectlInstall = "go build -o bin/kubectl k8s.io/kubernetes/cmd/kubectl"
 // schedulerServiceAccount is the identity deploy/scheduler/ gives gpusched.
 const schedulerServiceAccount = "system:serviceaccount:kube-system:gpusched"
 
+// podGroupCRD is the PodGroup CRD gang scheduling needs.
+const podGroupCRD = "deploy/crds/scheduling.x-k8s.io_podgroups.yaml"
+
 // rbacCluster starts an API server that authorizes with RBAC and waits for
 // what manifests refer to: the kube-system namespace and the system
-// PriorityClasses. It returns the cluster and kubectl's path.
+// PriorityClasses. It installs the PodGroup CRD, whose resource the access
+// checks name (kubectl resolves it through discovery). It returns the cluster
+// and kubectl's path.
 func rbacCluster(t *testing.T) (*testcluster.Cluster, string) {
 	t.Helper()
 	kubectl := findTool(t, "kubectl", "KUBECTL", kubectlInstall)
@@ -36,6 +41,9 @@ func rbacCluster(t *testing.T) (*testcluster.Cluster, string) {
 	waitForNamespace(ctx, t, c, "kube-system")
 	waitForPriorityClass(ctx, t, c, "system-cluster-critical")
 	waitForPriorityClass(ctx, t, c, "system-node-critical")
+	kc := "--kubeconfig=" + c.KubeconfigPath
+	command(t, nil, kubectl, kc, "apply", "-f", podGroupCRD)
+	command(t, nil, kubectl, kc, "wait", "--for=condition=Established", "--timeout=30s", "crd/podgroups.scheduling.x-k8s.io")
 	return c, kubectl
 }
 
@@ -89,6 +97,7 @@ func TestDeployManifests(t *testing.T) {
 	covered["deploy/static-pod/gpusched-config.yaml"] = true
 	covered["deploy/static-pod/rbac.yaml"] = true
 	covered["deploy/extender/scheduler-config.yaml"] = true // the stock scheduler's, with gpusched's extender
+	covered[podGroupCRD] = true                             // installed by rbacCluster
 	assertEveryManifestCovered(t, covered)
 
 	// gpusched's cluster roles: a kube-scheduler's, less deleting pods.
@@ -205,7 +214,9 @@ var schedulerNeeds = []access{
 	{"update", "resourceclaims.resource.k8s.io", "status", "default"},
 	{"create", "pods", "binding", "default"},
 	{"patch", "pods", "status", "default"},
-	{"patch", "pods", "", "default"}, // the assignment annotation (PreBind)
+	{"patch", "pods", "", "default"},                                // the assignment annotation (PreBind)
+	{"watch", "podgroups.scheduling.x-k8s.io", "", ""},              // GPUGang's gangs
+	{"patch", "podgroups.scheduling.x-k8s.io", "status", "default"}, // and their status
 	{"create", "events.events.k8s.io", "", "default"},
 	{"patch", "events.events.k8s.io", "", "default"},
 	{"create", "leases.coordination.k8s.io", "", "kube-system"},
@@ -236,6 +247,8 @@ var schedulerMustNot = []access{
 	{"get", "configmaps/kubeadm-config", "", "kube-system"},
 	{"create", "deployments.apps", "", "kube-system"},
 	{"create", "clusterrolebindings.rbac.authorization.k8s.io", "", ""},
+	{"update", "podgroups.scheduling.x-k8s.io", "", "default"},
+	{"delete", "podgroups.scheduling.x-k8s.io", "", "default"},
 }
 
 // kubeSchedulerOmitted are the rules of the API server's system:kube-scheduler
@@ -251,9 +264,12 @@ var kubeSchedulerOmitted = []rbacv1.PolicyRule{
 }
 
 // gpuschedExtra is what gpusched needs beyond a kube-scheduler's cluster
-// role: patching the assignment annotation onto pods.
+// role: patching the assignment annotation onto pods, reading PodGroups and
+// writing their status (GPUGang).
 var gpuschedExtra = []rbacv1.PolicyRule{
 	{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"patch"}},
+	{APIGroups: []string{"scheduling.x-k8s.io"}, Resources: []string{"podgroups"}, Verbs: []string{"get", "list", "watch"}},
+	{APIGroups: []string{"scheduling.x-k8s.io"}, Resources: []string{"podgroups/status"}, Verbs: []string{"patch", "update"}},
 }
 
 // checkKubeSchedulerRole compares rules, gpusched's cluster-wide rules
@@ -270,7 +286,7 @@ func checkKubeSchedulerRole(t *testing.T, c *testcluster.Cluster, what string, r
 		t.Errorf("%s: gpusched's cluster roles lack what system:kube-scheduler grants: %v", what, missing)
 	}
 	if ok, extra := rbacvalidation.Covers(slices.Concat(ks.Rules, gpuschedExtra), rules); !ok {
-		t.Errorf("%s: gpusched's cluster roles grant more than system:kube-scheduler and the annotation patch: %v", what, extra)
+		t.Errorf("%s: gpusched's cluster roles grant more than system:kube-scheduler, the annotation patch and PodGroups: %v", what, extra)
 	}
 	if ok, _ := rbacvalidation.Covers(rules, kubeSchedulerOmitted[:1]); ok {
 		t.Errorf("%s: gpusched's cluster roles delete pods without preemption turned on", what)

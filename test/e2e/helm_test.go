@@ -64,6 +64,12 @@ func TestHelmChart(t *testing.T) {
 	command(t, rbacOnly(t, objs), kubectl, kc, "apply", "-f", "-")
 	assertAccess(t, kubectl, kc, schedulerServiceAccount, slices.Concat(schedulerNeeds, preemptionNeeds), schedulerMustNot)
 
+	// gang.enabled: the profile of examples/gpusched-gang-config.yaml.
+	gang := command(t, nil, helm, "template", "gpusched", "charts/gpusched", "--namespace=kube-system",
+		"--set=gang.enabled=true", "--set=gang.topologyKey=topology.kubernetes.io/rack")
+	command(t, gang, kubectl, kc, "apply", "--dry-run=server", "-f", "-")
+	checkSchedulerDeployment(t, decodeObjects(t, gang), 2, gangProfiles)
+
 	values := filepath.Join(t.TempDir(), "values.yaml")
 	if err := os.WriteFile(values, []byte(customValues), 0o600); err != nil {
 		t.Fatal(err)
@@ -106,6 +112,8 @@ func TestHelmChart(t *testing.T) {
 		{"plugin.scoringStrategy.type=Best Fit", "/plugin/scoringStrategy/type"},
 		{"replicas=0", "/replicas"},
 		{"preemption.enabled=yes", "/preemption/enabled"},
+		{"gang.scheduleTimeoutSeconds=0", "/gang/scheduleTimeoutSeconds"},
+		{"gang.backoffSeconds=601", "/gang/backoffSeconds"},
 		{"schedulerName=GPU_Sched", "/schedulerName"},
 		{"leaderElection.enabled=false", "leaderElection.enabled=false with replicas=2"},
 	} {

@@ -14,6 +14,6 @@ var SchemeGroupVersion = schema.GroupVersion{Group: GroupName, Version: runtime.
 
 // AddToScheme registers the internal types.
 func AddToScheme(s *runtime.Scheme) error {
-	s.AddKnownTypes(SchemeGroupVersion, &GPUPlacementArgs{}, &GPUTelemetryArgs{})
+	s.AddKnownTypes(SchemeGroupVersion, &GPUPlacementArgs{}, &GPUTelemetryArgs{}, &GPUGangArgs{})
 	return nil
 }

@@ -14,6 +14,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 
@@ -75,6 +76,9 @@ func New(_ context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error
 		return nil, err
 	}
 	p := &GPUPlacement{handle: h, ledger: gpu.NewLedger()}
+	if err := p.forgetDeletedPods(); err != nil {
+		return nil, err
+	}
 	switch args.ScoringStrategy.Type {
 	case config.FGD:
 		p.shapes = NewShapeWindow(&args.Fragmentation)
@@ -89,6 +93,32 @@ func New(_ context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error
 		return nil, err
 	}
 	return p, nil
+}
+
+// forgetDeletedPods ends the ledger's assumption for a pod that leaves the
+// scheduler's pod informer (deleted, or terminated): a pod bound and deleted
+// before any read of its node saw it bound would otherwise stay assumed, and
+// Reserve (gpu.Ledger.NodeInFlight) would count its GPUs. A handle without an
+// informer factory (the plugin's unit tests) has no deletions to follow.
+func (p *GPUPlacement) forgetDeletedPods() error {
+	factory := p.handle.SharedInformerFactory()
+	if factory == nil {
+		return nil
+	}
+	_, err := factory.Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		DeleteFunc: func(obj any) {
+			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = tomb.Obj
+			}
+			if pod, ok := obj.(*v1.Pod); ok {
+				p.ledger.Forget(pod.UID)
+			}
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("%s: watching pod deletions: %w", Name, err)
+	}
+	return nil
 }
 
 // NewShapeWindow is the distribution of pod shapes the args configure: their

@@ -24,7 +24,8 @@ func (s *assignmentState) Clone() fwk.StateData { return s }
 
 // Reserve chooses the pod's GPUs on the selected node, as Score did, and
 // assumes them in the ledger so that no later pod is given them while this one
-// is bound. It fails, and the pod is retried, if the GPUs are no longer free.
+// is bound. It counts every pod in flight on the node, held by the snapshot
+// or not (gpu.Ledger.NodeInFlight). It fails, and the pod is retried, if the GPUs are no longer free.
 func (p *GPUPlacement) Reserve(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
 	data, err := state.Read(stateKey)
 	if err != nil {
@@ -38,7 +39,9 @@ func (p *GPUPlacement) Reserve(ctx context.Context, state fwk.CycleState, pod *v
 	if err != nil {
 		return fwk.AsStatus(fmt.Errorf("%s: node %s: %w", Name, nodeName, err))
 	}
-	n := p.nodeGPUs(nodeInfo)
+	// In flight: the pods of a gang that the Workload API's pod-group cycle
+	// reserved just before this one are not in the snapshot yet.
+	n := p.ledger.NodeInFlight(nodeInfo.Node(), nodeInfo.GetGeneration(), podsOf(nodeInfo))
 	chosen, reasons, excluded := gpu.PlaceHostExcluding(n, hostOf(state, nodeInfo), demand, p.policy, gpuhealth.Read(state))
 	if excluded != "" {
 		return fwk.NewStatus(fwk.Unschedulable, excluded)

@@ -14,10 +14,14 @@ var SchemeGroupVersion = schema.GroupVersion{Group: config.GroupName, Version: "
 // AddToScheme registers the v1 types, their defaults and their conversions to
 // and from the internal types.
 func AddToScheme(s *runtime.Scheme) error {
-	s.AddKnownTypes(SchemeGroupVersion, &GPUPlacementArgs{}, &GPUTelemetryArgs{})
+	s.AddKnownTypes(SchemeGroupVersion, &GPUPlacementArgs{}, &GPUTelemetryArgs{}, &GPUGangArgs{})
 	s.AddTypeDefaultingFunc(&GPUPlacementArgs{}, func(obj any) { SetDefaults_GPUPlacementArgs(obj.(*GPUPlacementArgs)) })
 	s.AddTypeDefaultingFunc(&GPUTelemetryArgs{}, func(obj any) { SetDefaults_GPUTelemetryArgs(obj.(*GPUTelemetryArgs)) })
+	s.AddTypeDefaultingFunc(&GPUGangArgs{}, func(obj any) { SetDefaults_GPUGangArgs(obj.(*GPUGangArgs)) })
 	if err := addTelemetryConversions(s); err != nil {
+		return err
+	}
+	if err := addGangConversions(s); err != nil {
 		return err
 	}
 	if err := s.AddConversionFunc((*GPUPlacementArgs)(nil), (*config.GPUPlacementArgs)(nil), func(a, b any, _ conversion.Scope) error {
@@ -73,4 +77,18 @@ func Convert_config_GPUPlacementArgs_To_v1_GPUPlacementArgs(in *config.GPUPlacem
 		out.Fragmentation.TypicalPods = append(out.Fragmentation.TypicalPods, PodShape{
 			MilliCPU: sh.MilliCPU, MemoryMiB: sh.MemoryMiB, GPUs: sh.GPUs, MilliGPU: sh.MilliGPU, Models: append([]string(nil), sh.Models...), Weight: sh.Weight})
 	}
+}
+
+// addGangConversions registers the conversions of GPUGangArgs.
+func addGangConversions(s *runtime.Scheme) error {
+	if err := s.AddConversionFunc((*GPUGangArgs)(nil), (*config.GPUGangArgs)(nil), func(a, b any, _ conversion.Scope) error {
+		Convert_v1_GPUGangArgs_To_config_GPUGangArgs(a.(*GPUGangArgs), b.(*config.GPUGangArgs))
+		return nil
+	}); err != nil {
+		return err
+	}
+	return s.AddConversionFunc((*config.GPUGangArgs)(nil), (*GPUGangArgs)(nil), func(a, b any, _ conversion.Scope) error {
+		Convert_config_GPUGangArgs_To_v1_GPUGangArgs(a.(*config.GPUGangArgs), b.(*GPUGangArgs))
+		return nil
+	})
 }

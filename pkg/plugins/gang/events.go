@@ -1,0 +1,134 @@
+package gang
+
+import (
+	"context"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+	schedutil "k8s.io/kubernetes/pkg/scheduler/util"
+
+	"github.com/gpusched/gpusched/pkg/podgroup"
+)
+
+// EventsToRegister lists the events that may make a gang pod this plugin
+// rejected schedulable:
+//   - another pod of its gang is created (the gang reaches minMember);
+//   - a bound pod is deleted or a node is added: GPUs are freed, and a gang
+//     that was released may fit now.
+//
+// A PodGroup being created or changed is watched by the plugin's own cache,
+// which moves the gang's pods back to the queue (podGroupHandler).
+func (p *GPUGang) EventsToRegister(_ context.Context) ([]fwk.ClusterEventWithHint, error) {
+	return []fwk.ClusterEventWithHint{
+		{Event: fwk.ClusterEvent{Resource: fwk.UnscheduledPod, ActionType: fwk.Add}, QueueingHintFn: isSchedulableAfterMemberAdded},
+		{Event: fwk.ClusterEvent{Resource: fwk.AssignedPod, ActionType: fwk.Delete}, QueueingHintFn: isGangPod},
+		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add}, QueueingHintFn: isGangPod},
+	}, nil
+}
+
+func isSchedulableAfterMemberAdded(logger klog.Logger, pod *v1.Pod, oldObj, newObj any) (fwk.QueueingHint, error) {
+	_, added, err := schedutil.As[*v1.Pod](oldObj, newObj)
+	if err != nil {
+		return fwk.Queue, err
+	}
+	a, aok, aerr := podgroup.NameOf(added)
+	b, bok, berr := podgroup.NameOf(pod)
+	if aok && bok && aerr == nil && berr == nil && a == b && added.Namespace == pod.Namespace {
+		return fwk.Queue, nil
+	}
+	return fwk.QueueSkip, nil
+}
+
+func isGangPod(logger klog.Logger, pod *v1.Pod, oldObj, newObj any) (fwk.QueueingHint, error) {
+	if _, ok := pod.Labels[podgroup.LabelPodGroup]; ok {
+		return fwk.Queue, nil
+	}
+	return fwk.QueueSkip, nil
+}
+
+// podHandler keeps PodGroup status in step with the gang's pods, forgets
+// the reservations of deleted pods, and moves a gang's pods back to the
+// queue when a new pod completes its minMember: pods refused for being too
+// few must not depend on the new pod's own event reaching the queue (a pod
+// held by a scheduling gate never enters it).
+func (p *GPUGang) podHandler() cache.ResourceEventHandler {
+	touch := func(obj any) {
+		if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = tomb.Obj
+		}
+		pod, ok := obj.(*v1.Pod)
+		if !ok {
+			return
+		}
+		if name, ok, err := podgroup.NameOf(pod); ok && err == nil {
+			p.status.enqueue(groupKey(pod.Namespace, name))
+		}
+	}
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			touch(obj)
+			if pod, ok := obj.(*v1.Pod); ok && pod.Spec.NodeName == "" {
+				p.activateIfComplete(pod)
+			}
+		},
+		UpdateFunc: func(_, obj any) { touch(obj) },
+		DeleteFunc: func(obj any) {
+			touch(obj)
+			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = tomb.Obj
+			}
+			if pod, ok := obj.(*v1.Pod); ok {
+				p.reservations.Remove(pod.UID)
+			}
+		},
+	}
+}
+
+// podGroupHandler moves a gang's pods back to the queue when its PodGroup
+// is created or changed: the pods may have been waiting for it.
+func (p *GPUGang) podGroupHandler() cache.ResourceEventHandler {
+	changed := func(obj any) {
+		u, ok := obj.(*unstructured.Unstructured)
+		if !ok {
+			return
+		}
+		key := groupKey(u.GetNamespace(), u.GetName())
+		p.activateQueued(context.Background(), key, p.placed(key))
+		p.status.enqueue(key)
+	}
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc: changed,
+		UpdateFunc: func(oldObj, newObj any) {
+			o, ok1 := oldObj.(*unstructured.Unstructured)
+			n, ok2 := newObj.(*unstructured.Unstructured)
+			if ok1 && ok2 && o.GetGeneration() == n.GetGeneration() {
+				return // a status update, ours most likely
+			}
+			changed(newObj)
+		},
+	}
+}
+
+// activateIfComplete moves the queued pods of pod's gang to the front of the
+// queue if the gang has minMember pods.
+func (p *GPUGang) activateIfComplete(pod *v1.Pod) {
+	name, ok, err := podgroup.NameOf(pod)
+	if !ok || err != nil {
+		return
+	}
+	obj := p.podGroup(pod.Namespace, name)
+	if obj == nil {
+		return
+	}
+	pg, err := podgroup.FromUnstructured(obj)
+	if err != nil || pg.Validate() != nil {
+		return
+	}
+	key := groupKey(pod.Namespace, name)
+	if len(p.members(key)) >= int(pg.Spec.MinMember) {
+		p.activateQueued(context.Background(), key, p.placed(key))
+	}
+}

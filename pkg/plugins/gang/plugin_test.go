@@ -1,0 +1,71 @@
+package gang
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/gpusched/gpusched/pkg/apis/config"
+	"github.com/gpusched/gpusched/pkg/podgroup"
+)
+
+// TestNewRejectsBadArgs: invalid args stop the scheduler at startup with the
+// field, the value and what is allowed.
+func TestNewRejectsBadArgs(t *testing.T) {
+	tests := []struct {
+		name string
+		args runtime.Object
+		want string
+	}{
+		{"zero timeout", &config.GPUGangArgs{ScheduleTimeoutSeconds: 0, BackoffSeconds: 1},
+			"scheduleTimeoutSeconds: Invalid value: 0: must be from 1 to 900"},
+		{"bad topology key", &config.GPUGangArgs{ScheduleTimeoutSeconds: 5, BackoffSeconds: 1, TopologyKey: "a b"},
+			`topologyKey: Invalid value: "a b"`},
+		{"wrong type", &config.GPUPlacementArgs{}, "want args of type GPUGangArgs, got *config.GPUPlacementArgs"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := New(context.Background(), tt.args, nil)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("New: %v, want an error containing %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestStatusOf(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	pod := func(node string, phase v1.PodPhase) v1.Pod {
+		return v1.Pod{Spec: v1.PodSpec{NodeName: node}, Status: v1.PodStatus{Phase: phase}}
+	}
+	pg := &podgroup.PodGroup{ObjectMeta: metav1.ObjectMeta{Name: "g"}, Spec: podgroup.Spec{MinMember: 2}}
+	tests := []struct {
+		name     string
+		pods     []v1.Pod
+		reserved int
+		want     podgroup.Status
+	}{
+		{"one pod", []v1.Pod{pod("", v1.PodPending)}, 0, podgroup.Status{Phase: podgroup.PhasePending}},
+		{"two waiting at Permit", []v1.Pod{pod("", v1.PodPending), pod("", v1.PodPending)}, 2,
+			podgroup.Status{Phase: podgroup.PhaseScheduling, ScheduleStartTime: &metav1.Time{Time: now}}},
+		{"bound", []v1.Pod{pod("n0", v1.PodPending), pod("n1", v1.PodPending)}, 0,
+			podgroup.Status{Phase: podgroup.PhaseScheduled, Scheduled: 2, ScheduleStartTime: &metav1.Time{Time: now}}},
+		{"running", []v1.Pod{pod("n0", v1.PodRunning), pod("n1", v1.PodRunning)}, 0,
+			podgroup.Status{Phase: podgroup.PhaseRunning, Scheduled: 2, Running: 2, ScheduleStartTime: &metav1.Time{Time: now}}},
+		{"one failed", []v1.Pod{pod("n0", v1.PodRunning), pod("n1", v1.PodFailed)}, 0,
+			podgroup.Status{Phase: podgroup.PhaseFailed, Scheduled: 1, Running: 1, Failed: 1, ScheduleStartTime: &metav1.Time{Time: now}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := statusOf(pg, tt.pods, tt.reserved, now)
+			if !statusEqual(got, tt.want) || (got.ScheduleStartTime != nil && !got.ScheduleStartTime.Time.Equal(now)) {
+				t.Errorf("got %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+}

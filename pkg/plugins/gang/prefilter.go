@@ -1,0 +1,147 @@
+package gang
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"slices"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+
+	"github.com/gpusched/gpusched/pkg/gang"
+	"github.com/gpusched/gpusched/pkg/gpu"
+	"github.com/gpusched/gpusched/pkg/podgroup"
+)
+
+// PreFilter admits a gang pod to this cycle, or says why its gang cannot be
+// placed yet; a pod outside any gang skips the plugin. Every refusal is
+// UnschedulableAndUnresolvable (preemption cannot help) with a message naming
+// the gang, and the pod is tried again when its gang changes:
+//   - the pod-group label is not a PodGroup name;
+//   - the PodGroup does not exist, or its spec is invalid (minMember ≤ 0);
+//   - fewer than minMember pods of the gang exist;
+//   - the gang does not fit the cluster even with every GPU free.
+func (p *GPUGang) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
+	name, ok, err := podgroup.NameOf(pod)
+	if !ok {
+		return nil, fwk.NewStatus(fwk.Skip)
+	}
+	if err != nil {
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
+	}
+	key := groupKey(pod.Namespace, name)
+	obj := p.podGroup(pod.Namespace, name)
+	if obj == nil {
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf(
+			"label %s names PodGroup %s, which does not exist: create it (%s/%s) or remove the label",
+			podgroup.LabelPodGroup, key, podgroup.Group+"/"+podgroup.Version, podgroup.Kind))
+	}
+	pg, err := podgroup.FromUnstructured(obj)
+	if err == nil {
+		err = pg.Validate()
+	}
+	if err != nil {
+		p.reportOnce(obj, v1.EventTypeWarning, "InvalidPodGroup", err.Error())
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
+	}
+	minMember := int(pg.Spec.MinMember)
+	members := p.members(key)
+	if len(members) < minMember {
+		p.status.enqueue(key)
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf(
+			"gang %s has %d of the %d pods its spec.minMember asks for; waiting for the rest", key, len(members), minMember))
+	}
+	if fit := p.fitEmpty(key, members, nodes, minMember); !fit.Fits() {
+		msg := fmt.Sprintf("gang %s: %s", key, fit.Reason())
+		p.reportOnce(obj, v1.EventTypeWarning, "GangTooLarge", msg)
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msg)
+	}
+	timeout := time.Duration(p.args.ScheduleTimeoutSeconds) * time.Second
+	if t := pg.Spec.ScheduleTimeoutSeconds; t != nil {
+		timeout = time.Duration(*t) * time.Second
+	}
+	state.Write(stateKey, &gangState{key: key, object: obj, minMember: minMember, timeout: timeout})
+	return nil, nil
+}
+
+// fitEmpty places the members' GPU demands on empty copies of the nodes. A
+// member whose demand is malformed is left out: GPUPlacement reports it on
+// that pod. The result depends only on the members, minMember and the
+// nodes' GPUs, so it is kept per gang and recomputed when one of them changes
+// (not on every node status update):
+// every pod of a gang asks the same question, on clusters of thousands of
+// nodes.
+func (p *GPUGang) fitEmpty(key string, members []*v1.Pod, nodes []fwk.NodeInfo, minMember int) gang.EmptyFit {
+	h := fnv.New64a()
+	fmt.Fprintf(h, "%d;", minMember)
+	uids := make([]string, len(members))
+	for i, m := range members {
+		uids[i] = string(m.UID)
+	}
+	slices.Sort(uids) // the index returns members in no particular order
+	for _, uid := range uids {
+		fmt.Fprintf(h, "%s;", uid)
+	}
+	for _, ni := range nodes {
+		if n := ni.Node(); n != nil {
+			fmt.Fprintf(h, "%s/%s;", n.Name, gang.InventorySignature(n))
+		}
+	}
+	sum := h.Sum64()
+	if cached, ok := p.fits.Load(key); ok && cached.(fitResult).sum == sum {
+		return cached.(fitResult).fit
+	}
+	fit := p.computeFitEmpty(members, nodes, minMember)
+	p.fits.Store(key, fitResult{sum: sum, fit: fit})
+	return fit
+}
+
+// fitResult is a gang's fitEmpty result and the hash of what it was computed from.
+type fitResult struct {
+	sum uint64
+	fit gang.EmptyFit
+}
+
+func (p *GPUGang) computeFitEmpty(members []*v1.Pod, nodes []fwk.NodeInfo, minMember int) gang.EmptyFit {
+	demands := make([]gpu.Demand, 0, len(members))
+	for _, m := range members {
+		if d, err := gpu.DemandFromPod(m); err == nil {
+			demands = append(demands, d)
+		}
+	}
+	ns := make([]*v1.Node, 0, len(nodes))
+	for _, ni := range nodes {
+		if n := ni.Node(); n != nil {
+			ns = append(ns, n)
+		}
+	}
+	return gang.FitEmpty(ns, demands, minMember, p.policy)
+}
+
+// PreFilterExtensions implements fwk.PreFilterPlugin; the plugin has none.
+func (p *GPUGang) PreFilterExtensions() fwk.PreFilterExtensions { return nil }
+
+// PostFilter runs when a gang pod found no node. If the gang cannot be
+// complete without this pod, the gang's pods waiting at Permit are rejected
+// now instead of at their timeout: their GPUs go back to the ledger for the
+// other gangs, which is what breaks a deadlock between two half-placed
+// gangs. It never nominates a node.
+func (p *GPUGang) PostFilter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, _ fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
+	gs := gangOf(state)
+	if gs == nil {
+		return nil, fwk.NewStatus(fwk.Unschedulable)
+	}
+	placed := p.placed(gs.key)
+	if len(placed) >= gs.minMember {
+		return nil, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("gang %s is placed; this pod waits for room", gs.key))
+	}
+	if len(p.members(gs.key))-1 >= gs.minMember {
+		return nil, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("gang %s can be complete without this pod", gs.key))
+	}
+	reason := fmt.Sprintf("pod %s found no node", klog.KObj(pod))
+	released := p.release(ctx, gs, reason)
+	return nil, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("gang %s released %d reserved pods: %s", gs.key, released, reason))
+}

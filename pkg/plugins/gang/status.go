@@ -1,0 +1,147 @@
+package gang
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
+
+	"github.com/gpusched/gpusched/pkg/gang"
+	"github.com/gpusched/gpusched/pkg/podgroup"
+)
+
+// statusWriter keeps PodGroup status up to date. Scheduling calls only mark
+// a gang dirty; one goroutine writes, coalescing every change of a gang into
+// one patch, off the scheduling path.
+type statusWriter struct {
+	p     *GPUGang
+	queue workqueue.TypedRateLimitingInterface[string]
+}
+
+func newStatusWriter(p *GPUGang) *statusWriter {
+	return &statusWriter{p: p, queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+		workqueue.DefaultTypedControllerRateLimiter[string](),
+		workqueue.TypedRateLimitingQueueConfig[string]{Name: "gpusched-podgroup-status"})}
+}
+
+// enqueue marks the gang key's status for an update.
+func (w *statusWriter) enqueue(key string) { w.queue.Add(key) }
+
+// run writes statuses until ctx ends.
+func (w *statusWriter) run(ctx context.Context) {
+	go func() {
+		<-ctx.Done()
+		w.queue.ShutDown()
+	}()
+	for {
+		key, quit := w.queue.Get()
+		if quit {
+			return
+		}
+		if err := w.write(ctx, key); err != nil {
+			logger(ctx).V(2).Info("Updating PodGroup status failed; retrying", "podGroup", key, "err", err)
+			w.queue.AddRateLimited(key)
+		} else {
+			w.queue.Forget(key)
+		}
+		w.queue.Done(key)
+	}
+}
+
+// write sets the gang's status from its pods, as the API server has them
+// (the scheduler's cache holds no terminated pods), and its reservations.
+func (w *statusWriter) write(ctx context.Context, key string) error {
+	namespace, name, _ := strings.Cut(key, "/")
+	obj := w.p.podGroup(namespace, name)
+	if obj == nil {
+		return nil
+	}
+	pg, err := podgroup.FromUnstructured(obj)
+	if err != nil || pg.Validate() != nil {
+		return nil // PreFilter reports it
+	}
+	pods, err := w.p.handle.ClientSet().CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: podgroup.LabelPodGroup + "=" + name})
+	if err != nil {
+		return fmt.Errorf("listing the pods of PodGroup %s: %w", key, err)
+	}
+	status := statusOf(pg, pods.Items, len(w.p.reservations.Of(key)), w.p.now())
+	if statusEqual(pg.Status, status) {
+		return nil
+	}
+	patch, err := json.Marshal(map[string]any{"status": status})
+	if err != nil {
+		return err
+	}
+	_, err = w.p.dynamic.Resource(podgroup.Resource).Namespace(namespace).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
+	return err
+}
+
+// statusOf is the status of pg whose pods are pods, reserved of them in
+// flight in the scheduler.
+func statusOf(pg *podgroup.PodGroup, pods []v1.Pod, reserved int, now time.Time) podgroup.Status {
+	var c gang.Counts
+	c.Reserved = reserved
+	for i := range pods {
+		pod := &pods[i]
+		if pod.DeletionTimestamp != nil {
+			continue
+		}
+		c.Total++
+		switch pod.Status.Phase {
+		case v1.PodSucceeded:
+			c.Succeeded++
+			continue
+		case v1.PodFailed:
+			c.Failed++
+			continue
+		case v1.PodRunning:
+			c.Running++
+		}
+		if pod.Spec.NodeName != "" {
+			c.Bound++
+		}
+	}
+	s := pg.Status
+	s.Phase = gang.PhaseOf(int(pg.Spec.MinMember), c)
+	s.Scheduled, s.Running, s.Succeeded, s.Failed = int32(c.Bound), int32(c.Running), int32(c.Succeeded), int32(c.Failed)
+	if s.ScheduleStartTime == nil && c.Reserved+c.Bound > 0 {
+		t := metav1.NewTime(now)
+		s.ScheduleStartTime = &t
+	}
+	return s
+}
+
+func statusEqual(a, b podgroup.Status) bool {
+	return a.Phase == b.Phase && a.Scheduled == b.Scheduled && a.Running == b.Running &&
+		a.Succeeded == b.Succeeded && a.Failed == b.Failed && (a.ScheduleStartTime == nil) == (b.ScheduleStartTime == nil)
+}
+
+// recordEvent records an event on a PodGroup.
+func (p *GPUGang) recordEvent(obj *unstructured.Unstructured, eventType, reason, note string) {
+	if recorder := p.handle.EventRecorder(); recorder != nil && obj != nil {
+		recorder.Eventf(obj, nil, eventType, reason, "Scheduling", note)
+	}
+}
+
+// reportedOnce remembers which version of a PodGroup an event was recorded
+// for, per reason, so that a gang retried every cycle records each problem
+// once per change of its PodGroup.
+type reportedOnce struct{ seen sync.Map }
+
+// reportOnce records an event on the PodGroup once per resourceVersion and reason.
+func (p *GPUGang) reportOnce(obj *unstructured.Unstructured, eventType, reason, note string) {
+	id := string(obj.GetUID()) + "/" + reason
+	if last, ok := p.reported.seen.Load(id); ok && last == obj.GetResourceVersion() {
+		return
+	}
+	p.reported.seen.Store(id, obj.GetResourceVersion())
+	p.recordEvent(obj, eventType, reason, note)
+}
