@@ -199,6 +199,11 @@ func checkSchedulerConfig(t *testing.T, what string, raw []byte, profiles profil
 					t.Errorf("%s: profile %s: %v", what, p.SchedulerName, errs.ToAggregate())
 				}
 			}
+			if args, ok := pc.Args.(*gpuconfig.GPUTelemetryArgs); ok {
+				if errs := gpuvalidation.ValidateGPUTelemetryArgs(field.NewPath("args"), args); len(errs) > 0 {
+					t.Errorf("%s: profile %s: %v", what, p.SchedulerName, errs.ToAggregate())
+				}
+			}
 		}
 	}
 	if found != (profiles != extenderProfile) {

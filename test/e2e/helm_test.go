@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
+	v1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	kubeschedulerconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
@@ -70,6 +71,16 @@ func TestHelmChart(t *testing.T) {
 	command(t, gang, kubectl, kc, "apply", "--dry-run=server", "-f", "-")
 	checkSchedulerDeployment(t, decodeObjects(t, gang), 2, gangProfiles)
 
+	// telemetry.enabled: GPUTelemetry scores beside GPUPlacement with the
+	// args given, and the Secret named is mounted for its credential files.
+	telemetry := command(t, nil, helm, "template", "gpusched", "charts/gpusched", "--namespace=kube-system",
+		"--set=telemetry.enabled=true", "--set=telemetry.args.prometheus.address=http://127.0.0.1:9090",
+		"--set=telemetry.args.prometheus.bearerTokenFile=/etc/gpusched/telemetry/token", "--set=telemetry.secretName=prometheus-token")
+	command(t, telemetry, kubectl, kc, "apply", "--dry-run=server", "-f", "-")
+	objs = decodeObjects(t, telemetry)
+	telemetryCfg := checkSchedulerDeployment(t, objs, 2, gpuPlacementProfile)
+	assertTelemetry(t, telemetryCfg, objs)
+
 	values := filepath.Join(t.TempDir(), "values.yaml")
 	if err := os.WriteFile(values, []byte(customValues), 0o600); err != nil {
 		t.Fatal(err)
@@ -114,6 +125,9 @@ func TestHelmChart(t *testing.T) {
 		{"preemption.enabled=yes", "/preemption/enabled"},
 		{"gang.scheduleTimeoutSeconds=0", "/gang/scheduleTimeoutSeconds"},
 		{"gang.backoffSeconds=601", "/gang/backoffSeconds"},
+		{"telemetry.enabled=true", "telemetry.enabled=true needs telemetry.args.prometheus.address"},
+		{"telemetry.weight=0", "/telemetry/weight"},
+		{"telemetry.secretName=Bad_Name", "/telemetry/secretName"},
 		{"schedulerName=GPU_Sched", "/schedulerName"},
 		{"leaderElection.enabled=false", "leaderElection.enabled=false with replicas=2"},
 	} {
@@ -168,4 +182,36 @@ func rbacOnly(t *testing.T, objs []*unstructured.Unstructured) []byte {
 		}
 	}
 	return out
+}
+
+// assertTelemetry checks the chart's telemetry.enabled rendering: GPUTelemetry
+// among the profile's plugins with its weight, its args as set, and the
+// credentials Secret mounted where the args read it.
+func assertTelemetry(t *testing.T, cfg *kubeschedulerconfig.KubeSchedulerConfiguration, objs []*unstructured.Unstructured) {
+	t.Helper()
+	p := cfg.Profiles[0]
+	if !slices.ContainsFunc(p.Plugins.MultiPoint.Enabled, func(pl kubeschedulerconfig.Plugin) bool { return pl.Name == "GPUTelemetry" && pl.Weight == 2 }) {
+		t.Errorf("telemetry.enabled=true: GPUTelemetry is not among the multiPoint plugins with weight 2: %+v", p.Plugins.MultiPoint.Enabled)
+	}
+	var args *gpuconfig.GPUTelemetryArgs
+	for _, pc := range p.PluginConfig {
+		if a, ok := pc.Args.(*gpuconfig.GPUTelemetryArgs); ok {
+			args = a
+		}
+	}
+	if args == nil || args.Prometheus.Address != "http://127.0.0.1:9090" || args.Prometheus.BearerTokenFile != "/etc/gpusched/telemetry/token" {
+		t.Errorf("telemetry.enabled=true: GPUTelemetry args %+v", args)
+	}
+	var d appsv1.Deployment
+	findObject(t, objs, "Deployment", "gpusched", &d)
+	spec := d.Spec.Template.Spec
+	mounted := slices.ContainsFunc(spec.Containers[0].VolumeMounts, func(m v1.VolumeMount) bool {
+		return m.Name == "telemetry" && m.MountPath == "/etc/gpusched/telemetry" && m.ReadOnly
+	})
+	fromSecret := slices.ContainsFunc(spec.Volumes, func(v v1.Volume) bool {
+		return v.Name == "telemetry" && v.Secret != nil && v.Secret.SecretName == "prometheus-token"
+	})
+	if !mounted || !fromSecret {
+		t.Errorf("telemetry.secretName: mounted %v, from the Secret %v: %+v %+v", mounted, fromSecret, spec.Containers[0].VolumeMounts, spec.Volumes)
+	}
 }
