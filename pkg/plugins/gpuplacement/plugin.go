@@ -23,6 +23,7 @@ import (
 	"github.com/gpusched/gpusched/pkg/apis/config/validation"
 	"github.com/gpusched/gpusched/pkg/gpu"
 	"github.com/gpusched/gpusched/pkg/plugins/gpuhealth"
+	"github.com/gpusched/gpusched/pkg/plugins/normalize"
 	"github.com/gpusched/gpusched/pkg/podrequests"
 )
 
@@ -367,13 +368,7 @@ func (p *GPUPlacement) NormalizeScore(ctx context.Context, state fwk.CycleState,
 		}
 		return nil
 	}
-	lo, hi := scores[0].Score, scores[0].Score
-	for _, s := range scores[1:] {
-		lo, hi = min(lo, s.Score), max(hi, s.Score)
-	}
-	for i := range scores {
-		scores[i].Score = gpu.Rescale(scores[i].Score, lo, hi, fwk.MaxNodeScore)
-	}
+	normalize.MinMax(scores)
 	return nil
 }
 

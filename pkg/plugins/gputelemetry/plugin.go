@@ -26,6 +26,7 @@ import (
 	"github.com/gpusched/gpusched/pkg/apis/config/validation"
 	"github.com/gpusched/gpusched/pkg/gpu"
 	"github.com/gpusched/gpusched/pkg/plugins/gpuhealth"
+	"github.com/gpusched/gpusched/pkg/plugins/normalize"
 	"github.com/gpusched/gpusched/pkg/telemetry"
 	"github.com/gpusched/gpusched/pkg/telemetry/prometheus"
 )
@@ -336,16 +337,7 @@ func (p *GPUTelemetry) ScoreExtensions() fwk.ScoreExtensions { return p }
 // (gpu.Rescale), so telemetry decides among nodes however little they differ,
 // in proportion to the plugin's weight in the profile.
 func (p *GPUTelemetry) NormalizeScore(ctx context.Context, state fwk.CycleState, pod *v1.Pod, scores fwk.NodeScoreList) *fwk.Status {
-	if len(scores) == 0 {
-		return nil
-	}
-	lo, hi := scores[0].Score, scores[0].Score
-	for _, s := range scores[1:] {
-		lo, hi = min(lo, s.Score), max(hi, s.Score)
-	}
-	for i := range scores {
-		scores[i].Score = gpu.Rescale(scores[i].Score, lo, hi, fwk.MaxNodeScore)
-	}
+	normalize.MinMax(scores)
 	return nil
 }
 
