@@ -1,13 +1,8 @@
 package scheme_test
 
 import (
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
-
-	"k8s.io/klog/v2/ktesting"
-	"k8s.io/kubernetes/cmd/kube-scheduler/app/options"
 
 	"github.com/gpusched/gpusched/pkg/apis/config"
 )
@@ -35,12 +30,7 @@ profiles:
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			logger, _ := ktesting.NewTestContext(t)
-			file := filepath.Join(t.TempDir(), "config.yaml")
-			if err := os.WriteFile(file, []byte(header+tt.args), 0o600); err != nil {
-				t.Fatal(err)
-			}
-			cfg, err := options.LoadConfigFromFile(logger, file)
+			args, err := loadPluginArgs(t, header+tt.args, "GPUGang")
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("error = %v, want one containing %q", err, tt.wantErr)
@@ -50,12 +40,7 @@ profiles:
 			if err != nil {
 				t.Fatal(err)
 			}
-			var got *config.GPUGangArgs
-			for _, pc := range cfg.Profiles[0].PluginConfig {
-				if pc.Name == "GPUGang" {
-					got, _ = pc.Args.(*config.GPUGangArgs)
-				}
-			}
+			got, _ := args.(*config.GPUGangArgs)
 			if got == nil || got.ScheduleTimeoutSeconds != tt.want.ScheduleTimeoutSeconds || got.BackoffSeconds != tt.want.BackoffSeconds || got.TopologyKey != tt.want.TopologyKey {
 				t.Fatalf("args %+v, want %+v", got, tt.want)
 			}

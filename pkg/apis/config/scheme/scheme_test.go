@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/kubernetes/cmd/kube-scheduler/app/options"
 
@@ -52,12 +53,7 @@ profiles:
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			logger, _ := ktesting.NewTestContext(t)
-			file := filepath.Join(t.TempDir(), "config.yaml")
-			if err := os.WriteFile(file, []byte(header+tt.args), 0o600); err != nil {
-				t.Fatal(err)
-			}
-			cfg, err := options.LoadConfigFromFile(logger, file)
+			args, err := loadPluginArgs(t, header+tt.args, "GPUPlacement")
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("error = %v, want one containing %q", err, tt.wantErr)
@@ -67,14 +63,9 @@ profiles:
 			if err != nil {
 				t.Fatal(err)
 			}
-			var got *config.GPUPlacementArgs
-			for _, pc := range cfg.Profiles[0].PluginConfig {
-				if pc.Name == "GPUPlacement" {
-					got, _ = pc.Args.(*config.GPUPlacementArgs)
-				}
-			}
+			got, _ := args.(*config.GPUPlacementArgs)
 			if got == nil {
-				t.Fatalf("no GPUPlacementArgs in %+v", cfg.Profiles[0].PluginConfig)
+				t.Fatalf("no GPUPlacementArgs: %T", args)
 			}
 			if got.ScoringStrategy.Type != tt.want.Type || len(got.ScoringStrategy.Resources) != len(tt.want.Resources) {
 				t.Fatalf("strategy %+v, want %+v", got.ScoringStrategy, tt.want)
@@ -86,4 +77,27 @@ profiles:
 			}
 		})
 	}
+}
+
+// loadPluginArgs writes a KubeSchedulerConfiguration to a file, loads it with
+// the kube-scheduler's own loader (decoding, defaulting, conversion,
+// validation) and returns the args of plugin in its first profile: nil when
+// the profile configures none, or the loader's error.
+func loadPluginArgs(t *testing.T, configuration, plugin string) (runtime.Object, error) {
+	t.Helper()
+	logger, _ := ktesting.NewTestContext(t)
+	file := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(file, []byte(configuration), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := options.LoadConfigFromFile(logger, file)
+	if err != nil {
+		return nil, err
+	}
+	for _, pc := range cfg.Profiles[0].PluginConfig {
+		if pc.Name == plugin {
+			return pc.Args, nil
+		}
+	}
+	return nil, nil
 }

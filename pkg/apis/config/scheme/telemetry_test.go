@@ -1,7 +1,6 @@
 package scheme_test
 
 import (
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -51,12 +50,7 @@ profiles:
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			logger, _ := ktesting.NewTestContext(t)
-			file := filepath.Join(t.TempDir(), "config.yaml")
-			if err := os.WriteFile(file, []byte(header+tt.args), 0o600); err != nil {
-				t.Fatal(err)
-			}
-			cfg, err := options.LoadConfigFromFile(logger, file)
+			args, err := loadPluginArgs(t, header+tt.args, "GPUTelemetry")
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("error = %v, want one containing %q", err, tt.wantErr)
@@ -66,12 +60,7 @@ profiles:
 			if err != nil {
 				t.Fatal(err)
 			}
-			var got *config.GPUTelemetryArgs
-			for _, pc := range cfg.Profiles[0].PluginConfig {
-				if pc.Name == "GPUTelemetry" {
-					got, _ = pc.Args.(*config.GPUTelemetryArgs)
-				}
-			}
+			got, _ := args.(*config.GPUTelemetryArgs)
 			if got == nil || !tt.check(got) {
 				t.Fatalf("args %+v", got)
 			}
