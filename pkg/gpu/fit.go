@@ -30,12 +30,15 @@ const (
 	// ReasonInsufficientMemory: suitable GPUs have the free milli-GPU a share
 	// needs, but not the free memory.
 	ReasonInsufficientMemory
+	// ReasonUnhealthy: GPUs were ruled out because the node marks them
+	// unhealthy (Device.Unhealthy).
+	ReasonUnhealthy
 
 	reasonEnd
 )
 
 // unresolvable are the reasons that freeing GPUs on the node cannot cure.
-const unresolvable = ReasonInventoryInvalid | ReasonNoGPUs | ReasonModelNotAllowed | ReasonMemoryTooSmall | ReasonTooFewGPUs
+const unresolvable = ReasonInventoryInvalid | ReasonNoGPUs | ReasonModelNotAllowed | ReasonMemoryTooSmall | ReasonTooFewGPUs | ReasonUnhealthy
 
 var reasonText = map[Reason]string{
 	ReasonInventoryInvalid:   "node GPU inventory invalid",
@@ -46,6 +49,7 @@ var reasonText = map[Reason]string{
 	ReasonInsufficientGPUs:   "insufficient free GPUs",
 	ReasonInsufficientShare:  "insufficient free GPU share",
 	ReasonInsufficientMemory: "insufficient free GPU memory",
+	ReasonUnhealthy:          "GPU unhealthy",
 }
 
 // String is the reason's stable text.
@@ -87,7 +91,7 @@ func Candidates(n *NodeGPUs, d *Demand) (DeviceSet, Reasons) {
 	if n.Len() == 0 {
 		return 0, Reasons(ReasonNoGPUs)
 	}
-	if len(d.Models) == 0 && d.MemoryMiB == 0 { // every GPU is suitable: answer from the summaries
+	if len(d.Models) == 0 && d.MemoryMiB == 0 && n.Inventory.unhealthy == 0 { // every GPU is suitable: answer from the summaries
 		switch {
 		case !d.IsShare() && n.Len() < d.Count:
 			return n.idle, Reasons(ReasonTooFewGPUs)
@@ -109,6 +113,10 @@ func Candidates(n *NodeGPUs, d *Demand) (DeviceSet, Reasons) {
 		}
 		if dev.MemoryMiB < d.MemoryMiB {
 			static |= Reasons(ReasonMemoryTooSmall)
+			continue
+		}
+		if dev.Unhealthy != "" {
+			static |= Reasons(ReasonUnhealthy)
 			continue
 		}
 		suitable |= 1 << uint(i)

@@ -92,6 +92,34 @@ func TestCandidates(t *testing.T) {
 			demand:      share(100, 1024),
 			wantReasons: []gpu.Reason{gpu.ReasonInsufficientMemory},
 		},
+		{
+			name: "an unhealthy GPU is never a candidate, even for an unconstrained demand",
+			node: nodeWithPods(t, gt.MakeGPUNode("n").Devices(
+				gpu.Device{Index: 0, Model: a100},
+				gpu.Device{Index: 1, Model: a100, Unhealthy: "XID 79"},
+			)),
+			demand:   whole(1),
+			wantFree: 0b01,
+		},
+		{
+			name: "two GPUs asked, one of two unhealthy: unresolvable",
+			node: nodeWithPods(t, gt.MakeGPUNode("n").Devices(
+				gpu.Device{Index: 0, Model: a100},
+				gpu.Device{Index: 1, Model: a100, Unhealthy: "XID 79"},
+			)),
+			demand:      whole(2),
+			wantFree:    0b01,
+			wantReasons: []gpu.Reason{gpu.ReasonUnhealthy},
+		},
+		{
+			name: "a share avoids the unhealthy GPU",
+			node: nodeWithPods(t, gt.MakeGPUNode("n").Devices(
+				gpu.Device{Index: 0, Model: a100, Unhealthy: "XID 48"},
+				gpu.Device{Index: 1, Model: a100},
+			)),
+			demand:   share(500, 0),
+			wantFree: 0b10,
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

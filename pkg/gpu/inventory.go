@@ -22,6 +22,10 @@ type Device struct {
 	// belongs to. GPUs with the same Group talk to each other fast; "" is a
 	// group of its own like any other name.
 	Group string `json:"group,omitempty"`
+	// Unhealthy, when set, says why the GPU must get no new pods (for
+	// example "XID 79 at 2026-11-24T10:02:11Z"); pods already on it keep
+	// their allocation. The node agent sets it from NVML's health events.
+	Unhealthy string `json:"unhealthy,omitempty"`
 }
 
 // DeviceSet is a set of devices of one node, by position in Inventory.Devices.
@@ -52,6 +56,8 @@ type Inventory struct {
 	all DeviceSet
 	// memoryMiB is the sum of the devices' memory.
 	memoryMiB int64
+	// unhealthy is the set of devices marked Unhealthy.
+	unhealthy DeviceSet
 }
 
 // NewInventory builds an inventory from a list of devices. It rejects more than
@@ -79,6 +85,9 @@ func NewInventory(devices []Device) (*Inventory, error) {
 		}
 		inv.groups[g] |= 1 << uint(i)
 		inv.all |= 1 << uint(i)
+		if d.Unhealthy != "" {
+			inv.unhealthy |= 1 << uint(i)
+		}
 		inv.memoryMiB += d.MemoryMiB
 	}
 	return inv, nil
@@ -118,7 +127,7 @@ func InventoryFromNode(node *v1.Node) (*Inventory, error) {
 		var devices []Device
 		if err := json.Unmarshal([]byte(raw), &devices); err != nil {
 			return nil, invalid(AnnotationDevices, raw,
-				`want a JSON list of {"index":0,"uuid":"GPU-...","model":"...","memoryMiB":81920,"group":"..."}: `+err.Error())
+				`want a JSON list of {"index":0,"uuid":"GPU-...","model":"...","memoryMiB":81920,"group":"...","unhealthy":"..."}: `+err.Error())
 		}
 		inv, err := NewInventory(devices)
 		if err != nil {
