@@ -13,19 +13,12 @@ import (
 	"k8s.io/component-base/cli"
 	"k8s.io/kubernetes/cmd/kube-scheduler/app"
 
-	_ "github.com/gpusched/gpusched/pkg/apis/config/scheme" // GPUPlacementArgs, GPUTelemetryArgs and GPUGangArgs in the configuration scheme
-	"github.com/gpusched/gpusched/pkg/plugins/gang"
-	"github.com/gpusched/gpusched/pkg/plugins/gpuplacement"
-	"github.com/gpusched/gpusched/pkg/plugins/gputelemetry"
+	"github.com/gpusched/gpusched/pkg/plugins"
 	"github.com/gpusched/gpusched/pkg/simulator"
 )
 
 func main() {
-	command := app.NewSchedulerCommand(
-		app.WithPlugin(gpuplacement.Name, gpuplacement.New),
-		app.WithPlugin(gputelemetry.Name, gputelemetry.New),
-		app.WithPlugin(gang.Name, gang.New),
-	)
+	command := app.NewSchedulerCommand(plugins.CommandOptions()...)
 	command.Use = "gpusched"
 	command.AddCommand(simulator.NewCommand())
 	os.Exit(cli.Run(command))

@@ -19,12 +19,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/kubernetes/cmd/kube-scheduler/app"
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpusched/gpusched/internal/controlplane"
 	_ "github.com/gpusched/gpusched/pkg/apis/config/scheme" // GPUPlacementArgs in the configuration scheme
-	"github.com/gpusched/gpusched/pkg/plugins/gpuplacement"
+	"github.com/gpusched/gpusched/pkg/plugins"
 )
 
 // DefaultSchedulerConfig is the scheduler's configuration when Options
@@ -130,7 +129,7 @@ func Run(ctx context.Context, opts Options, out io.Writer) error {
 	}
 	fmt.Fprintf(out, "%d simulated GPU nodes (%s) Ready after %s.\n", len(nodes), shapesString(opts.Shapes), since(start))
 
-	sched, err := controlplane.StartScheduler(ctx, configPath, app.WithPlugin(gpuplacement.Name, gpuplacement.New))
+	sched, err := controlplane.StartScheduler(ctx, configPath, plugins.CommandOptions()...)
 	if err != nil {
 		return err
 	}

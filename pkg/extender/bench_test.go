@@ -94,7 +94,7 @@ func defaultNodesToFind(nodes int) int {
 	return max(nodes*pct/100, 100)
 }
 
-func benchFilterPrioritize(b *testing.B, policy gpu.Policy, clusterNodes, sent int) {
+func benchFilterPrioritize(b *testing.B, policy *gpu.Policy, clusterNodes, sent int) {
 	c, nodes, all := benchCluster(b, clusterNodes)
 	names := all[:sent]
 	nodes = nodes[:sent]

@@ -71,7 +71,7 @@ func (e *Extender) bind(ctx context.Context, args *extenderv1.ExtenderBindingArg
 		logger.V(2).Info("Pod already bound", "node", args.Node)
 		return BindResultAlreadyBound, nil
 	}
-	demand, err := gpu.DemandFromPod(pod)
+	demand, err := e.policy.Demand(pod)
 	if err != nil {
 		return BindResultError, fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
@@ -164,9 +164,10 @@ func (e *Extender) assume(pod *v1.Pod, demand *gpu.Demand, node string) (gpu.Ass
 		return gpu.Assignment{}, nil, fmt.Errorf("binding pod %s/%s: node %s: %s", pod.Namespace, pod.Name, node, MsgUnknownNode)
 	}
 	n := e.ledger.Node(state.Node, state.Generation, state.PodSeq())
-	chosen, reasons := gpu.Place(n, demand, e.policy)
-	if reasons != 0 {
-		return gpu.Assignment{}, nil, fmt.Errorf("pod %s/%s (%s) no longer fits node %s: %s", pod.Namespace, pod.Name, demand, node, reasons)
+	req := gpu.Request{Demand: *demand, Host: hostOf(state, e.cluster.maxima())}
+	chosen, fit := e.policy.Place(n, &req)
+	if !fit.OK() {
+		return gpu.Assignment{}, nil, fmt.Errorf("pod %s/%s (%s) no longer fits node %s: %s", pod.Namespace, pod.Name, demand, node, fit.Reasons)
 	}
 	a := gpu.NewAssignment(n, demand, chosen)
 	if err := e.ledger.Assume(pod.UID, a); err != nil {
@@ -192,13 +193,7 @@ func (e *Extender) assume(pod *v1.Pod, demand *gpu.Demand, node string) (gpu.Ass
 // atomically with spec.nodeName. The Binding's UID makes the write fail if
 // the pod was replaced.
 func (e *Extender) writeBinding(ctx context.Context, args *extenderv1.ExtenderBindingArgs, a *gpu.Assignment) error {
-	binding := &v1.Binding{
-		ObjectMeta: metav1.ObjectMeta{Namespace: args.PodNamespace, Name: args.PodName, UID: args.PodUID},
-		Target:     v1.ObjectReference{Kind: "Node", Name: args.Node},
-	}
-	if a != nil {
-		binding.Annotations = map[string]string{gpu.AnnotationAssigned: a.String()}
-	}
+	binding := gpu.NewBinding(args.PodNamespace, args.PodName, args.PodUID, args.Node, a)
 	if err := e.client.CoreV1().Pods(args.PodNamespace).Bind(ctx, binding, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("binding pod %s/%s to %s: %w", args.PodNamespace, args.PodName, args.Node, err)
 	}

@@ -47,6 +47,11 @@ type Cluster struct {
 	podNode map[types.UID]string
 	// generation is the last generation handed out; every change takes the next.
 	generation int64
+
+	// nodeChanges counts changes to Node objects, and maximaMemo holds the
+	// largest node capacities as of a count (see maxima).
+	nodeChanges atomic.Int64
+	maximaMemo  atomic.Pointer[maxima]
 }
 
 // NodeState is one node as the Cluster saw it at one moment. Immutable but
@@ -63,8 +68,11 @@ type NodeState struct {
 
 	// gpus memoizes the ledger's view of Node with these Pods (see
 	// Extender.view), so that reading an unchanged node costs one atomic
-	// load. It is the one mutable field, a cache set at most once per value.
+	// load. The memos are the only mutable fields, each a cache set at most
+	// once per value.
 	gpus atomic.Pointer[gpu.NodeGPUs]
+	// requested memoizes the sum of the pods' requests (requestedOf).
+	requested atomic.Pointer[requested]
 }
 
 // PodSeq yields the node's pods, as gpu.Ledger.Node wants them. A nil state
@@ -218,6 +226,7 @@ func (c *Cluster) onNode(obj any) {
 	next := c.copyState(node.Name)
 	next.Node = node
 	c.nodes[node.Name] = next
+	c.nodeChanges.Add(1)
 }
 
 func (c *Cluster) onNodeDelete(obj any) {
@@ -230,6 +239,7 @@ func (c *Cluster) onNodeDelete(obj any) {
 	next := c.copyState(node.Name)
 	next.Node = nil
 	c.store(node.Name, next)
+	c.nodeChanges.Add(1)
 }
 
 // putPod adds pod to its node, replacing the version with the same UID.

@@ -5,11 +5,12 @@
 //
 // Every decision is the engine's and is made exactly as the GPUPlacement
 // plugin makes it (pkg/plugins/gpuplacement): the demand from
-// gpu.DemandFromPod, feasibility and reasons from gpu.Candidates, the GPUs
-// from gpu.Place, the score from the policy, rescaled with gpu.Rescale (to
-// 0..10 here, 0..100 there). Only the source of a node's pods differs: the
-// plugin reads the scheduler's snapshot, the extender its own informer-fed
-// Cluster. See docs/extender.md.
+// gpu.Policy.Demand, feasibility and reasons from gpu.Check, the GPUs from
+// gpu.Policy.Place with the node's CPU and memory (host.go), the score from
+// gpu.Policy.Score, rescaled with gpu.Policy.Rescale (to 0..10 here, 0..100
+// there). Only the source of a node's pods differs: the plugin reads the
+// scheduler's snapshot, the extender its own informer-fed Cluster. See
+// docs/extender.md.
 package extender
 
 import (
@@ -24,7 +25,6 @@ import (
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
 	"github.com/gpusched/gpusched/pkg/gpu"
-	"github.com/gpusched/gpusched/pkg/podrequests"
 )
 
 // MsgUnknownNode is the failure message for a node the extender's informers
@@ -36,7 +36,7 @@ const MsgUnknownNode = "node unknown to gpusched"
 type Extender struct {
 	cluster *Cluster
 	ledger  *gpu.Ledger
-	policy  gpu.Policy
+	policy  *gpu.Policy
 	client  kubernetes.Interface
 
 	// bindMu serializes the part of each bind that reads a node's GPUs,
@@ -57,7 +57,7 @@ type Extender struct {
 
 // New returns an Extender deciding with policy over the cluster's view,
 // binding through client.
-func New(cluster *Cluster, client kubernetes.Interface, policy gpu.Policy) *Extender {
+func New(cluster *Cluster, client kubernetes.Interface, policy *gpu.Policy) *Extender {
 	return &Extender{cluster: cluster, ledger: gpu.NewLedger(), policy: policy, client: client}
 }
 
@@ -137,10 +137,9 @@ func (e *Extender) Filter(ctx context.Context, args *extenderv1.ExtenderArgs) *e
 		FailedNodes:                extenderv1.FailedNodesMap{},
 		FailedAndUnresolvableNodes: extenderv1.FailedNodesMap{},
 	}
-	demand, err := gpu.DemandFromPod(args.Pod)
-	if w, ok := gpu.ShapesOf(e.policy).(*gpu.ShapeWindow); ok && err == nil {
-		podrequests.FillHost(&demand, args.Pod)
-		w.ObservePod(args.Pod.UID, demand)
+	demand, err := e.policy.Demand(args.Pod)
+	if err == nil {
+		e.policy.Observe(args.Pod.UID, demand)
 	}
 	switch {
 	case err != nil:
@@ -161,7 +160,7 @@ func (e *Extender) Filter(ctx context.Context, args *extenderv1.ExtenderArgs) *e
 	parallelize(len(cands), func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			if c := &cands[i]; c.node != nil {
-				_, c.reasons = gpu.Candidates(e.view(c), &demand)
+				c.reasons = gpu.Check(e.view(c), &gpu.Request{Demand: demand}).Reasons
 			}
 		}
 	})
@@ -236,62 +235,47 @@ func setFeasible(result *extenderv1.ExtenderFilterResult, args *extenderv1.Exten
 }
 
 // Prioritize scores every node of the request 0..extenderv1.MaxExtenderPriority:
-// the policy's engine score for the GPUs gpu.Place chooses, rescaled min-max
-// over the nodes (gpu.Rescale), exactly as the plugin's Score and
-// NormalizeScore do. A node the demand no longer fits scores 0 and, as in the
-// plugin, takes part in the min-max; an unknown node scores 0 and does not.
-// A pod without GPU demand (or with a malformed one) gets 0 everywhere, so
-// that the scheduler's own scores decide.
+// the policy's engine score for the GPUs it chooses on the node with the
+// node's CPU and memory, rescaled over the nodes (gpu.Policy.Rescale),
+// exactly as the plugin's Score and NormalizeScore do. A node the demand no
+// longer fits scores 0 and, as in the plugin, takes part in the rescaling;
+// an unknown node scores 0 and does not. A pod without GPU demand (or with a
+// malformed one) gets 0 everywhere, so that the scheduler's own scores
+// decide.
 func (e *Extender) Prioritize(ctx context.Context, args *extenderv1.ExtenderArgs) extenderv1.HostPriorityList {
 	out := getPriorities(nodeCount(args))
 	for name := range nodeNames(args) {
 		out = append(out, extenderv1.HostPriority{Host: name})
 	}
-	demand, err := gpu.DemandFromPod(args.Pod)
+	demand, err := e.policy.Demand(args.Pod)
 	if err != nil || demand.IsZero() {
 		return out
 	}
 	list := e.candidates(args)
 	defer putCandidates(list)
 	cands := *list
+	m := e.cluster.maxima()
 	parallelize(len(cands), func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			if c := &cands[i]; c.node != nil {
 				n := e.view(c)
-				if chosen, reasons := gpu.Place(n, &demand, e.policy); reasons == 0 {
-					c.score = e.policy.Score(n, &demand, chosen)
+				req := gpu.Request{Demand: demand, Host: hostOf(c.state, m)}
+				if chosen, fit := e.policy.Place(n, &req); fit.OK() {
+					c.score = e.policy.Score(n, &req, chosen)
 				}
 			}
 		}
 	})
-	lo, hi, seen := int64(0), int64(0), false
-	for i := range cands {
-		if cands[i].node == nil {
-			continue
-		}
-		if !seen {
-			lo, hi, seen = cands[i].score, cands[i].score, true
-		}
-		lo, hi = min(lo, cands[i].score), max(hi, cands[i].score)
-	}
-	if _, ok := e.policy.(gpu.OrdinalPolicy); ok {
-		var raw []int64
-		for i := range cands {
-			if cands[i].node != nil {
-				raw = append(raw, cands[i].score)
-			}
-		}
-		ranked := gpu.RankScale(raw, extenderv1.MaxExtenderPriority)
-		for i := range cands {
-			if cands[i].node != nil {
-				out[i].Score, ranked = ranked[0], ranked[1:]
-			}
-		}
-		return out
-	}
+	raw := make([]int64, 0, len(cands))
 	for i := range cands {
 		if cands[i].node != nil {
-			out[i].Score = gpu.Rescale(cands[i].score, lo, hi, extenderv1.MaxExtenderPriority)
+			raw = append(raw, cands[i].score)
+		}
+	}
+	e.policy.Rescale(raw, extenderv1.MaxExtenderPriority)
+	for i := range cands {
+		if cands[i].node != nil {
+			out[i].Score, raw = raw[0], raw[1:]
 		}
 	}
 	return out
@@ -307,8 +291,8 @@ func nodeCount(args *extenderv1.ExtenderArgs) int {
 
 // Preempt checks the scheduler's preemption candidates: it keeps a node only
 // if the pod's GPU demand fits there once the node's victims are gone,
-// evaluated on a throwaway ledger so that the real one is untouched, and
-// returns the kept nodes with their victims by UID. Victims are the
+// evaluated as a what-if (gpu.NodeGPUs.Without) so that the ledger is
+// untouched, and returns the kept nodes with their victims by UID. Victims are the
 // scheduler's choice (by priority and PodDisruptionBudgets); the extender
 // does not add any. A pod without GPU demand keeps every node; a malformed
 // demand, or a node unknown to the extender, keeps none.
@@ -332,30 +316,52 @@ func (e *Extender) Preempt(ctx context.Context, args *extenderv1.ExtenderPreempt
 	}
 	e.bindMu.Unlock()
 
-	whatIf := gpu.NewLedger()
+	req := gpu.Request{Demand: demand}
 	for name, v := range victims {
 		state := states[name]
 		if state == nil || state.Node == nil || v == nil {
 			continue
 		}
-		gone := make(map[types.UID]bool, len(v.Pods))
-		for _, p := range v.Pods {
-			if p != nil {
-				gone[types.UID(p.UID)] = true
-			}
-		}
-		rest := func(yield func(*v1.Pod) bool) {
-			for _, p := range state.Pods {
-				if !gone[p.UID] && !yield(p) {
-					return
-				}
-			}
-		}
-		if _, reasons := gpu.Candidates(whatIf.Node(state.Node, state.Generation, rest), &demand); reasons == 0 {
+		if gpu.Check(e.withoutVictims(state, v), &req).OK() {
 			result.NodeNameToMetaVictims[name] = v
 		}
 	}
 	return result
+}
+
+// withoutVictims is the node's GPUs once the victims are gone: the ledger's
+// view less each victim's assignment. A victim that holds GPUs without an
+// assignment (counted as a claim, see gpu.PlaceClaim) has no exact
+// subtraction, so then the view is rebuilt from the other pods on a
+// throwaway ledger instead.
+func (e *Extender) withoutVictims(state *NodeState, v *extenderv1.MetaVictims) *gpu.NodeGPUs {
+	gone := make(map[types.UID]bool, len(v.Pods))
+	for _, p := range v.Pods {
+		if p != nil {
+			gone[types.UID(p.UID)] = true
+		}
+	}
+	n := e.ledger.Node(state.Node, state.Generation, state.PodSeq())
+	for _, p := range state.Pods {
+		if !gone[p.UID] {
+			continue
+		}
+		if a, ok := gpu.AssignmentOf(p); ok && a.Node == state.Node.Name {
+			n = n.Without(&a)
+			continue
+		}
+		if d, err := gpu.DemandFromPod(p); err == nil && !d.IsZero() {
+			rest := func(yield func(*v1.Pod) bool) {
+				for _, p := range state.Pods {
+					if !gone[p.UID] && !yield(p) {
+						return
+					}
+				}
+			}
+			return gpu.NewLedger().Node(state.Node, state.Generation, rest)
+		}
+	}
+	return n
 }
 
 // metaVictims returns the request's victims by UID, whichever form it came in.

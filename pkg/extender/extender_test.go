@@ -198,9 +198,9 @@ func TestPrioritize(t *testing.T) {
 		bound("a-w", "n-a", []int{0, 1}, 1000, 0), // n-a: 2 of 8 GPUs taken
 		bound("c-w", "n-c", []int{0}, 1000, 0),    // n-c: 1 of 4
 	}
-	bestFit, _ := gpu.NewPolicy(gpu.PolicyBestFit, gpu.Weights{GPU: 1})
-	spread, _ := gpu.NewPolicy(gpu.PolicySpread, gpu.Weights{GPU: 1})
-	bestFitMem, _ := gpu.NewPolicy(gpu.PolicyBestFit, gpu.Weights{GPU: 1, Memory: 1})
+	bestFit := gpu.MustPolicy(gpu.PolicyBestFit, gpu.PolicyConfig{})
+	spread := gpu.MustPolicy(gpu.PolicySpread, gpu.PolicyConfig{})
+	bestFitMem := gpu.MustPolicy(gpu.PolicyBestFit, gpu.PolicyConfig{Weights: gpu.Weights{GPU: 1, Memory: 1}})
 	extenders := map[string]*testExtender{
 		"BestFit":        newTestExtender(t, bestFit, nodes, pods),
 		"Spread":         newTestExtender(t, spread, nodes, pods),

@@ -41,7 +41,7 @@ type testExtender struct {
 
 // newTestExtender starts informers over nodes and pods and waits until the
 // cluster view holds them. policy nil means BestFit on GPU compute.
-func newTestExtender(t testing.TB, policy gpu.Policy, nodes []*v1.Node, pods []*v1.Pod) *testExtender {
+func newTestExtender(t testing.TB, policy *gpu.Policy, nodes []*v1.Node, pods []*v1.Pod) *testExtender {
 	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
@@ -65,7 +65,7 @@ func newTestExtender(t testing.TB, policy gpu.Policy, nodes []*v1.Node, pods []*
 		t.Fatal("informers did not sync")
 	}
 	if policy == nil {
-		policy, _ = gpu.NewPolicy(gpu.PolicyBestFit, gpu.DefaultWeights)
+		policy = gpu.MustPolicy(gpu.PolicyBestFit, gpu.PolicyConfig{})
 	}
 	ext := New(cluster, client, policy)
 	return &testExtender{ext: ext, cluster: cluster, client: client, handler: NewHandler(ext, DefaultMaxRequestBytes), ctx: ctx}

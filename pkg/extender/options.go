@@ -4,12 +4,15 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
 
+	"github.com/gpusched/gpusched/pkg/apis/config"
+	"github.com/gpusched/gpusched/pkg/apis/config/load"
 	configv1 "github.com/gpusched/gpusched/pkg/apis/config/v1"
 	"github.com/gpusched/gpusched/pkg/apis/config/validation"
 	"github.com/gpusched/gpusched/pkg/gpu"
@@ -56,6 +59,11 @@ type Options struct {
 	Policy       string
 	GPUWeight    int64
 	MemoryWeight int64
+	// PlacementArgsFile, when set, is a file holding GPUPlacementArgs in
+	// the form a KubeSchedulerConfiguration's pluginConfig gives the
+	// GPUPlacement plugin; it replaces Policy, GPUWeight and MemoryWeight,
+	// so that the extender and the plugin can run from one set of args.
+	PlacementArgsFile string
 }
 
 // NewOptions returns the defaults: FragFit, as the plugin's default, and GPU
@@ -77,7 +85,7 @@ func NewOptions() *Options {
 		LeaseDuration:           15 * time.Second,
 		RenewDeadline:           10 * time.Second,
 		RetryPeriod:             2 * time.Second,
-		Policy:                  string(gpu.PolicyFragFit),
+		Policy:                  string(gpu.DefaultPolicy),
 		GPUWeight:               gpu.DefaultWeights.GPU,
 		MemoryWeight:            gpu.DefaultWeights.Memory,
 	}
@@ -102,9 +110,10 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.LeaseDuration, "leader-elect-lease-duration", o.LeaseDuration, "how long a non-leader waits after the last renewal before taking the lease")
 	fs.DurationVar(&o.RenewDeadline, "leader-elect-renew-deadline", o.RenewDeadline, "how long the leader retries renewing before it stops binding; less than the lease duration")
 	fs.DurationVar(&o.RetryPeriod, "leader-elect-retry-period", o.RetryPeriod, "how often to try to take or renew the lease")
-	fs.StringVar(&o.Policy, "policy", o.Policy, fmt.Sprintf("placement policy, one of %v (docs/policies.md)", gpu.PolicyTypes))
+	fs.StringVar(&o.Policy, "policy", o.Policy, fmt.Sprintf("placement policy, one of %s (docs/policies.md)", strings.Join(gpu.PolicyNames(), ", ")))
 	fs.Int64Var(&o.GPUWeight, "gpu-weight", o.GPUWeight, fmt.Sprintf("weight of GPU compute in the policy's score, 0..%d", validation.MaxWeight))
 	fs.Int64Var(&o.MemoryWeight, "memory-weight", o.MemoryWeight, fmt.Sprintf("weight of GPU memory in the policy's score, 0..%d", validation.MaxWeight))
+	fs.StringVar(&o.PlacementArgsFile, "placement-args", o.PlacementArgsFile, "file of GPUPlacementArgs (YAML, as under the plugin's pluginConfig); replaces --policy, --gpu-weight and --memory-weight")
 }
 
 // Validate reports every invalid option, each naming its flag, the value and
@@ -116,8 +125,8 @@ func (o *Options) Validate() error {
 	bad := func(flag string, value any, allowed string) {
 		errs = append(errs, fmt.Errorf("invalid --%s %v: %s", flag, value, allowed))
 	}
-	if !slices.Contains(gpu.PolicyTypes, gpu.PolicyType(o.Policy)) {
-		bad("policy", fmt.Sprintf("%q", o.Policy), fmt.Sprintf("want one of %v", gpu.PolicyTypes))
+	if _, err := gpu.LookupPolicy(o.Policy); err != nil {
+		bad("policy", fmt.Sprintf("%q", o.Policy), err.Error())
 	}
 	for flag, w := range map[string]int64{"gpu-weight": o.GPUWeight, "memory-weight": o.MemoryWeight} {
 		if w < 0 || w > validation.MaxWeight {
@@ -160,15 +169,42 @@ func (o *Options) Validate() error {
 	return errors.Join(errs...)
 }
 
-// NewPolicy returns the policy the options select; they must be valid.
-// FGD learns its pod shapes from the pods the extender is asked to filter,
-// with the plugin's default half-life.
-func (o *Options) NewPolicy() (gpu.Policy, error) {
-	switch gpu.PolicyType(o.Policy) {
-	case gpu.PolicyFGD:
-		return gpu.NewFGD(gpu.NewShapeWindow(configv1.DefaultHalfLifePods, nil)), nil
-	case gpu.PolicyFragFit:
-		return gpu.NewFragFit(gpu.NewShapeWindow(configv1.DefaultHalfLifePods, nil)), nil
+// PlacementArgs returns the validated GPUPlacement args the options
+// select: the file's, or those the policy flags spell, with the plugin's
+// defaults for the rest (a learned distribution of pod shapes, with the
+// plugin's default half-life).
+func (o *Options) PlacementArgs() (*config.GPUPlacementArgs, error) {
+	if o.PlacementArgsFile != "" {
+		data, err := os.ReadFile(o.PlacementArgsFile)
+		if err != nil {
+			return nil, fmt.Errorf("--placement-args: %w", err)
+		}
+		args, err := load.GPUPlacementArgsFromYAML(data)
+		if err != nil {
+			return nil, fmt.Errorf("--placement-args %s: %w", o.PlacementArgsFile, err)
+		}
+		return args, nil
 	}
-	return gpu.NewPolicy(gpu.PolicyType(o.Policy), gpu.Weights{GPU: o.GPUWeight, Memory: o.MemoryWeight})
+	var v1args configv1.GPUPlacementArgs
+	configv1.SetDefaults_GPUPlacementArgs(&v1args)
+	args := &config.GPUPlacementArgs{}
+	configv1.Convert_v1_GPUPlacementArgs_To_config_GPUPlacementArgs(&v1args, args)
+	args.ScoringStrategy.Type = config.ScoringStrategyType(o.Policy)
+	args.ScoringStrategy.Resources = nil
+	for name, w := range map[string]int64{config.ResourceGPU: o.GPUWeight, config.ResourceGPUMemory: o.MemoryWeight} {
+		if w > 0 {
+			args.ScoringStrategy.Resources = append(args.ScoringStrategy.Resources, config.ResourceSpec{Name: name, Weight: w})
+		}
+	}
+	slices.SortFunc(args.ScoringStrategy.Resources, func(a, b config.ResourceSpec) int { return strings.Compare(a.Name, b.Name) })
+	return load.GPUPlacementArgs(args)
+}
+
+// NewPolicy returns the policy the options select (PlacementArgs).
+func (o *Options) NewPolicy() (*gpu.Policy, error) {
+	args, err := o.PlacementArgs()
+	if err != nil {
+		return nil, err
+	}
+	return args.NewPolicy()
 }

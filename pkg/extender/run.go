@@ -119,7 +119,7 @@ func Start(ctx context.Context, opts *Options, client kubernetes.Interface) (*Se
 		}
 	}()
 	logger.Info("Serving the extender API", "address", ln.Addr().String(), "tls", tlsConfig != nil, "leaderElect", opts.LeaderElect,
-		"policy", opts.Policy, "gpuWeight", opts.GPUWeight, "memoryWeight", opts.MemoryWeight)
+		"policy", policy.Type(), "placementArgs", opts.PlacementArgsFile)
 	return s, nil
 }
 

@@ -18,10 +18,9 @@ func BenchmarkFitEmpty(b *testing.B) {
 			nodes[i] = gt.MakeGPUNode(fmt.Sprintf("n%d", i)).GFD(a100, 8, 81920).ResourceVersion("1").Obj()
 		}
 		demands := repeat(whole(8), 64)
-		policy := bestFitB(b)
 		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
 			for b.Loop() {
-				if !FitEmpty(nodes, demands, 64, policy).Fits() {
+				if !FitEmpty(nodes, demands, 64).Fits() {
 					b.Fatal("does not fit")
 				}
 			}

@@ -3,10 +3,8 @@ package gang
 import (
 	"fmt"
 	"slices"
-	"strings"
 
 	v1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpusched/gpusched/pkg/gpu"
 )
@@ -39,8 +37,8 @@ func milliString(m int64) string {
 
 // FitEmpty places the GPU demands of a gang greedily on empty copies of the
 // nodes: the largest demand first, each on the node where it leaves the
-// least GPU compute free (best fit), with the engine's own fit and policy's
-// choice of GPUs. It counts the placed pods; a gang whose minMember smallest demands do
+// least GPU compute free (best fit), with the engine's own fit and choice of
+// GPUs for a claim (gpu.PlaceClaim). It counts the placed pods; a gang whose minMember smallest demands do
 // not all find GPUs this way will not find them in the live cluster either,
 // whatever runs there. Pods without GPU demand always count as placed: the
 // check is about GPUs only. Nodes with an invalid GPU inventory hold nothing.
@@ -49,7 +47,7 @@ func milliString(m int64) string {
 // FitEmpty can only err on the side of "does not fit" for gangs that exactly
 // fill the cluster with mixed shapes; callers use it to reject gangs that are
 // larger than the cluster, where it is exact.
-func FitEmpty(nodes []*v1.Node, demands []gpu.Demand, minMember int, policy gpu.Policy) EmptyFit {
+func FitEmpty(nodes []*v1.Node, demands []gpu.Demand, minMember int) EmptyFit {
 	ds := slices.Clone(demands)
 	slices.SortStableFunc(ds, func(a, b gpu.Demand) int { return compareInt64(a.TotalMilli(), b.TotalMilli()) })
 	if len(ds) > minMember {
@@ -58,7 +56,7 @@ func FitEmpty(nodes []*v1.Node, demands []gpu.Demand, minMember int, policy gpu.
 	slices.SortStableFunc(ds, func(a, b gpu.Demand) int { return compareInt64(b.TotalMilli(), a.TotalMilli()) })
 
 	fit := EmptyFit{Needed: minMember}
-	cluster := newEmptyCluster(nodes, policy)
+	cluster := newEmptyCluster(nodes)
 	fit.ClusterMilli = cluster.milli
 	for i := range ds {
 		d := &ds[i]
@@ -85,20 +83,17 @@ func compareInt64(a, b int64) int {
 // GPUs: they are interchangeable, so place tries one node per class and the
 // nodes already used, not every node of a large cluster.
 type emptyCluster struct {
-	policy  gpu.Policy
-	ledger  *gpu.Ledger
 	used    []*emptyNode
 	classes []*nodeClass
 	// milli is the GPU compute of every node.
 	milli int64
 }
 
-// emptyNode is a node that holds placed demands.
+// emptyNode is a node that holds placed demands: view is the node's GPUs
+// with them allocated (gpu.NodeGPUs.With).
 type emptyNode struct {
-	node       *v1.Node
-	pods       []*v1.Pod // the demands placed so far, as bound pods
-	generation int64
-	view       *gpu.NodeGPUs
+	node *v1.Node
+	view *gpu.NodeGPUs
 }
 
 // nodeClass is the empty nodes with one GPU inventory.
@@ -107,14 +102,14 @@ type nodeClass struct {
 	empty []*v1.Node
 }
 
-func newEmptyCluster(nodes []*v1.Node, policy gpu.Policy) *emptyCluster {
-	c := &emptyCluster{policy: policy, ledger: gpu.NewLedger()}
+func newEmptyCluster(nodes []*v1.Node) *emptyCluster {
+	c := &emptyCluster{}
 	bySignature := map[string]*nodeClass{}
 	for _, node := range nodes {
-		sig := InventorySignature(node)
+		sig := gpu.InventorySignature(node)
 		class, ok := bySignature[sig]
 		if !ok {
-			class = &nodeClass{view: c.ledger.Node(node, 0, slices.Values([]*v1.Pod(nil)))}
+			class = &nodeClass{view: gpu.EmptyNodeGPUs(node)}
 			bySignature[sig] = class
 			c.classes = append(c.classes, class)
 		}
@@ -126,14 +121,6 @@ func newEmptyCluster(nodes []*v1.Node, policy gpu.Policy) *emptyCluster {
 	return c
 }
 
-// InventorySignature is what a node's GPU inventory is read from
-// (gpu.InventoryFromNode): nodes with equal signatures have equal GPUs.
-func InventorySignature(node *v1.Node) string {
-	q := node.Status.Allocatable[gpu.ResourceGPU]
-	return strings.Join([]string{node.Annotations[gpu.AnnotationDevices], q.String(),
-		node.Labels[gpu.LabelProduct], node.Labels[gpu.LabelMemory], node.Labels[gpu.LabelCount], node.Labels[gpu.LabelClique]}, "\x00")
-}
-
 // place puts d on the node where it leaves the least GPU compute free, and
 // reports whether any node had room. Among equal nodes it prefers one
 // already used.
@@ -143,7 +130,7 @@ func (c *emptyCluster) place(d *gpu.Demand) bool {
 	var bestLeft int64
 	found := false
 	consider := func(view *gpu.NodeGPUs, n *emptyNode, class *nodeClass) {
-		if _, reasons := gpu.Place(view, d, c.policy); reasons != 0 {
+		if fit := gpu.Check(view, &gpu.Request{Demand: *d}); !fit.OK() {
 			return
 		}
 		if left := view.FreeMilliTotal() - d.TotalMilli(); !found || left < bestLeft {
@@ -164,19 +151,13 @@ func (c *emptyCluster) place(d *gpu.Demand) bool {
 	if best == nil { // an empty node of bestClass
 		node := bestClass.empty[0]
 		bestClass.empty = bestClass.empty[1:]
-		best = &emptyNode{node: node, view: c.ledger.Node(node, 0, slices.Values([]*v1.Pod(nil)))}
+		best = &emptyNode{node: node, view: gpu.EmptyNodeGPUs(node)}
 		c.used = append(c.used, best)
 	}
-	chosen, reasons := gpu.Place(best.view, d, c.policy)
-	if reasons != 0 {
+	a, ok := gpu.PlaceClaim(best.view, d)
+	if !ok {
 		return false // equal inventories place alike; not reached
 	}
-	a := gpu.NewAssignment(best.view, d, chosen)
-	best.pods = append(best.pods, &v1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{gpu.AnnotationAssigned: a.String()}},
-		Spec:       v1.PodSpec{NodeName: best.node.Name},
-	})
-	best.generation++
-	best.view = c.ledger.Node(best.node, best.generation, slices.Values(best.pods))
+	best.view = best.view.With(&a)
 	return true
 }

@@ -4,6 +4,10 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // Assignment is the record of which GPUs a pod was given. It is written to the
@@ -118,4 +122,20 @@ func ParseAssignment(s string) (Assignment, error) {
 		return fail("a share (milli below 1000) must name exactly one GPU")
 	}
 	return a, nil
+}
+
+// NewBinding is the Binding that binds a pod to node with its assignment a
+// (nil for a pod without GPUs): the API server copies the Binding's
+// annotations onto the pod in the same write that sets spec.nodeName, so a
+// bound pod never lacks its assignment; and the UID makes the write fail if
+// the pod was replaced meanwhile. Every front end that binds uses it.
+func NewBinding(namespace, name string, uid types.UID, node string, a *Assignment) *v1.Binding {
+	b := &v1.Binding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, UID: uid},
+		Target:     v1.ObjectReference{Kind: "Node", Name: node},
+	}
+	if a != nil {
+		b.Annotations = map[string]string{AnnotationAssigned: a.String()}
+	}
+	return b
 }

@@ -25,12 +25,12 @@ func busyNode(b *testing.B, name string) (*v1.Node, []*v1.Pod) {
 }
 
 // BenchmarkFitScore is the engine's per-node work in one scheduling cycle:
-// Filter (Candidates) and Score (Place + Score) on an 8-GPU node whose view
+// Filter (Check) and Score (Place + Score) on an 8-GPU node whose view
 // is cached, as it is for every node that did not change since the last cycle.
 func BenchmarkFitScore(b *testing.B) {
 	node, pods := busyNode(b, "n")
 	ledger := gpu.NewLedger()
-	policy, _ := gpu.NewPolicy(gpu.PolicyBestFit, gpu.Weights{GPU: 1, Memory: 1})
+	policy := gpu.MustPolicy(gpu.PolicyBestFit, gpu.PolicyConfig{Weights: gpu.Weights{GPU: 1, Memory: 1}})
 	for _, tc := range []struct {
 		name   string
 		demand gpu.Demand
@@ -41,13 +41,14 @@ func BenchmarkFitScore(b *testing.B) {
 		b.Run(tc.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
+				req := gpu.Request{Demand: tc.demand}
 				n := ledger.Node(node, 1, slices.Values(pods))
-				if _, reasons := gpu.Candidates(n, &tc.demand); reasons != 0 {
-					b.Fatal(reasons)
+				if fit := gpu.Check(n, &req); !fit.OK() {
+					b.Fatal(fit.Reasons)
 				}
 				n = ledger.Node(node, 1, slices.Values(pods))
-				chosen, _ := gpu.Place(n, &tc.demand, policy)
-				policy.Score(n, &tc.demand, chosen)
+				chosen, _ := policy.Place(n, &req)
+				policy.Score(n, &req, chosen)
 			}
 		})
 	}
@@ -95,20 +96,20 @@ func BenchmarkFitScoreAcrossNodes(b *testing.B) {
 		cluster[i].node, cluster[i].pods = busyNode(b, fmt.Sprintf("node-%d", i))
 		ledger.Node(cluster[i].node, 1, slices.Values(cluster[i].pods))
 	}
-	policy, _ := gpu.NewPolicy(gpu.PolicyBestFit, gpu.DefaultWeights)
-	d := gpu.Demand{Count: 1, Milli: 250}
+	policy := gpu.MustPolicy(gpu.PolicyBestFit, gpu.PolicyConfig{})
+	req := gpu.Request{Demand: gpu.Demand{Count: 1, Milli: 250}}
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {
 		c := &cluster[i%nodes]
 		i++
 		n := ledger.Node(c.node, 1, slices.Values(c.pods))
-		if _, reasons := gpu.Candidates(n, &d); reasons != 0 {
-			b.Fatal(reasons)
+		if fit := gpu.Check(n, &req); !fit.OK() {
+			b.Fatal(fit.Reasons)
 		}
 		n = ledger.Node(c.node, 1, slices.Values(c.pods))
-		chosen, _ := gpu.Place(n, &d, policy)
-		policy.Score(n, &d, chosen)
+		chosen, _ := policy.Place(n, &req)
+		policy.Score(n, &req, chosen)
 	}
 }
 
@@ -127,13 +128,13 @@ func BenchmarkFragmentationScore(b *testing.B) {
 		}
 		shapes = append(shapes, gpu.TypicalPod{Demand: d, Weight: 0.05})
 	}
-	host := gpu.Host{FreeMilliCPU: 64000}
+	host := gpu.Host{Known: true, FreeMilliCPU: 64000, FreeMemoryMiB: 1 << 20}
 	for _, p := range []struct {
 		name   string
-		policy gpu.HostPolicy
+		policy *gpu.Policy
 	}{
-		{"FGD", gpu.NewFGD(shapes).(gpu.HostPolicy)},
-		{"FragFit", gpu.NewFragFit(shapes).(gpu.HostPolicy)},
+		{"FGD", gpu.MustPolicy(gpu.PolicyFGD, gpu.PolicyConfig{Shapes: shapes})},
+		{"FragFit", gpu.MustPolicy(gpu.PolicyFragFit, gpu.PolicyConfig{Shapes: shapes})},
 	} {
 		for _, tc := range []struct {
 			name   string
@@ -145,8 +146,9 @@ func BenchmarkFragmentationScore(b *testing.B) {
 			b.Run(p.name+"/"+tc.name, func(b *testing.B) {
 				b.ReportAllocs()
 				for b.Loop() {
-					chosen, _ := gpu.PlaceHost(n, host, &tc.demand, p.policy)
-					p.policy.ScoreHost(n, host, &tc.demand, chosen)
+					req := gpu.Request{Demand: tc.demand, Host: host}
+					chosen, _ := p.policy.Place(n, &req)
+					p.policy.Score(n, &req, chosen)
 				}
 			})
 		}

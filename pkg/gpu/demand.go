@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -218,4 +219,62 @@ func parseModels(raw string) ([]string, error) {
 		return nil, invalid(AnnotationModels, raw, allowed)
 	}
 	return out, nil
+}
+
+// DemandAnnotations are the pod annotations DemandFromPod reads; with the
+// pod's ResourceGPU requests they are everything a pod's GPU demand is
+// read from. A change to any other field of a pod cannot change its demand.
+var DemandAnnotations = []string{AnnotationMilli, AnnotationMemory, AnnotationModels}
+
+// SameDemandSource reports whether two versions of a pod carry the same
+// values (or absence) of every one of DemandAnnotations: if they do, an
+// update between them cannot have changed the pod's GPU demand (its
+// ResourceGPU requests cannot change on update).
+func SameDemandSource(a, b *v1.Pod) bool {
+	for _, key := range DemandAnnotations {
+		va, oka := a.Annotations[key]
+		vb, okb := b.Annotations[key]
+		if va != vb || oka != okb {
+			return false
+		}
+	}
+	return true
+}
+
+// DemandKey identifies a demand: demands with equal keys are placed alike
+// by every policy. It is comparable, for maps and equality.
+type DemandKey struct {
+	Count         int
+	Milli         int64
+	MemoryMiB     int64
+	Models        string // the allowed models, sorted, joined by "|"
+	MilliCPU      int64
+	HostMemoryMiB int64
+}
+
+// Key is the demand's key; a zero demand has Milli 0 in its key.
+func (d *Demand) Key() DemandKey {
+	k := DemandKey{Count: d.Count, Milli: d.Milli, MemoryMiB: d.MemoryMiB, MilliCPU: d.MilliCPU, HostMemoryMiB: d.HostMemoryMiB}
+	if d.IsZero() {
+		k.Milli = 0
+	}
+	switch len(d.Models) {
+	case 0:
+	case 1:
+		k.Models = d.Models[0]
+	default:
+		models := slices.Clone(d.Models)
+		slices.Sort(models)
+		k.Models = strings.Join(models, "|")
+	}
+	return k
+}
+
+// ShapeKey is the key of the demand's shape, as the FGD paper groups typical
+// pods: CPU, GPU count, milli-GPU per GPU and models; GPU and host memory
+// are left out.
+func (d *Demand) ShapeKey() DemandKey {
+	k := d.Key()
+	k.MemoryMiB, k.HostMemoryMiB = 0, 0
+	return k
 }

@@ -19,12 +19,9 @@ func (e excludeSet) Excluded(string, *gpu.Inventory) (gpu.DeviceSet, string) {
 	return gpu.DeviceSet(e), "excluded"
 }
 
-func TestPlaceHostExcluding(t *testing.T) {
+func TestPlaceExcluding(t *testing.T) {
 	node := gt.MakeGPUNode("n").GFD("NVIDIA-A100-SXM4-80GB", 4, 81920).Obj()
-	bestFit, err := gpu.NewPolicy(gpu.PolicyBestFit, gpu.DefaultWeights)
-	if err != nil {
-		t.Fatal(err)
-	}
+	bestFit := gpu.MustPolicy(gpu.PolicyBestFit, gpu.PolicyConfig{})
 	tests := []struct {
 		name        string
 		demand      gpu.Demand
@@ -56,9 +53,9 @@ func TestPlaceHostExcluding(t *testing.T) {
 					}
 				}
 			})
-			chosen, reasons, why := gpu.PlaceHostExcluding(n, gpu.Host{}, &tt.demand, bestFit, tt.excluded)
-			if chosen != tt.wantChosen || reasons != tt.wantReasons || why != tt.wantWhy {
-				t.Errorf("chosen %04b reasons %q why %q, want %04b %q %q", chosen, reasons, why, tt.wantChosen, tt.wantReasons, tt.wantWhy)
+			chosen, fit := bestFit.Place(n, &gpu.Request{Demand: tt.demand, Exclude: tt.excluded})
+			if chosen != tt.wantChosen || fit.Reasons != tt.wantReasons || fit.Excluded != tt.wantWhy {
+				t.Errorf("chosen %04b reasons %q why %q, want %04b %q %q", chosen, fit.Reasons, fit.Excluded, tt.wantChosen, tt.wantReasons, tt.wantWhy)
 			}
 		})
 	}

@@ -20,47 +20,34 @@ type StaticShapes []TypicalPod
 // Typical implements Shapes.
 func (s StaticShapes) Typical() []TypicalPod { return s }
 
-// NewFGD returns the FGD policy over the given typical pods.
-func NewFGD(shapes Shapes) Policy { return fgd{shapes} }
-
 type fgd struct{ shapes Shapes }
 
-// ShapesOf returns the shapes a fragmentation-aware policy measures
-// against, or nil for another policy.
-func ShapesOf(p Policy) Shapes {
-	switch f := p.(type) {
-	case fgd:
-		return f.shapes
-	case fragFit:
-		return f.shapes
-	}
-	return nil
+// fgdHost is the CPU FGD checks typical pods against before and after the
+// pod is placed; like the reference simulator, FGD leaves memory out.
+func fgdHost(h *Host, d *Demand) (before, after hostFree) {
+	before, after = h.free(), h.after(d)
+	before.memoryMiB, after.memoryMiB = unlimited, unlimited
+	return before, after
 }
 
-// Choose is ChooseHost with the node's CPU taken as unlimited.
-func (p fgd) Choose(n *NodeGPUs, d *Demand, candidates DeviceSet) DeviceSet {
-	return p.ChooseHost(n, unlimitedCPU, d, candidates)
-}
-
-// unlimitedCPU is a Host for front ends that do not know the node's CPU.
-var unlimitedCPU = Host{FreeMilliCPU: math.MaxInt64 / 2}
-
-// ChooseHost puts whole GPUs on the lowest free ones and a share on the GPU
-// whose score (ScoreHost) is highest, the lowest such GPU on a tie.
-func (p fgd) ChooseHost(n *NodeGPUs, h Host, d *Demand, candidates DeviceSet) DeviceSet {
+// Choose puts whole GPUs on the lowest free ones and a share on the GPU
+// whose score (Score) is highest, the lowest such GPU on a tie.
+func (p fgd) Choose(n *NodeGPUs, req *Request, candidates DeviceSet) DeviceSet {
+	d := &req.Demand
 	if !d.IsShare() {
 		return lowest(candidates, d.Count)
 	}
 	typical := p.shapes.Typical()
 	free := freeOf(n)
-	before := n.fragmentOf(free[:n.Len()], hostFree{h.FreeMilliCPU, unlimited}, typical)
+	hostBefore, hostAfter := fgdHost(&req.Host, d)
+	before := n.fragmentOf(free[:n.Len()], hostBefore, typical)
 	best, bestScore := -1, int64(-1)
 	for i := range n.Used {
 		if !candidates.Has(i) {
 			continue
 		}
 		free[i] -= d.Milli
-		after := n.fragmentOf(free[:n.Len()], hostFree{h.FreeMilliCPU - d.MilliCPU, unlimited}, typical)
+		after := n.fragmentOf(free[:n.Len()], hostAfter, typical)
 		free[i] += d.Milli
 		if s := fgdScore(before, after); s > bestScore {
 			best, bestScore = i, s
@@ -69,23 +56,21 @@ func (p fgd) ChooseHost(n *NodeGPUs, h Host, d *Demand, candidates DeviceSet) De
 	return 1 << uint(best)
 }
 
-func (p fgd) Score(n *NodeGPUs, d *Demand, chosen DeviceSet) int64 {
-	return p.ScoreHost(n, unlimitedCPU, d, chosen)
-}
-
-// ScoreHost: int(100 × sigmoid((F_before − F_after)/1000)), F the node's
+// Score: int(100 × sigmoid((F_before − F_after)/1000)), F the node's
 // fragment in milli-GPU before and after placing the pod (its CPU and its
 // milli-GPU on the chosen GPUs).
-func (p fgd) ScoreHost(n *NodeGPUs, h Host, d *Demand, chosen DeviceSet) int64 {
+func (p fgd) Score(n *NodeGPUs, req *Request, chosen DeviceSet) int64 {
+	d := &req.Demand
 	typical := p.shapes.Typical()
 	free := freeOf(n)
-	before := n.fragmentOf(free[:n.Len()], hostFree{h.FreeMilliCPU, unlimited}, typical)
+	hostBefore, hostAfter := fgdHost(&req.Host, d)
+	before := n.fragmentOf(free[:n.Len()], hostBefore, typical)
 	for i := range n.Used {
 		if chosen.Has(i) {
 			free[i] -= d.Milli
 		}
 	}
-	after := n.fragmentOf(free[:n.Len()], hostFree{h.FreeMilliCPU - d.MilliCPU, unlimited}, typical)
+	after := n.fragmentOf(free[:n.Len()], hostAfter, typical)
 	return fgdScore(before, after) * refScale
 }
 

@@ -16,8 +16,8 @@ var halfWholeHalfShare = gpu.StaticShapes{
 
 func TestFGDScore(t *testing.T) {
 	two := gt.MakeGPUNode("n").GFD("T4", 2, 0)
-	fgd := gpu.NewFGD(halfWholeHalfShare).(gpu.HostPolicy)
-	host := gpu.Host{FreeMilliCPU: 16000}
+	fgd := gpu.MustPolicy(gpu.PolicyFGD, gpu.PolicyConfig{Shapes: halfWholeHalfShare})
+	host := knownHost(16000)
 	tests := []struct {
 		name   string
 		node   *gpu.NodeGPUs
@@ -40,11 +40,12 @@ func TestFGDScore(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			chosen, reasons := gpu.PlaceHost(tt.node, host, &tt.demand, fgd)
-			if reasons != 0 {
-				t.Fatal(reasons)
+			req := gpu.Request{Demand: tt.demand, Host: host}
+			chosen, fit := fgd.Place(tt.node, &req)
+			if !fit.OK() {
+				t.Fatal(fit.Reasons)
 			}
-			if got := fgd.ScoreHost(tt.node, host, &tt.demand, chosen); got != tt.want*10000 {
+			if got := fgd.Score(tt.node, &req, chosen); got != tt.want*10000 {
 				t.Errorf("score = %d, want %d", got, tt.want*10000)
 			}
 		})
@@ -58,7 +59,8 @@ func TestFGDChoose(t *testing.T) {
 	// from 250: int(100·σ(−0.25)) = 43. GPU 0 wins.
 	n := nodeWithPods(t, gt.MakeGPUNode("n").GFD("T4", 2, 0), gpu.Assignment{Devices: []int{0}, Milli: 500})
 	d := gpu.Demand{Count: 1, Milli: 500}
-	if got, _ := gpu.PlaceHost(n, gpu.Host{FreeMilliCPU: 16000}, &d, gpu.NewFGD(halfWholeHalfShare)); got != 1<<0 {
+	fgd := gpu.MustPolicy(gpu.PolicyFGD, gpu.PolicyConfig{Shapes: halfWholeHalfShare})
+	if got, _ := fgd.Place(n, &gpu.Request{Demand: d, Host: knownHost(16000)}); got != 1<<0 {
 		t.Errorf("share on GPUs %b, want GPU 0", got)
 	}
 }

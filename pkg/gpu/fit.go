@@ -78,13 +78,13 @@ func (rs Reasons) Strings() []string {
 
 func (rs Reasons) String() string { return strings.Join(rs.Strings(), ", ") }
 
-// Candidates returns the node's GPUs that can take the demand now. When fewer
+// candidates returns the node's GPUs that can take the demand now. When fewer
 // than d.Count qualify it also returns why, one Reason per cause: first the
-// causes no amount of freeing could cure (model, memory size, GPU count), and
-// only when there are none, what is short right now.
+// causes no amount of freeing could cure (model, memory size, health, GPU
+// count), and only when there are none, what is short right now.
 //
 // It does not allocate; d must not be zero.
-func Candidates(n *NodeGPUs, d *Demand) (DeviceSet, Reasons) {
+func candidates(n *NodeGPUs, d *Demand) (DeviceSet, Reasons) {
 	if n.Err != nil {
 		return 0, Reasons(ReasonInventoryInvalid)
 	}
@@ -147,33 +147,43 @@ func Candidates(n *NodeGPUs, d *Demand) (DeviceSet, Reasons) {
 	return free, 0
 }
 
-// Place decides whether d fits n and on which GPUs, as policy prefers.
-// It returns the chosen GPUs, or the reasons it does not fit.
-func Place(n *NodeGPUs, d *Demand, policy Policy) (DeviceSet, Reasons) {
-	candidates, reasons := Candidates(n, d)
-	if reasons != 0 {
-		return 0, reasons
-	}
-	return policy.Choose(n, d, candidates), 0
+// Fit is what Check finds for a request on a node.
+type Fit struct {
+	// Free is the GPUs that can take the demand now, excluded GPUs left out.
+	Free DeviceSet
+	// Reasons say why the demand does not fit the node's free GPUs, one per
+	// cause; 0 when it does.
+	Reasons Reasons
+	// Excluded is set when the demand fits the node's free GPUs but not
+	// once the GPUs the request excludes are left out: a short
+	// human-readable text naming them, which the front end reports as the
+	// cause. Freeing GPUs on the node does not cure it.
+	Excluded string
 }
 
-// HostChooser is a policy whose choice of GPUs depends on the node's CPU.
-type HostChooser interface {
-	ChooseHost(n *NodeGPUs, h Host, d *Demand, candidates DeviceSet) DeviceSet
-}
+// OK reports whether the demand fits.
+func (f Fit) OK() bool { return f.Reasons == 0 && f.Excluded == "" }
 
-// PlaceHost is Place for a front end that knows the node's CPU: a policy
-// that is a HostChooser chooses with it.
-func PlaceHost(n *NodeGPUs, h Host, d *Demand, policy Policy) (DeviceSet, Reasons) {
-	hc, ok := policy.(HostChooser)
-	if !ok {
-		return Place(n, d, policy)
+// Check decides whether the request's demand fits n, without choosing GPUs:
+// what a front end's filter asks. A demand without GPUs always fits.
+func Check(n *NodeGPUs, req *Request) Fit {
+	d := &req.Demand
+	if d.IsZero() {
+		return Fit{}
 	}
-	candidates, reasons := Candidates(n, d)
+	free, reasons := candidates(n, d)
 	if reasons != 0 {
-		return 0, reasons
+		return Fit{Free: free, Reasons: reasons}
 	}
-	return hc.ChooseHost(n, h, d, candidates), 0
+	excluded, why := excludedOf(req.Exclude, n)
+	if excluded == 0 {
+		return Fit{Free: free}
+	}
+	kept := free &^ excluded
+	if kept.Len() < d.Count {
+		return Fit{Free: kept, Excluded: why}
+	}
+	return Fit{Free: kept}
 }
 
 // NewAssignment records the GPUs chosen for d on node n.
@@ -203,6 +213,6 @@ func NewAssignment(n *NodeGPUs, d *Demand, chosen DeviceSet) Assignment {
 // the node is worth trying again when it appears or changes.
 func CouldFit(node *v1.Node, d *Demand) bool {
 	inv, err := InventoryFromNode(node)
-	_, reasons := Candidates(newNodeGPUs(node.Name, inv, err), d)
+	_, reasons := candidates(newNodeGPUs(node.Name, inv, err), d)
 	return !reasons.Unresolvable()
 }

@@ -24,7 +24,7 @@ func nodeWithPods(t testing.TB, node *gt.NodeWrapper, assignments ...gpu.Assignm
 	return gpu.NewLedger().Node(obj, 1, slices.Values(pods))
 }
 
-func TestCandidates(t *testing.T) {
+func TestCheck(t *testing.T) {
 	const a100, t4 = "A100", "T4"
 	mixed := gt.MakeGPUNode("n").Devices(
 		gpu.Device{Index: 0, Model: a100, MemoryMiB: 40960},
@@ -123,7 +123,8 @@ func TestCandidates(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			free, reasons := gpu.Candidates(tt.node, &tt.demand)
+			fit := gpu.Check(tt.node, &gpu.Request{Demand: tt.demand})
+			free, reasons := fit.Free, fit.Reasons
 			if free != tt.wantFree {
 				t.Errorf("free = %b, want %b", free, tt.wantFree)
 			}

@@ -50,8 +50,8 @@ func topShapes(shapes []TypicalPod, total float64) []TypicalPod {
 		ka, kb := keyOf(&a.Demand), keyOf(&b.Demand)
 		return cmp.Or(
 			cmp.Compare(b.Weight, a.Weight),
-			cmp.Compare(kb.cpu, ka.cpu), cmp.Compare(kb.milli, ka.milli),
-			cmp.Compare(kb.count, ka.count), cmp.Compare(kb.models, ka.models))
+			cmp.Compare(kb.MilliCPU, ka.MilliCPU), cmp.Compare(kb.Milli, ka.Milli),
+			cmp.Compare(kb.Count, ka.Count), cmp.Compare(kb.Models, ka.Models))
 	})
 	var covered float64
 	n := 0

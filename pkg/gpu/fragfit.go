@@ -1,37 +1,19 @@
 package gpu
 
-import (
-	"math"
-	"slices"
-)
+import "math"
 
 // PolicyFragFit is gpusched's fragmentation-aware policy: FGD's measure with
 // exact comparisons and best-fit to settle what fragmentation leaves equal.
 // See docs/policies.md.
 const PolicyFragFit PolicyType = "FragFit"
 
-// NewFragFit returns the FragFit policy over the given typical pods.
-func NewFragFit(shapes Shapes) Policy { return fragFit{shapes} }
-
 type fragFit struct{ shapes Shapes }
 
-// OrdinalPolicy is a policy whose scores order nodes and mean nothing more:
-// front ends rescale them by rank (RankScale), not min-max, so that the
-// order survives the rescaling to a few levels.
-type OrdinalPolicy interface {
-	Ordinal()
-}
-
-func (fragFit) Ordinal() {}
-
-func (p fragFit) Choose(n *NodeGPUs, d *Demand, candidates DeviceSet) DeviceSet {
-	return p.ChooseHost(n, unlimitedCPU, d, candidates)
-}
-
-// ChooseHost puts a share on the GPU whose use grows the node's fragment
+// Choose puts a share on the GPU whose use grows the node's fragment
 // least, then the tightest such GPU, then the lowest; whole GPUs as BestFit
 // places them, inside one interconnect group when it can.
-func (p fragFit) ChooseHost(n *NodeGPUs, h Host, d *Demand, candidates DeviceSet) DeviceSet {
+func (p fragFit) Choose(n *NodeGPUs, req *Request, candidates DeviceSet) DeviceSet {
+	h, d := &req.Host, &req.Demand
 	if !d.IsShare() {
 		return chooseWhole(n, d.Count, candidates)
 	}
@@ -57,11 +39,7 @@ func (p fragFit) ChooseHost(n *NodeGPUs, h Host, d *Demand, candidates DeviceSet
 // placements count as equal.
 const fragEpsilon = 1e-6
 
-func (p fragFit) Score(n *NodeGPUs, d *Demand, chosen DeviceSet) int64 {
-	return p.ScoreHost(n, unlimitedCPU, d, chosen)
-}
-
-// ScoreHost orders placements first by FGD's level of the fragment's change,
+// Score orders placements first by FGD's level of the fragment's change,
 // int(100 × sigmoid((F_before − F_after)/1000)), with F counting a typical
 // pod's host memory as well as its CPU; then, among equal levels, by the
 // free GPU and CPU the node keeps, least first (best fit), each normalized by
@@ -72,7 +50,8 @@ func (p fragFit) Score(n *NodeGPUs, d *Demand, chosen DeviceSet) int64 {
 // best-fit among near-equal placements packs what the measure cannot tell
 // apart — pods without GPUs onto nodes whose GPUs are taken, whole GPUs onto
 // the fullest nodes — instead of leaving it to the scheduler's tie-break.
-func (p fragFit) ScoreHost(n *NodeGPUs, h Host, d *Demand, chosen DeviceSet) int64 {
+func (p fragFit) Score(n *NodeGPUs, req *Request, chosen DeviceSet) int64 {
+	h, d := &req.Host, &req.Demand
 	typical := p.shapes.Typical()
 	free := freeOf(n)
 	before := n.fragmentOf(free[:n.Len()], h.free(), typical)
@@ -85,22 +64,8 @@ func (p fragFit) ScoreHost(n *NodeGPUs, h Host, d *Demand, chosen DeviceSet) int
 	}
 	after := n.fragmentOf(free[:n.Len()], h.after(d), typical)
 	fragLevel := fgdScore(before, after)
-	maxCPU, maxGPU := h.maxima(n)
-	left := 0.5*float64(max(0, h.FreeMilliCPU-d.MilliCPU))/float64(maxCPU) + 0.5*float64(freeGPU)/float64(maxGPU)
+	_, maxGPU := h.maxima(n)
+	left := 0.5*max(0, h.cpuTerm(n, d.MilliCPU)) + 0.5*float64(freeGPU)/float64(maxGPU)
 	fitLevel := int64((1 - min(1, left)) * float64(1<<20-1))
 	return fragLevel<<20 + fitLevel
-}
-
-// RankScale rescales scores by rank: the highest distinct score gets maxOut,
-// the next maxOut−1, and so on down to 0. Equal scores stay equal.
-func RankScale(scores []int64, maxOut int64) []int64 {
-	distinct := slices.Clone(scores)
-	slices.Sort(distinct)
-	distinct = slices.Compact(distinct)
-	out := make([]int64, len(scores))
-	for i, s := range scores {
-		rank, _ := slices.BinarySearch(distinct, s)
-		out[i] = max(0, maxOut-int64(len(distinct)-1-rank))
-	}
-	return out
 }

@@ -10,9 +10,10 @@ import (
 
 func TestFragFitScore(t *testing.T) {
 	two := gt.MakeGPUNode("n").GFD("T4", 2, 0)
-	p := gpu.NewFragFit(halfWholeHalfShare).(gpu.HostPolicy)
+	p := gpu.MustPolicy(gpu.PolicyFragFit, gpu.PolicyConfig{Shapes: halfWholeHalfShare})
 	// The largest node: 16 CPUs, 2 GPUs (2000 milli-GPU).
-	host := gpu.Host{FreeMilliCPU: 16000, MaxMilliCPU: 16000, MaxGPUs: 2}
+	host := knownHost(16000)
+	host.MaxMilliCPU, host.MaxGPUs = 16000, 2
 	tests := []struct {
 		name   string
 		node   *gpu.NodeGPUs
@@ -33,14 +34,12 @@ func TestFragFitScore(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var chosen gpu.DeviceSet
-			if !tt.demand.IsZero() {
-				var reasons gpu.Reasons
-				if chosen, reasons = gpu.PlaceHost(tt.node, host, &tt.demand, p); reasons != 0 {
-					t.Fatal(reasons)
-				}
+			req := gpu.Request{Demand: tt.demand, Host: host}
+			chosen, fit := p.Place(tt.node, &req)
+			if !fit.OK() {
+				t.Fatal(fit.Reasons)
 			}
-			if got := p.ScoreHost(tt.node, host, &tt.demand, chosen); got != tt.want {
+			if got := p.Score(tt.node, &req, chosen); got != tt.want {
 				t.Errorf("score = %d (level %d, fit %d), want %d (level %d, fit %d)", got, got>>20, got&(1<<20-1), tt.want, tt.want>>20, tt.want&(1<<20-1))
 			}
 		})
@@ -60,13 +59,36 @@ func TestFragFitMemory(t *testing.T) {
 	}
 }
 
-func TestRankScale(t *testing.T) {
+// TestFragFitUnknownHost: with the host unknown, FragFit's fit term weighs
+// the GPUs alone, so a fuller node still scores higher (not a constant 0).
+func TestFragFitUnknownHost(t *testing.T) {
+	p := gpu.MustPolicy(gpu.PolicyFragFit, gpu.PolicyConfig{Shapes: halfWholeHalfShare})
+	two := gt.MakeGPUNode("n").GFD("T4", 2, 0)
+	req := gpu.Request{Demand: gpu.Demand{Count: 1, Milli: 1000}}
+	idle, busy := nodeWithPods(t, two), nodeWithPods(t, two, gpu.Assignment{Devices: []int{0}, Milli: 1000})
+	// Idle: ½·0 (CPU unknown) + ½·1000/2000 left = 0.25, int(0.75 × (2^20 − 1)) = 786431.
+	// Busy: ½·0 + ½·0/2000 = 0 left → 2^20 − 1 = 1048575. Levels: idle F 0 → 0,
+	// whole GPU fits nowhere after: F = 0 → 50; busy F 0 → 0 → 50.
+	for _, tc := range []struct {
+		n    *gpu.NodeGPUs
+		want int64
+	}{{idle, 50<<20 + 786431}, {busy, 50<<20 + 1048575}} {
+		chosen, _ := p.Place(tc.n, &req)
+		if got := p.Score(tc.n, &req, chosen); got != tc.want {
+			t.Errorf("score = %d (level %d, fit %d), want %d", got, got>>20, got&(1<<20-1), tc.want)
+		}
+	}
+}
+
+func TestRescaleByRank(t *testing.T) {
 	// Distinct scores 1 < 5 < 9: 9 → 100, 5 → 99, 1 → 98; equal scores stay equal.
-	if got := gpu.RankScale([]int64{5, 9, 9, 1}, 100); !slices.Equal(got, []int64{99, 100, 100, 98}) {
-		t.Errorf("RankScale = %v, want [99 100 100 98]", got)
+	got := []int64{5, 9, 9, 1}
+	if gpu.RescaleByRank(got, 100); !slices.Equal(got, []int64{99, 100, 100, 98}) {
+		t.Errorf("RescaleByRank = %v, want [99 100 100 98]", got)
 	}
 	// More distinct scores than levels: the lowest floor at 0.
-	if got := gpu.RankScale([]int64{1, 2, 3, 4}, 2); !slices.Equal(got, []int64{0, 0, 1, 2}) {
-		t.Errorf("RankScale = %v, want [0 0 1 2]", got)
+	got = []int64{1, 2, 3, 4}
+	if gpu.RescaleByRank(got, 2); !slices.Equal(got, []int64{0, 0, 1, 2}) {
+		t.Errorf("RescaleByRank = %v, want [0 0 1 2]", got)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 
 	v1 "k8s.io/api/core/v1"
 )
@@ -107,6 +108,27 @@ func (inv *Inventory) position(index int) int {
 		}
 	}
 	return -1
+}
+
+// InventorySources are the node labels InventoryFromNode reads, besides the
+// AnnotationDevices annotation and status.allocatable[ResourceGPU].
+var InventorySources = []string{LabelProduct, LabelMemory, LabelCount, LabelClique}
+
+// InventorySignature is everything a node's GPU inventory is read from
+// (InventoryFromNode), as one string: nodes with equal signatures have
+// equal inventories, and a node update that keeps its signature cannot have
+// changed its GPUs.
+func InventorySignature(node *v1.Node) string {
+	q := node.Status.Allocatable[ResourceGPU]
+	var b strings.Builder
+	b.WriteString(node.Annotations[AnnotationDevices])
+	b.WriteByte(0)
+	b.WriteString(q.String())
+	for _, key := range InventorySources {
+		b.WriteByte(0)
+		b.WriteString(node.Labels[key])
+	}
+	return b.String()
 }
 
 // InventoryFromNode reads a node's GPUs. Sources, in order of precedence:

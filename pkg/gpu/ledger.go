@@ -178,8 +178,7 @@ func (l *Ledger) compute(name string, inv *Inventory, invErr error, pods iter.Se
 	n.summarize()
 	for _, pod := range unplaced {
 		if d, err := DemandFromPod(pod); err == nil && !d.IsZero() {
-			if chosen, reasons := Place(n, &d, unplacedPolicy); reasons == 0 {
-				a := NewAssignment(n, &d, chosen)
+			if a, ok := PlaceClaim(n, &d); ok {
 				n.add(&a)
 				n.summarize() // the next unplaced pod must see this one
 			}
@@ -188,8 +187,23 @@ func (l *Ledger) compute(name string, inv *Inventory, invErr error, pods iter.Se
 	return n, held
 }
 
-// unplacedPolicy places the GPU claims of pods without an assignment.
-var unplacedPolicy = bestFit{DefaultWeights}
+// claimPolicy places the demands whose GPUs are not known (PlaceClaim).
+var claimPolicy = MustPolicy(PolicyBestFit, PolicyConfig{})
+
+// PlaceClaim is the assignment the engine counts for a demand on n when it
+// does not know which GPUs the demand holds or will hold: those best fit
+// would give it. The ledger counts pods bound without an assignment this
+// way, and a what-if of a placement that need not match any policy's (a
+// gang fitted onto empty nodes) places its demands this way. ok is false
+// when d does not fit n.
+func PlaceClaim(n *NodeGPUs, d *Demand) (a Assignment, ok bool) {
+	req := Request{Demand: *d}
+	chosen, fit := claimPolicy.Place(n, &req)
+	if !fit.OK() || d.IsZero() {
+		return Assignment{}, false
+	}
+	return NewAssignment(n, d, chosen), true
+}
 
 // AssignmentOf returns the assignment a pod holds as a bound pod: one read from
 // its annotation, for the node it is bound to, while it is not terminated.

@@ -17,18 +17,15 @@ import (
 func TestLedgerBatchOfReservations(t *testing.T) {
 	node := gt.MakeGPUNode("n").GFD("A100", 4, 81920).Obj()
 	l, cache := gpu.NewLedger(), newPodCache()
-	bestFit, err := gpu.NewPolicy(gpu.PolicyBestFit, gpu.DefaultWeights)
-	if err != nil {
-		t.Fatal(err)
-	}
+	bestFit := gpu.MustPolicy(gpu.PolicyBestFit, gpu.PolicyConfig{})
 	d := gpu.Demand{Count: 2, Milli: gpu.MilliPerGPU}
 	var got []gpu.Assignment
 	for _, uid := range []string{"p0", "p1"} {
 		// The same generation: the snapshot did not change.
 		n := l.NodeInFlight(node, cache.gen["n"], slices.Values(cache.pods["n"]))
-		chosen, reasons := gpu.Place(n, &d, bestFit)
-		if reasons != 0 {
-			t.Fatalf("%s: %s", uid, reasons)
+		chosen, fit := bestFit.Place(n, &gpu.Request{Demand: d})
+		if !fit.OK() {
+			t.Fatalf("%s: %s", uid, fit.Reasons)
 		}
 		a := gpu.NewAssignment(n, &d, chosen)
 		if err := l.Assume(types.UID(uid), a); err != nil {

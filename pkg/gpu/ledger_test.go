@@ -131,7 +131,10 @@ func TestLedgerCountsOnlyValidAssignments(t *testing.T) {
 // that no GPU is allocated beyond its capacity and that the ledger agrees with
 // one rebuilt from scratch from the same pods and assumptions.
 func TestLedgerProperty(t *testing.T) {
-	policies := []gpu.PolicyType{gpu.PolicyBestFit, gpu.PolicySpread, gpu.PolicyPacking}
+	var policies []gpu.PolicyType // every registered policy
+	for _, info := range gpu.Policies() {
+		policies = append(policies, info.Type)
+	}
 	for seed := uint64(1); seed <= 20; seed++ {
 		nodes := []*v1.Node{
 			gt.MakeGPUNode("a100").GFD("A100", 8, 81920).Clique("c0").Obj(),
@@ -154,21 +157,22 @@ func TestLedgerProperty(t *testing.T) {
 				if rng.IntN(2) == 0 {
 					d = gpu.Demand{Count: 1, Milli: 1 + rng.Int64N(999), MemoryMiB: rng.Int64N(20000) * rng.Int64N(2)}
 				}
-				policy, _ := gpu.NewPolicy(policies[rng.IntN(len(policies))], gpu.Weights{GPU: 1, Memory: rng.Int64N(2)})
+				policy := gpu.MustPolicy(policies[rng.IntN(len(policies))],
+					gpu.PolicyConfig{Weights: gpu.Weights{GPU: 1, Memory: rng.Int64N(2)}, Shapes: halfWholeHalfShare})
 				n := cache.view(ledger, nodes[rng.IntN(len(nodes))])
 				// The summaries' fast path must agree with the per-device loop,
 				// which a model list that allows every model forces.
 				if d.MemoryMiB == 0 {
 					slow := d
 					slow.Models = []string{"A100", "T4", "H100", "L4"}
-					fastFree, fastReasons := gpu.Candidates(n, &d)
-					slowFree, slowReasons := gpu.Candidates(n, &slow)
-					if fastReasons != slowReasons || (fastReasons == 0 && fastFree != slowFree) {
-						t.Fatalf("seed %d step %d: Candidates(%v) = %b %v, per device %b %v", seed, step, d, fastFree, fastReasons, slowFree, slowReasons)
+					fast := gpu.Check(n, &gpu.Request{Demand: d})
+					slowFit := gpu.Check(n, &gpu.Request{Demand: slow})
+					if fast.Reasons != slowFit.Reasons || (fast.Reasons == 0 && fast.Free != slowFit.Free) {
+						t.Fatalf("seed %d step %d: Check(%v) = %b %v, per device %b %v", seed, step, d, fast.Free, fast.Reasons, slowFit.Free, slowFit.Reasons)
 					}
 				}
-				chosen, reasons := gpu.Place(n, &d, policy)
-				if reasons != 0 {
+				chosen, fit := policy.Place(n, &gpu.Request{Demand: d})
+				if !fit.OK() {
 					continue
 				}
 				next++

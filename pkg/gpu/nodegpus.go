@@ -1,9 +1,11 @@
 package gpu
 
+import v1 "k8s.io/api/core/v1"
+
 // Usage is what is allocated on one GPU.
 type Usage struct {
 	// Milli is the allocated part of the GPU in milli-GPU, 0..1000 (more only
-	// when bound pods conflict, see Ledger.SyncPod).
+	// when bound pods conflict: the ledger counts every bound pod's assignment).
 	Milli int64
 	// MemoryMiB is the memory reserved by shares.
 	MemoryMiB int64
@@ -141,4 +143,36 @@ func (n *NodeGPUs) HasOtherClasses(c PodClass) bool {
 		}
 	}
 	return false
+}
+
+// EmptyNodeGPUs is the node's GPUs with nothing allocated on them: the start
+// of a what-if (see With).
+func EmptyNodeGPUs(node *v1.Node) *NodeGPUs {
+	inv, err := InventoryFromNode(node)
+	return newNodeGPUs(node.Name, inv, err)
+}
+
+// With is a new view of n with a's GPUs allocated as well: what the node
+// would look like were a bound there. n is unchanged. GPUs the inventory
+// does not have are ignored, as the ledger ignores them; an assignment for
+// another node is the caller's mistake and is counted all the same.
+func (n *NodeGPUs) With(a *Assignment) *NodeGPUs {
+	return n.whatIf(a, 1)
+}
+
+// Without is a new view of n with a's GPUs given back: what the node would
+// look like were the pod holding a gone (preemption's question). a must be
+// an assignment counted in n.
+func (n *NodeGPUs) Without(a *Assignment) *NodeGPUs {
+	return n.whatIf(a, -1)
+}
+
+func (n *NodeGPUs) whatIf(a *Assignment, sign int64) *NodeGPUs {
+	if n.Inventory == nil {
+		return n
+	}
+	out := n.clone()
+	out.apply(a, sign)
+	out.summarize()
+	return out
 }

@@ -1,39 +1,143 @@
 package gpu
 
-import "fmt"
+import (
+	"fmt"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
 
 // MaxScore is the highest score a policy gives a node. Scores are fine-grained
 // so that a share of 1 milli-GPU on an 8-GPU node still moves the score; front
-// ends rescale them (to 0..100 for plugins, 0..10 for the extender).
+// ends rescale them with Policy.Rescale (to 0..100 for plugins, 0..10 for the
+// extender).
 const MaxScore int64 = 1_000_000
 
-// Policy chooses a node's GPUs for a demand and scores the node.
-type Policy interface {
-	// Choose picks d.Count GPUs from candidates, which holds at least that many.
-	Choose(n *NodeGPUs, d *Demand, candidates DeviceSet) DeviceSet
-	// Score rates placing d on the chosen GPUs of n: 0..MaxScore, higher is better.
-	Score(n *NodeGPUs, d *Demand, chosen DeviceSet) int64
+// Request is one placement question: a demand, on a node whose CPU and
+// memory are Host, choosing only among GPUs that Exclude does not exclude.
+// Every front end asks it the same way, so every front end decides alike.
+type Request struct {
+	// Demand is what the pod asks for. Policies that weigh the node's CPU
+	// and memory (PolicyInfo.HostAware) read its MilliCPU and HostMemoryMiB
+	// too (see Policy.Demand).
+	Demand Demand
+	// Host is the node's CPU and memory; the zero Host means unknown.
+	Host Host
+	// Exclude, when set, names GPUs that must not be chosen although they
+	// are free (for example GPUs whose telemetry reports errors).
+	Exclude Excluder
 }
 
-// PolicyType names a policy in configuration.
-type PolicyType string
+// Host is a node's CPU and memory as host-aware policies see them, with the
+// capacities they normalize by. The zero Host means "unknown", with one
+// meaning in every policy: the node's CPU and memory are taken as unlimited
+// when checking which pod shapes still fit, and they add nothing to a score.
+type Host struct {
+	// Known is set by a front end that knows the node's CPU and memory.
+	Known bool
+	// FreeMilliCPU is the node's allocatable CPU minus its pods' requests.
+	FreeMilliCPU int64
+	// FreeMemoryMiB is the node's allocatable memory minus its pods' requests.
+	FreeMemoryMiB int64
+	// MaxMilliCPU and MaxGPUs are the largest CPU and GPU capacities of any
+	// node in the cluster; 0 means this node's own.
+	MaxMilliCPU int64
+	MaxGPUs     int
+}
 
-// The policies.
-const (
-	// PolicyBestFit prefers the node whose GPUs are most allocated once the pod
-	// is placed, and puts a share on the fitting GPU with the least free room.
-	PolicyBestFit PolicyType = "BestFit"
-	// PolicySpread prefers the node whose GPUs are least allocated once the pod
-	// is placed, and puts a share on the GPU with the most free room.
-	PolicySpread PolicyType = "Spread"
-	// PolicyPacking prefers placing a share on a GPU that is already partly
-	// used, then any node already in use, then idle nodes; best-fit within each.
-	PolicyPacking PolicyType = "Packing"
-)
+// Strategy is what a policy implements: which GPUs to take, and how good a
+// placement is. Both are called only with a request whose demand fits the
+// node (Check), except that Score is also called for a demand without GPUs
+// (chosen empty) when the policy is host-aware.
+type Strategy interface {
+	// Choose picks req.Demand.Count GPUs from candidates, which holds at
+	// least that many.
+	Choose(n *NodeGPUs, req *Request, candidates DeviceSet) DeviceSet
+	// Score rates placing the demand on the chosen GPUs of n: 0..MaxScore,
+	// higher is better.
+	Score(n *NodeGPUs, req *Request, chosen DeviceSet) int64
+}
 
-// PolicyTypes lists every PolicyType, for validation messages.
-var PolicyTypes = []PolicyType{PolicyBestFit, PolicySpread, PolicyPacking, PolicyFGD, PolicyFragFit,
-	PolicyRandom, PolicyDotProd, PolicyGpuClustering, PolicyGpuPacking, PolicyBestFitCPUGPU}
+// Policy is a configured placement policy: a registered strategy (see
+// Policies) and what its registry entry says about it. Front ends ask it
+// everything they need, never the strategy's type. A Policy is safe for
+// concurrent use.
+type Policy struct {
+	info     *PolicyInfo
+	strategy Strategy
+	shapes   Shapes
+}
+
+// Type is the policy's registered name.
+func (p *Policy) Type() PolicyType { return p.info.Type }
+
+// Info is the policy's registry entry.
+func (p *Policy) Info() PolicyInfo { return *p.info }
+
+// Shapes is the distribution of typical pods a fragmentation-aware policy
+// measures against; nil for other policies.
+func (p *Policy) Shapes() Shapes { return p.shapes }
+
+// Place decides whether the request's demand fits n and on which GPUs, as
+// the policy prefers. The returned Fit says why it does not fit; chosen is 0
+// unless fit.OK(). A demand without GPUs fits with nothing chosen. This is
+// the one way every front end places a pod.
+func (p *Policy) Place(n *NodeGPUs, req *Request) (chosen DeviceSet, fit Fit) {
+	if req.Demand.IsZero() {
+		return 0, Fit{}
+	}
+	fit = Check(n, req)
+	if !fit.OK() {
+		return 0, fit
+	}
+	return p.strategy.Choose(n, req, fit.Free), fit
+}
+
+// Score rates placing the request's demand on the chosen GPUs of n (as
+// Place chose them), 0..MaxScore, higher is better. For a demand without
+// GPUs only a host-aware policy has anything to say; others score 0.
+func (p *Policy) Score(n *NodeGPUs, req *Request, chosen DeviceSet) int64 {
+	if req.Demand.IsZero() && !p.info.HostAware {
+		return 0
+	}
+	return p.strategy.Score(n, req, chosen)
+}
+
+// Demand is the pod's demand as this policy needs it: the GPU demand
+// (DemandFromPod), with the pod's CPU and memory requests when the policy
+// weighs the node's CPU and memory (PolicyInfo.HostAware).
+func (p *Policy) Demand(pod *v1.Pod) (Demand, error) {
+	d, err := DemandFromPod(pod)
+	if err != nil {
+		return d, err
+	}
+	if p.info.HostAware {
+		d.FillHost(pod)
+	}
+	return d, nil
+}
+
+// Observe counts a pod's shape in the distribution a learning
+// fragmentation-aware policy measures against (a ShapeWindow), once per
+// pod UID; for any other policy it does nothing. Front ends call it for
+// every pod they are asked to place.
+func (p *Policy) Observe(uid types.UID, d Demand) {
+	if w, ok := p.shapes.(*ShapeWindow); ok {
+		w.ObservePod(uid, d)
+	}
+}
+
+// Rescale maps the engine scores of one request's feasible nodes, in
+// place, to 0..maxOut, the way the policy's scores mean to be compared:
+// by rank for an ordinal policy (RescaleByRank), else min-max
+// (RescaleMinMax). Every front end rescales through it.
+func (p *Policy) Rescale(scores []int64, maxOut int64) {
+	if p.info.Ordinal {
+		RescaleByRank(scores, maxOut)
+		return
+	}
+	RescaleMinMax(scores, maxOut)
+}
 
 // Weights weigh the resources a policy scores: GPU compute (milli-GPU) and
 // GPU memory. A weight of 0 leaves the resource out; at least one must be
@@ -46,191 +150,9 @@ type Weights struct {
 // DefaultWeights scores GPU compute only.
 var DefaultWeights = Weights{GPU: 1}
 
-// NewPolicy returns the policy of the given type.
-func NewPolicy(t PolicyType, w Weights) (Policy, error) {
+func (w Weights) validate() error {
 	if w.GPU < 0 || w.Memory < 0 || w.GPU+w.Memory == 0 {
-		return nil, fmt.Errorf("resource weights %+v: want non-negative weights, at least one positive", w)
+		return fmt.Errorf("resource weights %+v: want non-negative weights, at least one positive", w)
 	}
-	switch t {
-	case PolicyBestFit:
-		return bestFit{w}, nil
-	case PolicySpread:
-		return spread{w}, nil
-	case PolicyPacking:
-		return packing{bestFit{w}}, nil
-	case PolicyFGD, PolicyFragFit:
-		return nil, fmt.Errorf("policy %s measures fragmentation against a distribution of pod shapes: build it with NewFGD or NewFragFit", t)
-	case PolicyRandom:
-		return randomPolicy{}, nil
-	case PolicyDotProd:
-		return dotProd{}, nil
-	case PolicyGpuClustering:
-		return gpuClustering{}, nil
-	case PolicyGpuPacking:
-		return gpuPacking{}, nil
-	case PolicyBestFitCPUGPU:
-		return bestFitCPUGPU{}, nil
-	}
-	return nil, fmt.Errorf("unknown policy type %q: want one of %v", t, PolicyTypes)
-}
-
-// bestFit: score = MaxScore × Σ_r w_r·allocated_r/capacity_r / Σ_r w_r, with
-// the allocation taken after placing the pod, r ∈ {GPU milli, GPU memory}.
-type bestFit struct{ w Weights }
-
-func (p bestFit) Choose(n *NodeGPUs, d *Demand, candidates DeviceSet) DeviceSet {
-	if d.IsShare() {
-		return chooseShare(n, candidates, true)
-	}
-	return chooseWhole(n, d.Count, candidates)
-}
-
-func (p bestFit) Score(n *NodeGPUs, d *Demand, chosen DeviceSet) int64 {
-	return allocatedAfter(n, d, chosen, p.w)
-}
-
-// spread: score = MaxScore − the best-fit score.
-type spread struct{ w Weights }
-
-func (p spread) Choose(n *NodeGPUs, d *Demand, candidates DeviceSet) DeviceSet {
-	if d.IsShare() {
-		return chooseShare(n, candidates, false)
-	}
-	return chooseWhole(n, d.Count, candidates)
-}
-
-func (p spread) Score(n *NodeGPUs, d *Demand, chosen DeviceSet) int64 {
-	return MaxScore - allocatedAfter(n, d, chosen, p.w)
-}
-
-// packing: score = band × MaxScore/3 + best-fit score / 3, where band is 2
-// when the pod goes on a GPU that is already partly used, 1 when the node has
-// any GPU allocation, 0 for an idle node.
-type packing struct{ bestFit }
-
-func (p packing) Score(n *NodeGPUs, d *Demand, chosen DeviceSet) int64 {
-	band := int64(0)
-	if n.UsedMilli() > 0 {
-		band = 1
-	}
-	for i := range n.Used {
-		if chosen.Has(i) && n.Used[i].Milli > 0 {
-			band = 2
-			break
-		}
-	}
-	return band*(MaxScore/3) + p.bestFit.Score(n, d, chosen)/3
-}
-
-// allocatedAfter is the weighted allocated fraction of n's GPU compute and
-// memory once d is on chosen, scaled to 0..MaxScore. A node whose GPU memory
-// is unknown is scored on compute alone.
-func allocatedAfter(n *NodeGPUs, d *Demand, chosen DeviceSet, w Weights) int64 {
-	if n.Len() == 0 {
-		return 0
-	}
-	capMilli := int64(n.Len()) * MilliPerGPU
-	if w.Memory == 0 || n.Inventory.memoryMiB == 0 {
-		// Compute alone: the chosen GPUs have room for d, so nothing is clamped.
-		return MaxScore * (n.usedMilli + int64(chosen.Len())*d.Milli) / capMilli
-	}
-	var usedMilli, usedMem int64
-	for i := range n.Used {
-		milli, mem := n.Used[i].Milli, n.Used[i].MemoryMiB
-		if chosen.Has(i) {
-			milli += d.Milli
-			mem += d.MemoryMiB
-		}
-		capMem := n.Inventory.Devices[i].MemoryMiB
-		if milli >= MilliPerGPU {
-			milli, mem = MilliPerGPU, capMem // a full GPU's memory is all taken
-		}
-		usedMilli += milli
-		usedMem += min(mem, capMem)
-	}
-	capMem := n.Inventory.memoryMiB
-	wGPU, wMem := float64(w.GPU), float64(w.Memory)
-	frac := wGPU*float64(usedMilli)/float64(capMilli) + wMem*float64(usedMem)/float64(capMem)
-	return int64(float64(MaxScore) * frac / (wGPU + wMem))
-}
-
-// chooseShare picks the candidate with the least free milli-GPU (tightest) or
-// the most (loosest); ties go to less (more) free memory, then to the lower
-// position.
-func chooseShare(n *NodeGPUs, candidates DeviceSet, tightest bool) DeviceSet {
-	best := -1
-	for i := range n.Used {
-		if !candidates.Has(i) {
-			continue
-		}
-		if best < 0 {
-			best = i
-			continue
-		}
-		dm := n.FreeMilli(i) - n.FreeMilli(best)
-		if dm == 0 { // a tie on milli-GPU: compare memory (which reads the inventory)
-			dm = n.FreeMemoryMiB(i) - n.FreeMemoryMiB(best)
-		}
-		if !tightest {
-			dm = -dm
-		}
-		if dm < 0 {
-			best = i
-		}
-	}
-	return 1 << uint(best)
-}
-
-// chooseWhole picks k free GPUs, keeping them in one interconnect group when
-// any group has k free: the group with the fewest free GPUs that still holds
-// all k, so larger free groups stay whole for larger pods. Otherwise it spans
-// as few groups as it can, taking the groups with the most free GPUs first.
-// Within a group it takes the lowest positions.
-func chooseWhole(n *NodeGPUs, k int, candidates DeviceSet) DeviceSet {
-	groups := n.Inventory.groups
-	best, bestFree := -1, MaxDevicesPerNode+1
-	for g, set := range groups {
-		if free := (set & candidates).Len(); free >= k && free < bestFree {
-			best, bestFree = g, free
-		}
-	}
-	if best >= 0 {
-		return lowest(groups[best]&candidates, k)
-	}
-	var chosen DeviceSet
-	for k > 0 {
-		g, most := -1, 0
-		for j, set := range groups {
-			if free := (set & candidates &^ chosen).Len(); free > most {
-				g, most = j, free
-			}
-		}
-		take := min(k, most)
-		chosen |= lowest(groups[g]&candidates&^chosen, take)
-		k -= take
-	}
-	return chosen
-}
-
-// lowest returns the k lowest positions of s.
-func lowest(s DeviceSet, k int) DeviceSet {
-	var out DeviceSet
-	for ; k > 0 && s != 0; k-- {
-		bit := s & -s
-		out |= bit
-		s &^= bit
-	}
-	return out
-}
-
-// Rescale maps an engine score to 0..maxOut, min-max over the scores of all
-// feasible nodes (lo and hi are their least and greatest), so that the
-// policy's preference decides among GPU nodes even when their scores differ
-// little. When every node scores the same, each gets maxOut. Every front end
-// rescales this way: 0..100 for the plugins, 0..10 for the extender.
-func Rescale(score, lo, hi, maxOut int64) int64 {
-	if hi <= lo {
-		return maxOut
-	}
-	return (score - lo) * maxOut / (hi - lo)
+	return nil
 }

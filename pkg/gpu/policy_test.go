@@ -1,6 +1,7 @@
 package gpu_test
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/gpusched/gpusched/pkg/gpu"
@@ -48,15 +49,16 @@ func TestPolicyScore(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p, err := gpu.NewPolicy(tt.policy, tt.weights)
+			p, err := gpu.NewPolicy(tt.policy, gpu.PolicyConfig{Weights: tt.weights})
 			if err != nil {
 				t.Fatal(err)
 			}
-			chosen, reasons := gpu.Place(tt.node, &tt.demand, p)
-			if reasons != 0 {
-				t.Fatalf("does not fit: %v", reasons)
+			req := gpu.Request{Demand: tt.demand}
+			chosen, fit := p.Place(tt.node, &req)
+			if !fit.OK() {
+				t.Fatalf("does not fit: %v", fit.Reasons)
 			}
-			if got := p.Score(tt.node, &tt.demand, chosen); got != tt.want {
+			if got := p.Score(tt.node, &req, chosen); got != tt.want {
 				t.Errorf("score = %d, want %d", got, tt.want)
 			}
 		})
@@ -91,41 +93,84 @@ func TestPolicyChoose(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p, err := gpu.NewPolicy(tt.policy, gpu.DefaultWeights)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got, reasons := gpu.Place(tt.node, &tt.demand, p)
-			if reasons != 0 || got != tt.want {
-				t.Errorf("chose %08b (reasons %v), want %08b", got, reasons, tt.want)
+			p := gpu.MustPolicy(tt.policy, gpu.PolicyConfig{})
+			got, fit := p.Place(tt.node, &gpu.Request{Demand: tt.demand})
+			if !fit.OK() || got != tt.want {
+				t.Errorf("chose %08b (reasons %v), want %08b", got, fit.Reasons, tt.want)
 			}
 		})
 	}
 }
 
 func TestNewPolicyRejects(t *testing.T) {
-	if _, err := gpu.NewPolicy("Tetris", gpu.DefaultWeights); err == nil {
-		t.Error("unknown type accepted")
+	const allowed = "want one of BestFit, Spread, Packing, FGD, FragFit, Random, DotProd, GpuClustering, GpuPacking, BestFitCPUGPU"
+	if _, err := gpu.NewPolicy("Tetris", gpu.PolicyConfig{}); err == nil || err.Error() != `unknown policy "Tetris": `+allowed {
+		t.Errorf("unknown type: err = %v, want one naming every policy", err)
 	}
-	if _, err := gpu.NewPolicy(gpu.PolicyBestFit, gpu.Weights{}); err == nil {
-		t.Error("all-zero weights accepted")
-	}
-	if _, err := gpu.NewPolicy(gpu.PolicyBestFit, gpu.Weights{GPU: -1, Memory: 2}); err == nil {
+	if _, err := gpu.NewPolicy(gpu.PolicyBestFit, gpu.PolicyConfig{Weights: gpu.Weights{GPU: -1, Memory: 2}}); err == nil {
 		t.Error("negative weight accepted")
+	}
+	if _, err := gpu.NewPolicy(gpu.PolicyFragFit, gpu.PolicyConfig{}); err == nil {
+		t.Error("FragFit without shapes accepted")
 	}
 }
 
-func TestRescale(t *testing.T) {
-	tests := []struct{ score, lo, hi, maxOut, want int64 }{
-		{score: 250000, lo: 250000, hi: 750000, maxOut: 100, want: 0},
-		{score: 750000, lo: 250000, hi: 750000, maxOut: 100, want: 100},
-		{score: 500000, lo: 250000, hi: 750000, maxOut: 10, want: 5},   // (500000−250000)×10/500000
-		{score: 300000, lo: 250000, hi: 750000, maxOut: 100, want: 10}, // (300000−250000)×100/500000
-		{score: 42, lo: 42, hi: 42, maxOut: 100, want: 100},            // all equal: all best
+func TestRegistry(t *testing.T) {
+	names := gpu.PolicyNames()
+	if len(names) != len(gpu.Policies()) {
+		t.Fatalf("%d names for %d policies", len(names), len(gpu.Policies()))
+	}
+	if _, err := gpu.LookupPolicy(string(gpu.DefaultPolicy)); err != nil {
+		t.Errorf("the default policy is not registered: %v", err)
+	}
+	for _, info := range gpu.Policies() {
+		if info.Summary == "" {
+			t.Errorf("%s has no summary", info.Type)
+		}
+		p, err := gpu.NewPolicy(info.Type, gpu.PolicyConfig{Shapes: halfWholeHalfShare})
+		if err != nil {
+			t.Errorf("%s: %v", info.Type, err)
+			continue
+		}
+		if p.Type() != info.Type || (p.Shapes() != nil) != info.NeedsShapes {
+			t.Errorf("%s: built %s with shapes %v", info.Type, p.Type(), p.Shapes())
+		}
+	}
+}
+
+func TestRescaleMinMax(t *testing.T) {
+	tests := []struct {
+		scores []int64
+		maxOut int64
+		want   []int64
+	}{
+		// (s − 250000) × 100 / 500000: 0, 100, 10.
+		{scores: []int64{250000, 750000, 300000}, maxOut: 100, want: []int64{0, 100, 10}},
+		// (500000 − 250000) × 10 / 500000 = 5.
+		{scores: []int64{250000, 500000, 750000}, maxOut: 10, want: []int64{0, 5, 10}},
+		{scores: []int64{42, 42}, maxOut: 100, want: []int64{100, 100}}, // all equal: all best
 	}
 	for _, tt := range tests {
-		if got := gpu.Rescale(tt.score, tt.lo, tt.hi, tt.maxOut); got != tt.want {
-			t.Errorf("Rescale(%d, %d, %d, %d) = %d, want %d", tt.score, tt.lo, tt.hi, tt.maxOut, got, tt.want)
+		got := slices.Clone(tt.scores)
+		if gpu.RescaleMinMax(got, tt.maxOut); !slices.Equal(got, tt.want) {
+			t.Errorf("RescaleMinMax(%v, %d) = %v, want %v", tt.scores, tt.maxOut, got, tt.want)
+		}
+	}
+}
+
+// TestPolicyRescale: an ordinal policy rescales by rank, the others min-max.
+func TestPolicyRescale(t *testing.T) {
+	raw := []int64{10, 1000, 20}
+	for _, info := range gpu.Policies() {
+		p := gpu.MustPolicy(info.Type, gpu.PolicyConfig{Shapes: halfWholeHalfShare})
+		got := slices.Clone(raw)
+		p.Rescale(got, 100)
+		want := []int64{0, 100, 1} // min-max: (20 − 10) × 100 / 990 = 1
+		if info.Ordinal {
+			want = []int64{98, 100, 99}
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("%s: Rescale(%v) = %v, want %v", info.Type, raw, got, want)
 		}
 	}
 }

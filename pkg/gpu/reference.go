@@ -33,48 +33,33 @@ const (
 	PolicyBestFitCPUGPU PolicyType = "BestFitCPUGPU"
 )
 
-// Host is a node's CPU as host-aware policies see it, with the capacities
-// they normalize by.
-type Host struct {
-	// FreeMilliCPU is the node's allocatable CPU minus its pods' requests.
-	FreeMilliCPU int64
-	// FreeMemoryMiB is the node's allocatable memory minus its pods'
-	// requests, when MemoryKnown; otherwise memory is not checked.
-	FreeMemoryMiB int64
-	MemoryKnown   bool
-	// MaxMilliCPU and MaxGPUs are the largest CPU and GPU capacities of any
-	// node in the cluster; 0 means this node's own.
-	MaxMilliCPU int64
-	MaxGPUs     int
-}
-
-// HostPolicy is a Policy that also weighs the node's CPU. Front ends that
-// know the node's CPU call ScoreHost instead of Score; it also scores pods
-// without GPUs (d.IsZero(), chosen empty), whose placement affects the CPU
-// left for GPU pods.
-type HostPolicy interface {
-	Policy
-	ScoreHost(n *NodeGPUs, h Host, d *Demand, chosen DeviceSet) int64
-}
-
-// free is what typical pods are checked against on the node: its CPU, and
-// its memory when known.
+// free is what typical pods are checked against on the node: its CPU and
+// memory, unlimited when unknown.
 func (h Host) free() hostFree {
-	hf := hostFree{h.FreeMilliCPU, unlimited}
-	if h.MemoryKnown {
-		hf.memoryMiB = h.FreeMemoryMiB
+	if !h.Known {
+		return hostFree{unlimited, unlimited}
 	}
-	return hf
+	return hostFree{h.FreeMilliCPU, h.FreeMemoryMiB}
 }
 
 // after is free once d is placed.
 func (h Host) after(d *Demand) hostFree {
 	hf := h.free()
-	hf.milliCPU -= d.MilliCPU
-	if hf.memoryMiB != unlimited {
+	if h.Known {
+		hf.milliCPU -= d.MilliCPU
 		hf.memoryMiB -= d.HostMemoryMiB
 	}
 	return hf
+}
+
+// cpuTerm is (free CPU − cpu) / the largest node's CPU, the CPU term of the
+// scores that weigh it: 0 when the host is unknown.
+func (h Host) cpuTerm(n *NodeGPUs, cpu int64) float64 {
+	if !h.Known {
+		return 0
+	}
+	maxCPU, _ := h.maxima(n)
+	return float64(h.FreeMilliCPU-cpu) / float64(maxCPU)
 }
 
 // refScale turns a reference score in 0..100 into 0..MaxScore.
@@ -94,11 +79,11 @@ func (h Host) maxima(n *NodeGPUs) (cpu, gpuMilli int64) {
 // whole GPUs.
 type referencePolicy struct{}
 
-func (referencePolicy) Choose(n *NodeGPUs, d *Demand, candidates DeviceSet) DeviceSet {
-	if d.IsShare() {
+func (referencePolicy) Choose(n *NodeGPUs, req *Request, candidates DeviceSet) DeviceSet {
+	if d := &req.Demand; d.IsShare() {
 		return chooseShare(n, candidates, true)
 	}
-	return lowest(candidates, d.Count)
+	return lowest(candidates, req.Demand.Count)
 }
 
 type randomPolicy struct{}
@@ -122,7 +107,8 @@ func stateHash(name string, xs ...int64) uint64 {
 
 // Choose picks a share's GPU among the candidates by a hash of the node's
 // state, so repeated runs over the same cluster make the same choices.
-func (randomPolicy) Choose(n *NodeGPUs, d *Demand, candidates DeviceSet) DeviceSet {
+func (randomPolicy) Choose(n *NodeGPUs, req *Request, candidates DeviceSet) DeviceSet {
+	d := &req.Demand
 	if !d.IsShare() {
 		return lowest(candidates, d.Count)
 	}
@@ -138,42 +124,35 @@ func (randomPolicy) Choose(n *NodeGPUs, d *Demand, candidates DeviceSet) DeviceS
 	return 0
 }
 
-func (p randomPolicy) Score(n *NodeGPUs, d *Demand, chosen DeviceSet) int64 {
-	return p.ScoreHost(n, Host{}, d, chosen)
-}
-
-// ScoreHost is a pseudo-random score from a hash of the node and its state:
+// Score is a pseudo-random score from a hash of the node and its state:
 // the best-scored node is a uniformly random one, whatever the scheduler's
 // tie-break, and it changes as the cluster does.
-func (randomPolicy) ScoreHost(n *NodeGPUs, h Host, d *Demand, _ DeviceSet) int64 {
-	return int64(stateHash(n.Name, n.usedMilli, h.FreeMilliCPU, d.Milli, d.MilliCPU) % uint64(MaxScore+1))
+func (randomPolicy) Score(n *NodeGPUs, req *Request, _ DeviceSet) int64 {
+	d := &req.Demand
+	return int64(stateHash(n.Name, n.usedMilli, req.Host.FreeMilliCPU, d.Milli, d.MilliCPU) % uint64(MaxScore+1))
 }
 
 type dotProd struct{ referencePolicy }
 
-func (p dotProd) Score(n *NodeGPUs, d *Demand, chosen DeviceSet) int64 {
-	return p.ScoreHost(n, Host{}, d, chosen)
-}
-
-// ScoreHost: int(100 × (1 − (freeCPU·cpu/maxCPU² + freeGPU·gpu/maxGPU²)/2)),
-// free amounts before placing the pod.
-func (dotProd) ScoreHost(n *NodeGPUs, h Host, d *Demand, _ DeviceSet) int64 {
+// Score: int(100 × (1 − (freeCPU·cpu/maxCPU² + freeGPU·gpu/maxGPU²)/2)),
+// free amounts before placing the pod; the CPU term is 0 when the host is
+// unknown.
+func (dotProd) Score(n *NodeGPUs, req *Request, _ DeviceSet) int64 {
+	h, d := &req.Host, &req.Demand
 	maxCPU, maxGPU := h.maxima(n)
-	cpu := float64(h.FreeMilliCPU) / float64(maxCPU) * float64(d.MilliCPU) / float64(maxCPU)
+	cpu := h.cpuTerm(n, 0) * float64(d.MilliCPU) / float64(maxCPU)
 	gpu := float64(n.FreeMilliTotal()) / float64(maxGPU) * float64(d.TotalMilli()) / float64(maxGPU)
 	return int64(100*(1-(cpu+gpu)/2)) * refScale
 }
 
 type bestFitCPUGPU struct{ referencePolicy }
 
-func (p bestFitCPUGPU) Score(n *NodeGPUs, d *Demand, chosen DeviceSet) int64 {
-	return p.ScoreHost(n, Host{}, d, chosen)
-}
-
-// ScoreHost: int(100 × (1 − ½·(freeCPU − cpu)/maxCPU − ½·(freeGPU − gpu)/maxGPU)).
-func (bestFitCPUGPU) ScoreHost(n *NodeGPUs, h Host, d *Demand, _ DeviceSet) int64 {
-	maxCPU, maxGPU := h.maxima(n)
-	left := 0.5*float64(h.FreeMilliCPU-d.MilliCPU)/float64(maxCPU) +
+// Score: int(100 × (1 − ½·(freeCPU − cpu)/maxCPU − ½·(freeGPU − gpu)/maxGPU));
+// the CPU term is 0 when the host is unknown.
+func (bestFitCPUGPU) Score(n *NodeGPUs, req *Request, _ DeviceSet) int64 {
+	h, d := &req.Host, &req.Demand
+	_, maxGPU := h.maxima(n)
+	left := 0.5*h.cpuTerm(n, d.MilliCPU) +
 		0.5*float64(n.FreeMilliTotal()-d.TotalMilli())/float64(maxGPU)
 	return int64((1-left)*100) * refScale
 }
@@ -184,7 +163,7 @@ type gpuPacking struct{ referencePolicy }
 // takes k > 0 fully free GPUs scores max(50 − k, 33); a pod placed only on
 // partly used GPUs scores max(100 − Σ free%/10, 50), Σ over the chosen GPUs
 // of their free milli-GPU in percent.
-func (gpuPacking) Score(n *NodeGPUs, d *Demand, chosen DeviceSet) int64 {
+func (gpuPacking) Score(n *NodeGPUs, _ *Request, chosen DeviceSet) int64 {
 	if n.usedMilli == 0 {
 		return int64(33-n.Len()) * refScale
 	}
@@ -210,7 +189,8 @@ type gpuClustering struct{ referencePolicy }
 // Score: band + 25 × (8000 − freeGPU)/8000, band 75 when the node holds only
 // pods of the pod's class, 50 when it holds that class and others, 25 when
 // it holds no GPU pods, else 0.
-func (gpuClustering) Score(n *NodeGPUs, d *Demand, _ DeviceSet) int64 {
+func (gpuClustering) Score(n *NodeGPUs, req *Request, _ DeviceSet) int64 {
+	d := &req.Demand
 	class := ClassOf(d.Milli, d.Count)
 	var band int64
 	switch same, other := n.PodsOfClass(class) > 0, n.HasOtherClasses(class); {

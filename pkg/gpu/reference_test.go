@@ -26,7 +26,9 @@ func TestReferencePolicyScore(t *testing.T) {
 	share := func(milli, cpu int64) gpu.Demand { return gpu.Demand{Count: 1, Milli: milli, MilliCPU: cpu} }
 	whole := func(n int, cpu int64) gpu.Demand { return gpu.Demand{Count: n, Milli: 1000, MilliCPU: cpu} }
 	// The largest node has 128 CPUs and 8 GPUs, as in the Alibaba cluster.
-	host := func(freeCPU int64) gpu.Host { return gpu.Host{FreeMilliCPU: freeCPU, MaxMilliCPU: 128000, MaxGPUs: 8} }
+	host := func(freeCPU int64) gpu.Host {
+		return gpu.Host{Known: true, FreeMilliCPU: freeCPU, FreeMemoryMiB: 1 << 30, MaxMilliCPU: 128000, MaxGPUs: 8}
+	}
 
 	tests := []struct {
 		name   string
@@ -73,22 +75,13 @@ func TestReferencePolicyScore(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p, err := gpu.NewPolicy(tt.policy, gpu.DefaultWeights)
-			if err != nil {
-				t.Fatal(err)
+			p := gpu.MustPolicy(tt.policy, gpu.PolicyConfig{})
+			req := gpu.Request{Demand: tt.demand, Host: tt.host}
+			chosen, fit := p.Place(tt.node, &req)
+			if !fit.OK() {
+				t.Fatalf("does not fit: %v", fit.Reasons)
 			}
-			var chosen gpu.DeviceSet
-			if !tt.demand.IsZero() {
-				var reasons gpu.Reasons
-				if chosen, reasons = gpu.Place(tt.node, &tt.demand, p); reasons != 0 {
-					t.Fatalf("does not fit: %v", reasons)
-				}
-			}
-			got := p.Score(tt.node, &tt.demand, chosen)
-			if hp, ok := p.(gpu.HostPolicy); ok {
-				got = hp.ScoreHost(tt.node, tt.host, &tt.demand, chosen)
-			}
-			if got != tt.want {
+			if got := p.Score(tt.node, &req, chosen); got != tt.want {
 				t.Errorf("score = %d, want %d", got, tt.want)
 			}
 		})
@@ -103,20 +96,20 @@ func TestReferenceChoose(t *testing.T) {
 		gpu.Assignment{Devices: []int{1}, Milli: 600},
 		gpu.Assignment{Devices: []int{2}, Milli: 1000})
 	for _, policy := range []gpu.PolicyType{gpu.PolicyDotProd, gpu.PolicyGpuPacking, gpu.PolicyGpuClustering, gpu.PolicyBestFitCPUGPU} {
-		p, _ := gpu.NewPolicy(policy, gpu.DefaultWeights)
-		share := gpu.Demand{Count: 1, Milli: 300}
-		if got, _ := gpu.Place(n, &share, p); got != 1<<1 {
+		p := gpu.MustPolicy(policy, gpu.PolicyConfig{})
+		share := gpu.Request{Demand: gpu.Demand{Count: 1, Milli: 300}}
+		if got, _ := p.Place(n, &share); got != 1<<1 {
 			t.Errorf("%s: share of 300 on GPUs %b, want GPU 1 (400 free, the tightest fit)", policy, got)
 		}
-		whole := gpu.Demand{Count: 1, Milli: 1000}
-		if got, _ := gpu.Place(n, &whole, p); got != 1<<3 {
+		whole := gpu.Request{Demand: gpu.Demand{Count: 1, Milli: 1000}}
+		if got, _ := p.Place(n, &whole); got != 1<<3 {
 			t.Errorf("%s: whole GPU on %b, want GPU 3 (the only free one)", policy, got)
 		}
 	}
 	// Random picks among the fitting GPUs (0, 1 and 3 fit 300 milli-GPU).
-	p, _ := gpu.NewPolicy(gpu.PolicyRandom, gpu.DefaultWeights)
-	share := gpu.Demand{Count: 1, Milli: 300}
-	if got, _ := gpu.Place(n, &share, p); got.Len() != 1 || got.Has(2) {
+	p := gpu.MustPolicy(gpu.PolicyRandom, gpu.PolicyConfig{})
+	share := gpu.Request{Demand: gpu.Demand{Count: 1, Milli: 300}}
+	if got, _ := p.Place(n, &share); got.Len() != 1 || got.Has(2) {
 		t.Errorf("random: share on GPUs %b, want one of GPUs 0, 1, 3", got)
 	}
 }
@@ -124,15 +117,14 @@ func TestReferenceChoose(t *testing.T) {
 // TestRandomSpreads: Random's best node is spread over the nodes, not the
 // same one every time.
 func TestRandomSpreads(t *testing.T) {
-	p, _ := gpu.NewPolicy(gpu.PolicyRandom, gpu.DefaultWeights)
-	hp := p.(gpu.HostPolicy)
+	p := gpu.MustPolicy(gpu.PolicyRandom, gpu.PolicyConfig{})
 	wins := map[int]int{}
 	for cpu := range 200 {
 		best, bestScore := -1, int64(-1)
 		for i := range 10 {
 			n := nodeWithPods(t, gt.MakeGPUNode(fmt.Sprintf("n%d", i)).GFD("T4", 2, 0))
-			d := gpu.Demand{Count: 1, Milli: 1000, MilliCPU: int64(cpu)}
-			if s := hp.ScoreHost(n, gpu.Host{FreeMilliCPU: 8000}, &d, 1); s > bestScore {
+			req := gpu.Request{Demand: gpu.Demand{Count: 1, Milli: 1000, MilliCPU: int64(cpu)}, Host: knownHost(8000)}
+			if s := p.Score(n, &req, 1); s > bestScore {
 				best, bestScore = i, s
 			}
 		}

@@ -2,7 +2,6 @@ package gpu
 
 import (
 	"math"
-	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -57,19 +56,10 @@ func (w *ShapeWindow) ObservePod(uid types.UID, d Demand) {
 // the typical pods.
 const recomputeEvery = 64
 
-type shapeKey struct {
-	cpu, milli int64
-	count      int
-	models     string
-}
+// shapeKey is the key under which a demand's shape is counted.
+type shapeKey = DemandKey
 
-func keyOf(d *Demand) shapeKey {
-	k := shapeKey{cpu: d.MilliCPU, milli: d.Milli, count: d.Count, models: strings.Join(d.Models, "|")}
-	if d.IsZero() {
-		k.milli = 0
-	}
-	return k
-}
+func keyOf(d *Demand) shapeKey { return d.ShapeKey() }
 
 // NewShapeWindow returns a window with the given half-life in observed pods
 // (0: the seed alone, nothing learned) and seed distribution.

@@ -40,7 +40,7 @@ func TestBadFlags(t *testing.T) {
 	}{
 		{"arrival", flags{arrival: "poisson", seeds: "1"}, `--arrival "poisson": want fgd or replay`},
 		{"nodes without pods", flags{arrival: "fgd", seeds: "1", nodes: "n.csv"}, "--nodes and --pods go together"},
-		{"unknown policy", flags{arrival: "fgd", seeds: "1", policies: "BestFit,Tetris"}, `--policies: unknown policy "Tetris": want a comma-separated list of BestFit, Spread, Packing`},
+		{"unknown policy", flags{arrival: "fgd", seeds: "1", policies: "BestFit,Tetris"}, `--policies: unknown policy "Tetris": want one of BestFit, Spread, Packing`},
 		{"missing file", flags{arrival: "fgd", seeds: "1", nodes: "/nonexistent/n.csv", pods: "p.csv"}, "/nonexistent/n.csv"},
 		{"config", flags{arrival: "fgd", seeds: "1", config: "/nonexistent/c.yaml"}, "/nonexistent/c.yaml"},
 		{"parallel", flags{arrival: "fgd", seeds: "1", parallel: -1}, "--parallel -1: want 0"},
@@ -72,7 +72,7 @@ profiles:
       scoringStrategy:
         type: Tetris
 `)
-	if _, err := LoadConfig(bad); err == nil || !strings.Contains(err.Error(), `scoringStrategy.type: Unsupported value: "Tetris"`) {
+	if _, err := LoadConfig(bad); err == nil || !strings.Contains(err.Error(), `scoringStrategy.type: Invalid value: "Tetris": unknown policy "Tetris": want one of`) {
 		t.Errorf("error = %v, want the unsupported type named", err)
 	}
 	cfg, err := LoadConfig("../../examples/gpusched-config.yaml")

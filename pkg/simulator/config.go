@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"slices"
-	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	schedconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
@@ -13,8 +12,8 @@ import (
 	schedvalidation "k8s.io/kubernetes/pkg/scheduler/apis/config/validation"
 
 	"github.com/gpusched/gpusched/pkg/apis/config"
+	"github.com/gpusched/gpusched/pkg/apis/config/load"
 	_ "github.com/gpusched/gpusched/pkg/apis/config/scheme" // decodes GPUPlacementArgs
-	configv1 "github.com/gpusched/gpusched/pkg/apis/config/v1"
 	"github.com/gpusched/gpusched/pkg/apis/config/validation"
 	"github.com/gpusched/gpusched/pkg/gpu"
 	"github.com/gpusched/gpusched/pkg/plugins/gpuplacement"
@@ -99,11 +98,11 @@ func ProfilesFor(cfg *schedconfig.KubeSchedulerConfiguration, policies []string)
 	for _, policy := range policies {
 		name := policy
 		if policy == DefaultPolicy {
-			policy = string(defaultPolicyType())
+			policy = string(gpu.DefaultPolicy)
 			name = fmt.Sprintf("%s (%s)", DefaultPolicy, policy)
 		}
-		if !slices.Contains(gpu.PolicyTypes, gpu.PolicyType(policy)) {
-			return nil, fmt.Errorf("--policies: unknown policy %q: want a comma-separated list of %s, or %s", policy, policyList(), DefaultPolicy)
+		if _, err := gpu.LookupPolicy(policy); err != nil {
+			return nil, fmt.Errorf("--policies: %w, or %s", err, DefaultPolicy)
 		}
 		p := base.DeepCopy()
 		p.SchedulerName = name
@@ -117,21 +116,6 @@ func ProfilesFor(cfg *schedconfig.KubeSchedulerConfiguration, policies []string)
 // DefaultPolicy in --policies names GPUPlacement's default policy, whichever
 // it is; the report shows it as "default (<type>)".
 const DefaultPolicy = "default"
-
-// defaultPolicyType is the scoring type GPUPlacement gets when its args set none.
-func defaultPolicyType() config.ScoringStrategyType {
-	var v1args configv1.GPUPlacementArgs
-	configv1.SetDefaults_GPUPlacementArgs(&v1args)
-	return config.ScoringStrategyType(v1args.ScoringStrategy.Type)
-}
-
-func policyList() string {
-	names := make([]string, len(gpu.PolicyTypes))
-	for i, t := range gpu.PolicyTypes {
-		names[i] = string(t)
-	}
-	return strings.Join(names, ", ")
-}
 
 func usesGPUPlacement(p *schedconfig.KubeSchedulerProfile) bool {
 	if p.Plugins == nil {
@@ -165,10 +149,10 @@ func gpuPlacementArgs(p *schedconfig.KubeSchedulerProfile) *config.GPUPlacementA
 	if args := findGPUPlacementArgs(p); args != nil {
 		return args
 	}
-	var v1args configv1.GPUPlacementArgs
-	configv1.SetDefaults_GPUPlacementArgs(&v1args)
-	args := &config.GPUPlacementArgs{}
-	configv1.Convert_v1_GPUPlacementArgs_To_config_GPUPlacementArgs(&v1args, args)
+	args, err := load.GPUPlacementArgs(nil)
+	if err != nil {
+		panic(err) // the defaults are valid: a mistake in code, not in input
+	}
 	p.PluginConfig = append(p.PluginConfig, schedconfig.PluginConfig{Name: gpuplacement.Name, Args: args})
 	return args
 }

@@ -195,7 +195,7 @@ func capacityMilli(nodes []*v1.Node) int64 {
 }
 
 // screen returns the GPU fit check for a pod: whether a node's GPUs can take
-// it, and if not, why. It is gpu.Candidates, the check GPUPlacement's Filter
+// it, and if not, why. It is gpu.Check, the check GPUPlacement's Filter
 // makes, on the same allocation (both read the bound pods' assignment
 // annotations, and no pod is in flight between cycles), so a node it
 // rejects is one the Filter plugins would reject too. On a full cluster most
@@ -210,8 +210,8 @@ func (t *fragTracker) screen(pod *v1.Pod) func(node string) (bool, []string) {
 		if tn == nil {
 			return true, nil
 		}
-		if _, reasons := gpu.Candidates(tn.view, &d); reasons != 0 {
-			return false, reasons.Strings()
+		if fit := gpu.Check(tn.view, &gpu.Request{Demand: d}); fit.Reasons != 0 {
+			return false, fit.Reasons.Strings()
 		}
 		return true, nil
 	}

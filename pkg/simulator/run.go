@@ -15,7 +15,6 @@ import (
 
 	"github.com/gpusched/gpusched/pkg/apis/config"
 	"github.com/gpusched/gpusched/pkg/gpu"
-	"github.com/gpusched/gpusched/pkg/podrequests"
 	"github.com/gpusched/gpusched/pkg/telemetry"
 )
 
@@ -221,7 +220,7 @@ func (r *runner) run(ctx context.Context) (Run, error) {
 				schedTime += time.Since(t0)
 				used -= placedMilli[ev.pod]
 				t1 := time.Now()
-				frag.unbind(bound, podrequests.MilliCPU(pod))
+				frag.unbind(bound, gpu.PodMilliCPU(pod))
 				metricTime += time.Since(t1)
 			}
 			continue
@@ -247,7 +246,7 @@ func (r *runner) run(ctx context.Context) (Run, error) {
 				placedMilli[ev.pod] = m
 				used += m
 			}
-			frag.bind(sched.bound[string(pod.UID)], podrequests.MilliCPU(pod))
+			frag.bind(sched.bound[string(pod.UID)], gpu.PodMilliCPU(pod))
 		}
 		c.record(arrived, used, frag.total)
 		metricTime += time.Since(t1)
@@ -274,7 +273,7 @@ func typicalPods(pods []TracePod) []gpu.TypicalPod {
 		if err != nil {
 			continue
 		}
-		podrequests.FillHost(&d, p.Pod)
+		d.FillHost(p.Pod)
 		demands = append(demands, d)
 	}
 	return gpu.TypicalPods(demands)
@@ -284,14 +283,17 @@ func sortBy[T any, K cmp.Ordered](s []T, key func(T) K) {
 	slices.SortFunc(s, func(a, b T) int { return cmp.Compare(key(a), key(b)) })
 }
 
-// withWorkloadShapes gives a profile whose GPUPlacement runs FGD without a
+// withWorkloadShapes gives a profile whose GPUPlacement runs a
+// fragmentation-aware policy (gpu.PolicyInfo.NeedsShapes) without a
 // configured distribution of pod shapes the workload's own typical pods,
 // fixed for the run, as the FGD paper measures. A configured distribution is
 // kept as it is.
 func withWorkloadShapes(p Profile, typical []gpu.TypicalPod) Profile {
 	args := findGPUPlacementArgs(p.Profile)
-	fragAware := args != nil && (args.ScoringStrategy.Type == config.FGD || args.ScoringStrategy.Type == config.FragFit)
-	if !fragAware || len(args.Fragmentation.TypicalPods) > 0 {
+	if args == nil || len(args.Fragmentation.TypicalPods) > 0 {
+		return p
+	}
+	if info, err := gpu.LookupPolicy(string(args.ScoringStrategy.Type)); err != nil || !info.NeedsShapes {
 		return p
 	}
 	p.Profile = p.Profile.DeepCopy()

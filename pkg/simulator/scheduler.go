@@ -22,21 +22,18 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/metrics"
 
 	"github.com/gpusched/gpusched/pkg/gpu"
+	gpuplugins "github.com/gpusched/gpusched/pkg/plugins"
 	"github.com/gpusched/gpusched/pkg/plugins/gpuplacement"
-	"github.com/gpusched/gpusched/pkg/plugins/gputelemetry"
 )
 
-// Registry is the plugins a simulated profile may use: the in-tree plugins,
-// GPUPlacement and GPUTelemetry, exactly as cmd/gpusched registers them (a
+// Registry is the plugins a simulated profile may use: the in-tree plugins
+// and gpusched's, exactly as cmd/gpusched registers them (pkg/plugins; a
 // run replaces GPUTelemetry's factory to replay recorded telemetry, see
 // runRegistry).
 func Registry() frameworkruntime.Registry {
 	r := plugins.NewInTreeRegistry()
-	if err := r.Register(gpuplacement.Name, gpuplacement.New); err != nil {
+	if err := r.Merge(gpuplugins.Registry()); err != nil {
 		panic(err) // a name clash in code, not in input
-	}
-	if err := r.Register(gputelemetry.Name, gputelemetry.New); err != nil {
-		panic(err)
 	}
 	return r
 }

@@ -15,11 +15,10 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/kubernetes/cmd/kube-scheduler/app"
 
 	"github.com/gpusched/gpusched/pkg/extender"
 	gt "github.com/gpusched/gpusched/pkg/gpu/gputest"
-	"github.com/gpusched/gpusched/pkg/plugins/gpuplacement"
+	"github.com/gpusched/gpusched/pkg/plugins"
 	"github.com/gpusched/gpusched/test/testcluster"
 )
 
@@ -58,7 +57,7 @@ func TestThroughputExtenderVsPlugin(t *testing.T) {
 			config.QPS, config.Burst = float32(tc.qps), tc.burst
 
 			plugin := measure(ctx, t, c, pods, schedulerName, func() func() {
-				s := c.StartScheduler(ctx, t, exampleConfig(t)+"clientConnection:\n"+limits, app.WithPlugin(gpuplacement.Name, gpuplacement.New))
+				s := c.StartScheduler(ctx, t, exampleConfig(t)+"clientConnection:\n"+limits, plugins.CommandOptions()...)
 				return s.Stop
 			})
 			ext := measure(ctx, t, c, pods, "", func() func() {

@@ -14,13 +14,11 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/kubernetes/cmd/kube-scheduler/app"
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpusched/gpusched/pkg/gpu"
 	gt "github.com/gpusched/gpusched/pkg/gpu/gputest"
-	"github.com/gpusched/gpusched/pkg/plugins/gang"
-	"github.com/gpusched/gpusched/pkg/plugins/gpuplacement"
+	"github.com/gpusched/gpusched/pkg/plugins"
 	"github.com/gpusched/gpusched/pkg/podgroup"
 	"github.com/gpusched/gpusched/test/testcluster"
 )
@@ -49,7 +47,7 @@ func replaceOnce(t *testing.T, s, old, new string) string {
 // startGangSched runs gpusched with both plugins and config.
 func startGangSched(ctx context.Context, t *testing.T, c *testcluster.Cluster, config string) *testcluster.Scheduler {
 	return c.StartScheduler(ctx, t, config,
-		app.WithPlugin(gpuplacement.Name, gpuplacement.New), app.WithPlugin(gang.Name, gang.New))
+		plugins.CommandOptions()...)
 }
 
 var crdResource = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}

@@ -10,10 +10,9 @@ import (
 	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/kubernetes/cmd/kube-scheduler/app"
 	"k8s.io/utils/ptr"
 
-	"github.com/gpusched/gpusched/pkg/plugins/gpuplacement"
+	"github.com/gpusched/gpusched/pkg/plugins"
 	"github.com/gpusched/gpusched/test/testcluster"
 )
 
@@ -29,7 +28,7 @@ func TestGangWorkloadAPI(t *testing.T) {
 	c := testcluster.Start(t, "--feature-gates=GenericWorkload=true", "--runtime-config=scheduling.k8s.io/v1beta1=true")
 	createCliqueNodes(ctx, t, c, 2) // 8 GPUs
 	c.StartScheduler(ctx, t, string(readRepoFile(t, "examples", "gpusched-workload-config.yaml")),
-		app.WithPlugin(gpuplacement.Name, gpuplacement.New))
+		plugins.CommandOptions()...)
 
 	// Three pods of 2 GPUs.
 	createWorkloadGang(ctx, t, c, "fits", 3, 3, 2)

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	gpuconfig "github.com/gpusched/gpusched/pkg/apis/config"
+	"github.com/gpusched/gpusched/pkg/gpu"
 )
 
 // helmInstall is how .ci/run installs helm (see also `make tools`).
@@ -104,7 +105,7 @@ func TestHelmChart(t *testing.T) {
 	for _, pc := range p.PluginConfig {
 		if args, ok := pc.Args.(*gpuconfig.GPUPlacementArgs); ok {
 			s := args.ScoringStrategy
-			if s.Type != gpuconfig.Spread || len(s.Resources) != 2 || s.Resources[0].Weight != 3 || s.Resources[1].Name != gpuconfig.ResourceGPUMemory {
+			if s.Type != gpu.PolicySpread || len(s.Resources) != 2 || s.Resources[0].Weight != 3 || s.Resources[1].Name != gpuconfig.ResourceGPUMemory {
 				t.Errorf("GPUPlacement args %+v", s)
 			}
 		}

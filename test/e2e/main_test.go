@@ -14,12 +14,11 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/kubernetes/cmd/kube-scheduler/app"
 
 	_ "github.com/gpusched/gpusched/pkg/apis/config/scheme"
 	"github.com/gpusched/gpusched/pkg/gpu"
 	gt "github.com/gpusched/gpusched/pkg/gpu/gputest"
-	"github.com/gpusched/gpusched/pkg/plugins/gpuplacement"
+	"github.com/gpusched/gpusched/pkg/plugins"
 	"github.com/gpusched/gpusched/test/testcluster"
 )
 
@@ -41,7 +40,7 @@ func exampleConfig(t *testing.T) string {
 // startGPUSched runs the gpusched scheduler in-process against the cluster,
 // with the example configuration: GPUPlacement binds GPU pods itself.
 func startGPUSched(ctx context.Context, t *testing.T, c *testcluster.Cluster) *testcluster.Scheduler {
-	return c.StartScheduler(ctx, t, exampleConfig(t), app.WithPlugin(gpuplacement.Name, gpuplacement.New))
+	return c.StartScheduler(ctx, t, exampleConfig(t), plugins.CommandOptions()...)
 }
 
 // preBindConfig enables GPUPlacement without making it a binder: PreBind
@@ -57,7 +56,7 @@ profiles:
 
 // startGPUSchedPreBind runs the gpusched scheduler with preBindConfig.
 func startGPUSchedPreBind(ctx context.Context, t *testing.T, c *testcluster.Cluster) *testcluster.Scheduler {
-	return c.StartScheduler(ctx, t, preBindConfig, app.WithPlugin(gpuplacement.Name, gpuplacement.New))
+	return c.StartScheduler(ctx, t, preBindConfig, plugins.CommandOptions()...)
 }
 
 // gpuNodes are the cluster's nodes: three GPU models and a CPU-only node.

@@ -9,11 +9,10 @@ import (
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/kubernetes/cmd/kube-scheduler/app"
 
 	"github.com/gpusched/gpusched/pkg/gpu"
 	gt "github.com/gpusched/gpusched/pkg/gpu/gputest"
-	"github.com/gpusched/gpusched/pkg/plugins/gpuplacement"
+	"github.com/gpusched/gpusched/pkg/plugins"
 	"github.com/gpusched/gpusched/pkg/simulator"
 	"github.com/gpusched/gpusched/test/testcluster"
 )
@@ -94,7 +93,7 @@ func TestLiveSchedulerMatchesSimulator(t *testing.T) {
 	for _, n := range nodes {
 		testcluster.CreateNode(ctx, t, c.Client, n)
 	}
-	c.StartScheduler(ctx, t, fragFitConfig, app.WithPlugin(gpuplacement.Name, gpuplacement.New))
+	c.StartScheduler(ctx, t, fragFitConfig, plugins.CommandOptions()...)
 	live := map[string]string{}
 	for _, p := range pods {
 		createPod(ctx, t, c, p)

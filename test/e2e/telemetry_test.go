@@ -6,12 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/kubernetes/cmd/kube-scheduler/app"
-
 	"github.com/gpusched/gpusched/pkg/gpu"
 	gt "github.com/gpusched/gpusched/pkg/gpu/gputest"
-	"github.com/gpusched/gpusched/pkg/plugins/gpuplacement"
-	"github.com/gpusched/gpusched/pkg/plugins/gputelemetry"
+	"github.com/gpusched/gpusched/pkg/plugins"
 	"github.com/gpusched/gpusched/test/testcluster"
 )
 
@@ -94,7 +91,7 @@ func TestTelemetryPlacement(t *testing.T) {
 		testcluster.CreateNode(ctx, t, c.Client, n.Obj())
 	}
 	c.StartScheduler(ctx, t, telemetryConfig(proxy.srv.URL),
-		app.WithPlugin(gpuplacement.Name, gpuplacement.New), app.WithPlugin(gputelemetry.Name, gputelemetry.New))
+		plugins.CommandOptions()...)
 	waitForMetric(ctx, t, "gpusched_telemetry_stale", "0 (fresh)", func(v float64) bool { return v == 0 })
 
 	// setUtil exports the utilization of GPUs and waits until the plugin has

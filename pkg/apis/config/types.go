@@ -3,6 +3,8 @@ package config
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/gpusched/gpusched/pkg/gpu"
 )
 
 // GPUPlacementArgs configures the GPUPlacement plugin.
@@ -12,8 +14,8 @@ type GPUPlacementArgs struct {
 	// ScoringStrategy selects the placement policy and how it weighs resources.
 	ScoringStrategy ScoringStrategy
 
-	// Fragmentation configures the fragmentation-aware policies (FGD): the
-	// pod shapes they keep room for.
+	// Fragmentation configures the fragmentation-aware policies (those whose
+	// gpu.PolicyInfo.NeedsShapes): the pod shapes they keep room for.
 	Fragmentation Fragmentation
 }
 
@@ -40,25 +42,9 @@ type PodShape struct {
 	Weight   int64
 }
 
-// ScoringStrategyType names a placement policy.
-type ScoringStrategyType string
-
-// The placement policies; see docs/policies.md.
-const (
-	BestFit ScoringStrategyType = "BestFit"
-	Spread  ScoringStrategyType = "Spread"
-	Packing ScoringStrategyType = "Packing"
-
-	// The FGD paper's reference policies, for comparison in the simulator
-	// (and usable in production like any other policy).
-	FGD           ScoringStrategyType = "FGD"
-	FragFit       ScoringStrategyType = "FragFit"
-	Random        ScoringStrategyType = "Random"
-	DotProd       ScoringStrategyType = "DotProd"
-	GpuClustering ScoringStrategyType = "GpuClustering"
-	GpuPacking    ScoringStrategyType = "GpuPacking"
-	BestFitCPUGPU ScoringStrategyType = "BestFitCPUGPU"
-)
+// ScoringStrategyType names a placement policy: one of the engine's
+// registered policies (gpu.Policies), which validation checks.
+type ScoringStrategyType = gpu.PolicyType
 
 // ScoringStrategy is a placement policy and the weights of the resources it scores.
 type ScoringStrategy struct {

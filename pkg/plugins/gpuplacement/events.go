@@ -49,7 +49,7 @@ func isSchedulableAfterNodeChange(logger klog.Logger, pod *v1.Pod, oldObj, newOb
 	if err != nil {
 		return fwk.QueueSkip, nil // only a change to the pod can help
 	}
-	if oldNode != nil && sameGPUSource(oldNode, newNode) {
+	if oldNode != nil && gpu.InventorySignature(oldNode) == gpu.InventorySignature(newNode) {
 		return fwk.QueueSkip, nil
 	}
 	if !gpu.CouldFit(newNode, &demand) {
@@ -59,30 +59,13 @@ func isSchedulableAfterNodeChange(logger klog.Logger, pod *v1.Pod, oldObj, newOb
 	return fwk.Queue, nil
 }
 
-// sameGPUSource reports whether the parts of two nodes that the GPU inventory
-// is read from are equal.
-func sameGPUSource(a, b *v1.Node) bool {
-	for _, key := range []string{gpu.LabelProduct, gpu.LabelMemory, gpu.LabelCount, gpu.LabelClique} {
-		if a.Labels[key] != b.Labels[key] {
-			return false
-		}
-	}
-	qa, qb := a.Status.Allocatable[gpu.ResourceGPU], b.Status.Allocatable[gpu.ResourceGPU]
-	return a.Annotations[gpu.AnnotationDevices] == b.Annotations[gpu.AnnotationDevices] && qa.Cmp(qb) == 0
-}
-
 func isSchedulableAfterPodUpdate(logger klog.Logger, pod *v1.Pod, oldObj, newObj any) (fwk.QueueingHint, error) {
 	oldPod, newPod, err := schedutil.As[*v1.Pod](oldObj, newObj)
 	if err != nil {
 		return fwk.Queue, err
 	}
-	if gpuAnnotations(oldPod) == gpuAnnotations(newPod) {
+	if gpu.SameDemandSource(oldPod, newPod) {
 		return fwk.QueueSkip, nil
 	}
 	return fwk.Queue, nil
-}
-
-func gpuAnnotations(pod *v1.Pod) [3]string {
-	a := pod.Annotations
-	return [3]string{a[gpu.AnnotationMilli], a[gpu.AnnotationMemory], a[gpu.AnnotationModels]}
 }

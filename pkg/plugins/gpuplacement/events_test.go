@@ -76,7 +76,7 @@ func TestEventsToRegister(t *testing.T) {
 }
 
 func TestSignPod(t *testing.T) {
-	p := &GPUPlacement{}
+	p := &GPUPlacement{policy: gpu.MustPolicy(gpu.DefaultPolicy, gpu.PolicyConfig{Shapes: gpu.StaticShapes{}})}
 	sign := func(pod *v1.Pod) any {
 		fragments, status := p.SignPod(context.Background(), pod)
 		if !status.IsSuccess() {

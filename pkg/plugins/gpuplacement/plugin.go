@@ -9,7 +9,6 @@ import (
 	"context"
 	"fmt"
 	"iter"
-	"slices"
 	"sync"
 
 	v1 "k8s.io/api/core/v1"
@@ -18,13 +17,10 @@ import (
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 
-	"github.com/gpusched/gpusched/pkg/apis/config"
-	configv1 "github.com/gpusched/gpusched/pkg/apis/config/v1"
-	"github.com/gpusched/gpusched/pkg/apis/config/validation"
+	"github.com/gpusched/gpusched/pkg/apis/config/load"
 	"github.com/gpusched/gpusched/pkg/gpu"
-	"github.com/gpusched/gpusched/pkg/plugins/gpuhealth"
-	"github.com/gpusched/gpusched/pkg/plugins/normalize"
-	"github.com/gpusched/gpusched/pkg/podrequests"
+	"github.com/gpusched/gpusched/pkg/plugins/internal/gpuhealth"
+	"github.com/gpusched/gpusched/pkg/plugins/internal/normalize"
 )
 
 // Name is the plugin's name in a KubeSchedulerConfiguration.
@@ -39,16 +35,13 @@ const assignmentKey fwk.StateKey = "Reserve" + Name
 // GPUPlacement places pods on GPUs. See the package comment.
 type GPUPlacement struct {
 	handle fwk.Handle
-	policy gpu.Policy
+	policy *gpu.Policy
 	ledger *gpu.Ledger
 
 	// bindOrder guards binds: whether this plugin is the profile's first
 	// bind plugin, read once the framework is complete (see bindsFirst).
 	bindOrder sync.Once
 	binds     bool
-	// shapes is the distribution of pod shapes FGD measures fragmentation
-	// against, learned from the pods PreFilter sees; nil for other policies.
-	shapes *gpu.ShapeWindow
 	// reportedNodes maps a node name to the resourceVersion whose invalid GPU
 	// inventory was last reported in an event (see reportInvalidInventory).
 	reportedNodes sync.Map
@@ -72,25 +65,16 @@ var (
 // The args are validated again here, so a plugin built any other way (tests,
 // the simulator) is held to the same rules.
 func New(_ context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
-	args, err := argsFrom(obj)
+	args, err := load.GPUPlacementArgs(obj)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%s: %w", Name, err)
 	}
-	p := &GPUPlacement{handle: h, ledger: gpu.NewLedger()}
+	policy, err := args.NewPolicy()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", Name, err)
+	}
+	p := &GPUPlacement{handle: h, ledger: gpu.NewLedger(), policy: policy}
 	if err := p.forgetDeletedPods(); err != nil {
-		return nil, err
-	}
-	switch args.ScoringStrategy.Type {
-	case config.FGD:
-		p.shapes = NewShapeWindow(&args.Fragmentation)
-		p.policy = gpu.NewFGD(p.shapes)
-		return p, nil
-	case config.FragFit:
-		p.shapes = NewShapeWindow(&args.Fragmentation)
-		p.policy = gpu.NewFragFit(p.shapes)
-		return p, nil
-	}
-	if p.policy, err = PolicyFromArgs(args); err != nil {
 		return nil, err
 	}
 	return p, nil
@@ -122,51 +106,6 @@ func (p *GPUPlacement) forgetDeletedPods() error {
 	return nil
 }
 
-// NewShapeWindow is the distribution of pod shapes the args configure: their
-// seed, learned further with their half-life.
-func NewShapeWindow(f *config.Fragmentation) *gpu.ShapeWindow {
-	seed := make([]gpu.TypicalPod, 0, len(f.TypicalPods))
-	for _, sh := range f.TypicalPods {
-		d := gpu.Demand{Count: int(sh.GPUs), Milli: sh.MilliGPU, Models: sh.Models, MilliCPU: sh.MilliCPU, HostMemoryMiB: sh.MemoryMiB}
-		seed = append(seed, gpu.TypicalPod{Demand: d, Weight: float64(sh.Weight)})
-	}
-	return gpu.NewShapeWindow(f.HalfLifePods, seed)
-}
-
-// argsFrom returns validated internal args.
-func argsFrom(obj runtime.Object) (*config.GPUPlacementArgs, error) {
-	var args *config.GPUPlacementArgs
-	switch a := obj.(type) {
-	case nil:
-		var external configv1.GPUPlacementArgs
-		configv1.SetDefaults_GPUPlacementArgs(&external)
-		args = &config.GPUPlacementArgs{}
-		configv1.Convert_v1_GPUPlacementArgs_To_config_GPUPlacementArgs(&external, args)
-	case *config.GPUPlacementArgs:
-		args = a
-	default:
-		return nil, fmt.Errorf("%s: want args of type GPUPlacementArgs, got %T", Name, obj)
-	}
-	if errs := validation.ValidateGPUPlacementArgs(nil, args); len(errs) > 0 {
-		return nil, fmt.Errorf("%s: invalid args: %w", Name, errs.ToAggregate())
-	}
-	return args, nil
-}
-
-// PolicyFromArgs builds the engine policy that validated args select.
-func PolicyFromArgs(args *config.GPUPlacementArgs) (gpu.Policy, error) {
-	var w gpu.Weights
-	for _, r := range args.ScoringStrategy.Resources {
-		switch r.Name {
-		case config.ResourceGPU:
-			w.GPU = r.Weight
-		case config.ResourceGPUMemory:
-			w.Memory = r.Weight
-		}
-	}
-	return gpu.NewPolicy(gpu.PolicyType(args.ScoringStrategy.Type), w)
-}
-
 // Name implements fwk.Plugin.
 func (p *GPUPlacement) Name() string { return Name }
 
@@ -182,19 +121,13 @@ func (s *podState) Clone() fwk.StateData { return s }
 // reaches the user in the FailedScheduling event, and the pod is retried when
 // it is updated.
 func (p *GPUPlacement) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
-	demand, err := gpu.DemandFromPod(pod)
+	demand, err := p.policy.Demand(pod)
 	if err != nil {
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
 	}
-	_, hostAware := p.policy.(gpu.HostPolicy)
-	if hostAware {
-		podrequests.FillHost(&demand, pod)
-	}
-	if p.shapes != nil {
-		p.shapes.ObservePod(pod.UID, demand)
-	}
+	p.policy.Observe(pod.UID, demand)
 	if demand.IsZero() {
-		if hostAware {
+		if p.policy.Info().HostAware {
 			// No GPU to filter for, but the policy still scores the node's CPU.
 			state.Write(stateKey, &podState{demand: demand})
 		}
@@ -241,16 +174,11 @@ func (p *GPUPlacement) Filter(ctx context.Context, state fwk.CycleState, pod *v1
 		return status
 	}
 	n := p.nodeGPUs(nodeInfo)
-	_, reasons, excluded := gpu.CandidatesExcluding(n, demand, gpuhealth.Read(state))
-	if reasons.Has(gpu.ReasonInventoryInvalid) {
+	fit := gpu.Check(n, &gpu.Request{Demand: *demand, Exclude: gpuhealth.Read(state)})
+	if fit.Reasons.Has(gpu.ReasonInventoryInvalid) {
 		p.reportInvalidInventory(nodeInfo.Node(), n.Err)
 	}
-	if excluded != "" {
-		// Enough GPUs are free, but not enough healthy ones: the health
-		// view may change, freeing GPUs elsewhere will not help here.
-		return fwk.NewStatus(fwk.Unschedulable, excluded)
-	}
-	return statusOf(reasons)
+	return statusOf(fit)
 }
 
 // reportInvalidInventory records a Warning event on a node whose GPU labels
@@ -268,25 +196,30 @@ func (p *GPUPlacement) reportInvalidInventory(node *v1.Node, err error) {
 	}
 }
 
-func statusOf(reasons gpu.Reasons) *fwk.Status {
-	if reasons == 0 {
-		return nil
+// statusOf maps the engine's fit to a framework status: Unschedulable
+// when freeing GPUs on the node may help (preemption), else
+// UnschedulableAndUnresolvable; GPUs left out as excluded (unhealthy in the
+// telemetry's view) are Unschedulable, since that view may change.
+func statusOf(fit gpu.Fit) *fwk.Status {
+	switch {
+	case fit.Reasons != 0 && fit.Reasons.Unresolvable():
+		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fit.Reasons.Strings()...)
+	case fit.Reasons != 0:
+		return fwk.NewStatus(fwk.Unschedulable, fit.Reasons.Strings()...)
+	case fit.Excluded != "":
+		return fwk.NewStatus(fwk.Unschedulable, fit.Excluded)
 	}
-	code := fwk.Unschedulable
-	if reasons.Unresolvable() {
-		code = fwk.UnschedulableAndUnresolvable
-	}
-	return fwk.NewStatus(code, reasons.Strings()...)
+	return nil
 }
 
 // PreScore skips scoring for a pod without GPU demand, unless the policy
-// weighs CPU too (gpu.HostPolicy); for such a policy it records the largest
-// node capacities in the snapshot, which the policy normalizes by.
+// weighs CPU too (gpu.PolicyInfo.HostAware); for such a policy it records
+// the largest node capacities in the snapshot, which the policy normalizes by.
 func (p *GPUPlacement) PreScore(ctx context.Context, state fwk.CycleState, pod *v1.Pod, _ []fwk.NodeInfo) *fwk.Status {
 	if _, err := state.Read(stateKey); err != nil {
 		return fwk.NewStatus(fwk.Skip)
 	}
-	if _, ok := p.policy.(gpu.HostPolicy); !ok {
+	if !p.policy.Info().HostAware {
 		return nil
 	}
 	nodes, err := p.handle.SnapshotSharedLister().NodeInfos().List()
@@ -319,20 +252,18 @@ func (p *GPUPlacement) Score(ctx context.Context, state fwk.CycleState, pod *v1.
 		return 0, status
 	}
 	n := p.nodeGPUs(nodeInfo)
-	hp, hostAware := p.policy.(gpu.HostPolicy)
-	host := hostOf(state, nodeInfo)
-	var chosen gpu.DeviceSet
-	if !demand.IsZero() {
-		var reasons gpu.Reasons
-		var excluded string
-		if chosen, reasons, excluded = gpu.PlaceHostExcluding(n, host, demand, p.policy, gpuhealth.Read(state)); reasons != 0 || excluded != "" {
-			return 0, nil // the node changed since Filter; it will not be chosen
-		}
+	req := requestOf(state, nodeInfo, demand)
+	chosen, fit := p.policy.Place(n, &req)
+	if !fit.OK() {
+		return 0, nil // the node changed since Filter; it will not be chosen
 	}
-	if hostAware {
-		return hp.ScoreHost(n, host, demand, chosen), nil
-	}
-	return p.policy.Score(n, demand, chosen), nil
+	return p.policy.Score(n, &req, chosen), nil
+}
+
+// requestOf is the engine request for the pod on the node: its demand, the
+// node's CPU and memory, and the GPUs the cycle's health view excludes.
+func requestOf(state fwk.CycleState, nodeInfo fwk.NodeInfo, demand *gpu.Demand) gpu.Request {
+	return gpu.Request{Demand: *demand, Host: hostOf(state, nodeInfo), Exclude: gpuhealth.Read(state)}
 }
 
 // hostOf is the node's CPU with the cluster's largest capacities, as
@@ -345,46 +276,33 @@ func hostOf(state fwk.CycleState, nodeInfo fwk.NodeInfo) gpu.Host {
 	}
 	host.FreeMilliCPU = nodeInfo.GetAllocatable().GetMilliCPU() - nodeInfo.GetRequested().GetMilliCPU()
 	host.FreeMemoryMiB = (nodeInfo.GetAllocatable().GetMemory() - nodeInfo.GetRequested().GetMemory()) >> 20
-	host.MemoryKnown = true
+	host.Known = true
 	return host
 }
 
 // ScoreExtensions implements fwk.ScorePlugin.
 func (p *GPUPlacement) ScoreExtensions() fwk.ScoreExtensions { return p }
 
-// NormalizeScore rescales engine scores to 0..100, min-max over the feasible
-// nodes (gpu.Rescale), or by rank for an ordinal policy (gpu.RankScale).
+// NormalizeScore rescales engine scores to 0..100 over the feasible nodes,
+// as the policy's scores mean to be compared (gpu.Policy.Rescale): the
+// extender rescales the same way to its 0..10.
 func (p *GPUPlacement) NormalizeScore(ctx context.Context, state fwk.CycleState, pod *v1.Pod, scores fwk.NodeScoreList) *fwk.Status {
-	if len(scores) == 0 {
-		return nil
-	}
-	if _, ok := p.policy.(gpu.OrdinalPolicy); ok {
-		raw := make([]int64, len(scores))
-		for i := range scores {
-			raw[i] = scores[i].Score
-		}
-		for i, s := range gpu.RankScale(raw, fwk.MaxNodeScore) {
-			scores[i].Score = s
-		}
-		return nil
-	}
-	normalize.MinMax(scores)
+	normalize.Rescale(scores, p.policy.Rescale)
 	return nil
 }
 
-// SignPod lets opportunistic batching treat pods with equal GPU demand alike:
-// the plugin's decisions depend on the pod only through its demand. A pod
+// SignPod lets opportunistic batching treat pods with equal demand alike:
+// the plugin's decisions depend on the pod only through its demand as the
+// policy reads it (gpu.Policy.Demand), identified by gpu.DemandKey. A pod
 // whose demand is malformed is not signed.
 func (p *GPUPlacement) SignPod(ctx context.Context, pod *v1.Pod) ([]fwk.SignFragment, *fwk.Status) {
-	demand, err := gpu.DemandFromPod(pod)
+	demand, err := p.policy.Demand(pod)
 	if err != nil {
 		return nil, fwk.NewStatus(fwk.Unschedulable, err.Error())
 	}
-	models := slices.Clone(demand.Models)
-	slices.Sort(models)
 	return []fwk.SignFragment{{
 		Key:   "gpusched.io/GPUPlacement.Demand()",
-		Value: [4]any{demand.Count, demand.Milli, demand.MemoryMiB, models},
+		Value: demand.Key(),
 	}}, nil
 }
 

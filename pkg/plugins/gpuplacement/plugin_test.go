@@ -212,18 +212,18 @@ func TestScore(t *testing.T) {
 		{
 			// Engine: empty 1e6×250/4000 = 62500, quarter 1e6×500/4000 = 125000,
 			// half 1e6×750/4000 = 187500; min-max to 0..100: 0, 50, 100.
-			name: "best-fit", strategy: config.BestFit,
+			name: "best-fit", strategy: gpu.PolicyBestFit,
 			want: map[string]int64{"empty": 0, "quarter": 50, "half": 100},
 		},
 		{
 			// Engine: 1e6 minus the above: 937500, 875000, 812500 → 100, 50, 0.
-			name: "spread", strategy: config.Spread,
+			name: "spread", strategy: gpu.PolicySpread,
 			want: map[string]int64{"empty": 100, "quarter": 50, "half": 0},
 		},
 		{
 			// Engine: empty band 0: 62500/3 = 20833; quarter band 2: 666666 + 125000/3 = 708332;
 			// half band 2: 666666 + 187500/3 = 729166. Min-max: 0, (708332−20833)×100/708333 = 97, 100.
-			name: "packing", strategy: config.Packing,
+			name: "packing", strategy: gpu.PolicyPacking,
 			want: map[string]int64{"empty": 0, "quarter": 97, "half": 100},
 		},
 	}
@@ -436,7 +436,7 @@ func TestScoreHostAware(t *testing.T) {
 	}
 	cpuOnly := gt.MakeGPUPod("cpu-only").CPU("8").Obj()
 	args := &config.GPUPlacementArgs{ScoringStrategy: config.ScoringStrategy{
-		Type: config.BestFitCPUGPU, Resources: []config.ResourceSpec{{Name: config.ResourceGPU, Weight: 1}}}}
+		Type: gpu.PolicyBestFitCPUGPU, Resources: []config.ResourceSpec{{Name: config.ResourceGPU, Weight: 1}}}}
 	c := newCluster(t, args, nodes, nil)
 	ctx, state := context.Background(), framework.NewCycleState()
 	if _, status, _ := c.fw.RunPreFilterPlugins(ctx, state, cpuOnly); !status.IsSuccess() {

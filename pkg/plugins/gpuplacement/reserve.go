@@ -13,7 +13,6 @@ import (
 	schedconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
 
 	"github.com/gpusched/gpusched/pkg/gpu"
-	"github.com/gpusched/gpusched/pkg/plugins/gpuhealth"
 )
 
 // assignmentState carries the pod's assignment from Reserve to PreBind.
@@ -42,12 +41,10 @@ func (p *GPUPlacement) Reserve(ctx context.Context, state fwk.CycleState, pod *v
 	// In flight: the pods of a gang that the Workload API's pod-group cycle
 	// reserved just before this one are not in the snapshot yet.
 	n := p.ledger.NodeInFlight(nodeInfo.Node(), nodeInfo.GetGeneration(), podsOf(nodeInfo))
-	chosen, reasons, excluded := gpu.PlaceHostExcluding(n, hostOf(state, nodeInfo), demand, p.policy, gpuhealth.Read(state))
-	if excluded != "" {
-		return fwk.NewStatus(fwk.Unschedulable, excluded)
-	}
-	if reasons != 0 {
-		return statusOf(reasons)
+	req := requestOf(state, nodeInfo, demand)
+	chosen, fit := p.policy.Place(n, &req)
+	if !fit.OK() {
+		return statusOf(fit)
 	}
 	a := gpu.NewAssignment(n, demand, chosen)
 	if err := p.ledger.Assume(pod.UID, a); err != nil {
@@ -110,15 +107,7 @@ func (p *GPUPlacement) Bind(ctx context.Context, state fwk.CycleState, pod *v1.P
 		return fwk.NewStatus(fwk.Skip)
 	}
 	a := data.(*assignmentState).assignment
-	binding := &v1.Binding{
-		ObjectMeta: metav1.ObjectMeta{
-			Namespace:   pod.Namespace,
-			Name:        pod.Name,
-			UID:         pod.UID,
-			Annotations: map[string]string{gpu.AnnotationAssigned: a.String()},
-		},
-		Target: v1.ObjectReference{Kind: "Node", Name: nodeName},
-	}
+	binding := gpu.NewBinding(pod.Namespace, pod.Name, pod.UID, nodeName, &a)
 	if err := p.handle.ClientSet().CoreV1().Pods(pod.Namespace).Bind(ctx, binding, metav1.CreateOptions{}); err != nil {
 		return fwk.AsStatus(fmt.Errorf("%s: binding pod %s/%s to %s: %w", Name, pod.Namespace, pod.Name, nodeName, err))
 	}

@@ -7,7 +7,7 @@
 // unknown, and pods are placed on allocation alone.
 //
 // Which GPUs a pod gets is GPUPlacement's choice; the health filter tells it
-// which to leave out through the cycle state (package gpuhealth).
+// which to leave out through the cycle state (package internal/gpuhealth).
 package gputelemetry
 
 import (
@@ -22,11 +22,10 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/gpusched/gpusched/pkg/apis/config"
-	configv1 "github.com/gpusched/gpusched/pkg/apis/config/v1"
-	"github.com/gpusched/gpusched/pkg/apis/config/validation"
+	"github.com/gpusched/gpusched/pkg/apis/config/load"
 	"github.com/gpusched/gpusched/pkg/gpu"
-	"github.com/gpusched/gpusched/pkg/plugins/gpuhealth"
-	"github.com/gpusched/gpusched/pkg/plugins/normalize"
+	"github.com/gpusched/gpusched/pkg/plugins/internal/gpuhealth"
+	"github.com/gpusched/gpusched/pkg/plugins/internal/normalize"
 	"github.com/gpusched/gpusched/pkg/telemetry"
 	"github.com/gpusched/gpusched/pkg/telemetry/prometheus"
 )
@@ -72,9 +71,9 @@ var (
 // which runs until ctx (the scheduler's) is done. args.prometheus.address is
 // required.
 func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
-	args, err := argsFrom(obj)
+	args, err := load.GPUTelemetryArgs(obj)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%s: %w", Name, err)
 	}
 	if args.Prometheus.Address == "" {
 		return nil, fmt.Errorf("%s: args.prometheus.address is empty: want the URL of the Prometheus that scrapes dcgm-exporter, e.g. http://prometheus.monitoring:9090", Name)
@@ -111,9 +110,9 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 // simulator replays recorded telemetry this way.
 func NewWithSource(src telemetry.Source, now func() time.Time) func(context.Context, runtime.Object, fwk.Handle) (fwk.Plugin, error) {
 	return func(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
-		args, err := argsFrom(obj)
+		args, err := load.GPUTelemetryArgs(obj)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("%s: %w", Name, err)
 		}
 		registerMetrics()
 		telemetryStale.Set(1)
@@ -137,26 +136,6 @@ func newPlugin(args *config.GPUTelemetryArgs, h fwk.Handle, src telemetry.Source
 		health: args.Health.Enabled,
 		stale:  true, // until the first snapshot arrives
 	}
-}
-
-// argsFrom returns validated internal args.
-func argsFrom(obj runtime.Object) (*config.GPUTelemetryArgs, error) {
-	var args *config.GPUTelemetryArgs
-	switch a := obj.(type) {
-	case nil:
-		var external configv1.GPUTelemetryArgs
-		configv1.SetDefaults_GPUTelemetryArgs(&external)
-		args = &config.GPUTelemetryArgs{}
-		configv1.Convert_v1_GPUTelemetryArgs_To_config_GPUTelemetryArgs(&external, args)
-	case *config.GPUTelemetryArgs:
-		args = a
-	default:
-		return nil, fmt.Errorf("%s: want args of type GPUTelemetryArgs, got %T", Name, obj)
-	}
-	if errs := validation.ValidateGPUTelemetryArgs(nil, args); len(errs) > 0 {
-		return nil, fmt.Errorf("%s: invalid args: %w", Name, errs.ToAggregate())
-	}
-	return args, nil
 }
 
 // observeRefresh records a refresh in the metrics.
@@ -337,7 +316,7 @@ func (p *GPUTelemetry) ScoreExtensions() fwk.ScoreExtensions { return p }
 // (gpu.Rescale), so telemetry decides among nodes however little they differ,
 // in proportion to the plugin's weight in the profile.
 func (p *GPUTelemetry) NormalizeScore(ctx context.Context, state fwk.CycleState, pod *v1.Pod, scores fwk.NodeScoreList) *fwk.Status {
-	normalize.MinMax(scores)
+	normalize.Rescale(scores, gpu.RescaleMinMax)
 	return nil
 }
 

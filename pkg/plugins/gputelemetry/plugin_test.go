@@ -338,7 +338,7 @@ func TestUnhealthyGPUs(t *testing.T) {
 func bestFitArgs() *config.GPUPlacementArgs {
 	var external configv1.GPUPlacementArgs
 	configv1.SetDefaults_GPUPlacementArgs(&external)
-	external.ScoringStrategy.Type = string(config.BestFit)
+	external.ScoringStrategy.Type = string(gpu.PolicyBestFit)
 	args := &config.GPUPlacementArgs{}
 	configv1.Convert_v1_GPUPlacementArgs_To_config_GPUPlacementArgs(&external, args)
 	return args
@@ -391,7 +391,7 @@ func TestNewRequiresAddress(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "args.prometheus.address is empty") {
 		t.Errorf("New without address: %v", err)
 	}
-	if _, err := gputelemetry.New(ctx, args, nil); err == nil || !strings.Contains(err.Error(), "invalid args") {
+	if _, err := gputelemetry.New(ctx, args, nil); err == nil || !strings.Contains(err.Error(), "invalid GPUTelemetryArgs") {
 		t.Errorf("New with zero args: %v, want the validation errors", err)
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/gpusched/gpusched/pkg/apis/config"
 	_ "github.com/gpusched/gpusched/pkg/apis/config/scheme"
+	"github.com/gpusched/gpusched/pkg/gpu"
 )
 
 // TestLoadConfig reads KubeSchedulerConfigurations with the kube-scheduler's
@@ -38,12 +39,12 @@ profiles:
 		{
 			name: "empty args take the defaults",
 			args: "      {}\n",
-			want: config.ScoringStrategy{Type: config.FragFit, Resources: []config.ResourceSpec{{Name: config.ResourceGPU, Weight: 1}}},
+			want: config.ScoringStrategy{Type: gpu.PolicyFragFit, Resources: []config.ResourceSpec{{Name: config.ResourceGPU, Weight: 1}}},
 		},
 		{
 			name: "packing on compute and memory",
 			args: "      scoringStrategy:\n        type: Packing\n        resources:\n        - name: nvidia.com/gpu\n          weight: 2\n        - name: gpusched.io/gpu-memory\n",
-			want: config.ScoringStrategy{Type: config.Packing, Resources: []config.ResourceSpec{{Name: config.ResourceGPU, Weight: 2}, {Name: config.ResourceGPUMemory, Weight: 1}}},
+			want: config.ScoringStrategy{Type: gpu.PolicyPacking, Resources: []config.ResourceSpec{{Name: config.ResourceGPU, Weight: 2}, {Name: config.ResourceGPUMemory, Weight: 1}}},
 		},
 		{
 			name:    "an unknown field is rejected",

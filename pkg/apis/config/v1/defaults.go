@@ -1,10 +1,13 @@
 package v1
 
-import "github.com/gpusched/gpusched/pkg/apis/config"
+import (
+	"github.com/gpusched/gpusched/pkg/apis/config"
+	"github.com/gpusched/gpusched/pkg/gpu"
+)
 
-// SetDefaults_GPUPlacementArgs fills in what the user left out: the FragFit
-// policy with pod shapes learned from the pods scheduled, and GPU compute as
-// the resource that resource-weighted policies (BestFit, Spread, Packing)
+// SetDefaults_GPUPlacementArgs fills in what the user left out: the engine's
+// default policy (gpu.DefaultPolicy) with pod shapes learned from the pods
+// scheduled, and GPU compute as the resource that resource-weighted policies
 // score, each resource with weight 1.
 func SetDefaults_GPUPlacementArgs(a *GPUPlacementArgs) {
 	if a.ScoringStrategy == nil {
@@ -12,7 +15,7 @@ func SetDefaults_GPUPlacementArgs(a *GPUPlacementArgs) {
 	}
 	s := a.ScoringStrategy
 	if s.Type == "" {
-		s.Type = string(config.FragFit)
+		s.Type = string(gpu.DefaultPolicy)
 	}
 	if len(s.Resources) == 0 {
 		s.Resources = []ResourceSpec{{Name: config.ResourceGPU}}

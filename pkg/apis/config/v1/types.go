@@ -13,11 +13,12 @@ type GPUPlacementArgs struct {
 	metav1.TypeMeta `json:",inline"`
 
 	// ScoringStrategy selects the placement policy and how it weighs
-	// resources. Default: BestFit on nvidia.com/gpu with weight 1.
+	// resources. Default: the default policy (FragFit), nvidia.com/gpu with
+	// weight 1.
 	ScoringStrategy *ScoringStrategy `json:"scoringStrategy,omitempty"`
 
-	// Fragmentation configures the fragmentation-aware policies (FGD): the
-	// distribution of pod shapes they keep room for. Default: learned from
+	// Fragmentation configures the fragmentation-aware policies (FragFit,
+	// FGD): the distribution of pod shapes they keep room for. Default: learned from
 	// the pods the scheduler sees, with a half-life of 2000 pods.
 	Fragmentation *Fragmentation `json:"fragmentation,omitempty"`
 }
@@ -54,10 +55,8 @@ type PodShape struct {
 
 // ScoringStrategy is a placement policy and the weights of the resources it scores.
 type ScoringStrategy struct {
-	// Type is FragFit (fragmentation-aware), FGD, BestFit, Spread or Packing,
-	// or one of the FGD paper's reference policies Random, DotProd,
-	// GpuClustering, GpuPacking, BestFitCPUGPU (docs/policies.md).
-	// Default: FragFit.
+	// Type names one of the placement policies listed in docs/policies.md
+	// (the engine's registry, gpu.Policies). Default: FragFit.
 	Type string `json:"type,omitempty"`
 	// Resources are the resources scored and their weights: nvidia.com/gpu
 	// (GPU compute) and gpusched.io/gpu-memory. Default: nvidia.com/gpu, weight 1.

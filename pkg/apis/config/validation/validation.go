@@ -5,16 +5,13 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/gpusched/gpusched/pkg/apis/config"
+	"github.com/gpusched/gpusched/pkg/gpu"
 )
 
 // MaxWeight bounds a resource's weight, as kube-scheduler bounds its own.
 const MaxWeight = 100
 
-var (
-	strategyTypes = []string{string(config.BestFit), string(config.Spread), string(config.Packing),
-		string(config.FGD), string(config.FragFit), string(config.Random), string(config.DotProd), string(config.GpuClustering), string(config.GpuPacking), string(config.BestFitCPUGPU)}
-	resourceNames = []string{config.ResourceGPU, config.ResourceGPUMemory}
-)
+var resourceNames = []string{config.ResourceGPU, config.ResourceGPUMemory}
 
 // ValidateGPUPlacementArgs reports every invalid field of args, each with its
 // path, its value and what is allowed.
@@ -22,8 +19,8 @@ func ValidateGPUPlacementArgs(path *field.Path, args *config.GPUPlacementArgs) f
 	var errs field.ErrorList
 	s := &args.ScoringStrategy
 	sPath := path.Child("scoringStrategy")
-	if !contains(strategyTypes, string(s.Type)) {
-		errs = append(errs, field.NotSupported(sPath.Child("type"), s.Type, strategyTypes))
+	if _, err := gpu.LookupPolicy(string(s.Type)); err != nil {
+		errs = append(errs, field.Invalid(sPath.Child("type"), s.Type, err.Error()))
 	}
 	if len(s.Resources) == 0 {
 		errs = append(errs, field.Required(sPath.Child("resources"), "at least one resource to score"))

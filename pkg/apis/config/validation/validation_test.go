@@ -7,22 +7,23 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/gpusched/gpusched/pkg/apis/config"
+	"github.com/gpusched/gpusched/pkg/gpu"
 )
 
 func TestValidateGPUPlacementArgs(t *testing.T) {
-	gpu := func(w int64) config.ResourceSpec { return config.ResourceSpec{Name: config.ResourceGPU, Weight: w} }
+	gpuRes := func(w int64) config.ResourceSpec { return config.ResourceSpec{Name: config.ResourceGPU, Weight: w} }
 	tests := []struct {
 		name     string
 		strategy config.ScoringStrategy
 		want     []string // "field: type" of each error
 	}{
-		{name: "valid", strategy: config.ScoringStrategy{Type: config.Packing, Resources: []config.ResourceSpec{gpu(1), {Name: config.ResourceGPUMemory, Weight: 100}}}},
-		{name: "unknown type", strategy: config.ScoringStrategy{Type: "Tetris", Resources: []config.ResourceSpec{gpu(1)}},
-			want: []string{"args.scoringStrategy.type: Unsupported value"}},
-		{name: "no resources", strategy: config.ScoringStrategy{Type: config.BestFit},
+		{name: "valid", strategy: config.ScoringStrategy{Type: gpu.PolicyPacking, Resources: []config.ResourceSpec{gpuRes(1), {Name: config.ResourceGPUMemory, Weight: 100}}}},
+		{name: "unknown type", strategy: config.ScoringStrategy{Type: "Tetris", Resources: []config.ResourceSpec{gpuRes(1)}},
+			want: []string{"args.scoringStrategy.type: Invalid value"}},
+		{name: "no resources", strategy: config.ScoringStrategy{Type: gpu.PolicyBestFit},
 			want: []string{"args.scoringStrategy.resources: Required value"}},
-		{name: "unknown resource, duplicate, bad weights", strategy: config.ScoringStrategy{Type: config.BestFit, Resources: []config.ResourceSpec{
-			{Name: "cpu", Weight: 1}, gpu(0), gpu(101)}},
+		{name: "unknown resource, duplicate, bad weights", strategy: config.ScoringStrategy{Type: gpu.PolicyBestFit, Resources: []config.ResourceSpec{
+			{Name: "cpu", Weight: 1}, gpuRes(0), gpuRes(101)}},
 			want: []string{
 				"args.scoringStrategy.resources[0].name: Unsupported value",
 				"args.scoringStrategy.resources[1].weight: Invalid value",
@@ -75,7 +76,7 @@ func TestValidateFragmentation(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			args := &config.GPUPlacementArgs{
-				ScoringStrategy: config.ScoringStrategy{Type: config.FGD, Resources: []config.ResourceSpec{{Name: config.ResourceGPU, Weight: 1}}},
+				ScoringStrategy: config.ScoringStrategy{Type: gpu.PolicyFGD, Resources: []config.ResourceSpec{{Name: config.ResourceGPU, Weight: 1}}},
 				Fragmentation:   tt.frag,
 			}
 			var got []string

@@ -1,4 +1,4 @@
-package gang
+package gpugang
 
 import (
 	"context"
@@ -87,7 +87,7 @@ func (p *GPUGang) fitEmpty(key string, members []*v1.Pod, nodes []fwk.NodeInfo, 
 	}
 	for _, ni := range nodes {
 		if n := ni.Node(); n != nil {
-			fmt.Fprintf(h, "%s/%s;", n.Name, gang.InventorySignature(n))
+			fmt.Fprintf(h, "%s/%s;", n.Name, gpu.InventorySignature(n))
 		}
 	}
 	sum := h.Sum64()
@@ -118,7 +118,7 @@ func (p *GPUGang) computeFitEmpty(members []*v1.Pod, nodes []fwk.NodeInfo, minMe
 			ns = append(ns, n)
 		}
 	}
-	return gang.FitEmpty(ns, demands, minMember, p.policy)
+	return gang.FitEmpty(ns, demands, minMember)
 }
 
 // PreFilterExtensions implements fwk.PreFilterPlugin; the plugin has none.

@@ -1,4 +1,4 @@
-// Package gang is the GPUGang kube-scheduler plugin: all-or-nothing
+// Package gpugang is the GPUGang kube-scheduler plugin: all-or-nothing
 // placement of the pods of a PodGroup (scheduling.x-k8s.io/v1alpha1), with
 // the gang's GPUs kept on one interconnect group or topology domain where
 // they fit. It is a thin adapter from the scheduling framework to the core in
@@ -11,7 +11,7 @@
 // gang is complete, every waiting pod of the gang is rejected, so each
 // plugin's Unreserve (GPUPlacement's returns the GPUs to its ledger) runs and
 // the gang backs off (PostFilter, Unreserve).
-package gang
+package gpugang
 
 import (
 	"context"
@@ -29,8 +29,7 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/gpusched/gpusched/pkg/apis/config"
-	configv1 "github.com/gpusched/gpusched/pkg/apis/config/v1"
-	"github.com/gpusched/gpusched/pkg/apis/config/validation"
+	"github.com/gpusched/gpusched/pkg/apis/config/load"
 	"github.com/gpusched/gpusched/pkg/gang"
 	"github.com/gpusched/gpusched/pkg/gpu"
 	"github.com/gpusched/gpusched/pkg/podgroup"
@@ -60,9 +59,8 @@ type GPUGang struct {
 	podGroups cache.GenericLister
 	dynamic   dynamic.Interface
 
-	// policy places a gang on empty nodes (PreFilter); ledger is this
-	// plugin's view of the GPUs allocated on each node (PreScore).
-	policy gpu.Policy
+	// ledger is this plugin's view of the GPUs allocated on each node
+	// (PreScore).
 	ledger *gpu.Ledger
 
 	// fits caches each gang's fitEmpty result (a fitResult by gang key).
@@ -92,11 +90,7 @@ var (
 // for it up to podGroupSyncTimeout: without the PodGroup CRD installed the
 // cache stays empty, and gang pods are reported as naming no PodGroup.
 func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
-	args, err := argsFrom(obj)
-	if err != nil {
-		return nil, err
-	}
-	policy, err := gpu.NewPolicy(gpu.PolicyBestFit, gpu.DefaultWeights)
+	args, err := load.GPUGangArgs(obj)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", Name, err)
 	}
@@ -106,7 +100,7 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	}
 	p := &GPUGang{
 		handle: h, args: *args, now: time.Now, dynamic: dyn,
-		policy: policy, ledger: gpu.NewLedger(),
+		ledger:       gpu.NewLedger(),
 		reservations: gang.NewReservations(), backoff: gang.NewBackoff(nil),
 		reported: &reportedOnce{},
 	}
@@ -135,26 +129,6 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 		klog.FromContext(ctx).Error(nil, "PodGroups not listed; is the PodGroup CRD installed (deploy/crds)?", "plugin", Name, "resource", podgroup.Resource.String())
 	}
 	return p, nil
-}
-
-// argsFrom returns validated internal args.
-func argsFrom(obj runtime.Object) (*config.GPUGangArgs, error) {
-	var args *config.GPUGangArgs
-	switch a := obj.(type) {
-	case nil:
-		var external configv1.GPUGangArgs
-		configv1.SetDefaults_GPUGangArgs(&external)
-		args = &config.GPUGangArgs{}
-		configv1.Convert_v1_GPUGangArgs_To_config_GPUGangArgs(&external, args)
-	case *config.GPUGangArgs:
-		args = a
-	default:
-		return nil, fmt.Errorf("%s: want args of type GPUGangArgs, got %T", Name, obj)
-	}
-	if errs := validation.ValidateGPUGangArgs(nil, args); len(errs) > 0 {
-		return nil, fmt.Errorf("%s: invalid args: %w", Name, errs.ToAggregate())
-	}
-	return args, nil
 }
 
 // Name implements fwk.Plugin.

@@ -4,9 +4,11 @@ import (
 	"testing"
 
 	fwk "k8s.io/kube-scheduler/framework"
+
+	"github.com/gpusched/gpusched/pkg/gpu"
 )
 
-func TestMinMax(t *testing.T) {
+func TestRescaleMinMax(t *testing.T) {
 	tests := []struct {
 		name string
 		in   []int64
@@ -25,7 +27,7 @@ func TestMinMax(t *testing.T) {
 			for i, s := range tt.in {
 				list[i].Score = s
 			}
-			MinMax(list)
+			Rescale(list, gpu.RescaleMinMax)
 			for i := range list {
 				if list[i].Score != tt.want[i] {
 					t.Errorf("score %d = %d, want %d", i, list[i].Score, tt.want[i])

@@ -1,0 +1,39 @@
+package config
+
+import "github.com/gpusched/gpusched/pkg/gpu"
+
+// NewPolicy builds the placement policy that validated args select: its
+// resource weights, and for a policy that measures fragmentation
+// (gpu.PolicyInfo.NeedsShapes) the distribution of pod shapes the args
+// configure. Every front end builds its policy here, so the same args make
+// the same decisions in the plugin, the extender and the simulator.
+func (a *GPUPlacementArgs) NewPolicy() (*gpu.Policy, error) {
+	info, err := gpu.LookupPolicy(string(a.ScoringStrategy.Type))
+	if err != nil {
+		return nil, err
+	}
+	var cfg gpu.PolicyConfig
+	for _, r := range a.ScoringStrategy.Resources {
+		switch r.Name {
+		case ResourceGPU:
+			cfg.Weights.GPU = r.Weight
+		case ResourceGPUMemory:
+			cfg.Weights.Memory = r.Weight
+		}
+	}
+	if info.NeedsShapes {
+		cfg.Shapes = a.Fragmentation.NewShapeWindow()
+	}
+	return gpu.NewPolicy(info.Type, cfg)
+}
+
+// NewShapeWindow is the distribution of pod shapes f configures: its seed,
+// learned further with its half-life.
+func (f *Fragmentation) NewShapeWindow() *gpu.ShapeWindow {
+	seed := make([]gpu.TypicalPod, 0, len(f.TypicalPods))
+	for _, sh := range f.TypicalPods {
+		d := gpu.Demand{Count: int(sh.GPUs), Milli: sh.MilliGPU, Models: sh.Models, MilliCPU: sh.MilliCPU, HostMemoryMiB: sh.MemoryMiB}
+		seed = append(seed, gpu.TypicalPod{Demand: d, Weight: float64(sh.Weight)})
+	}
+	return gpu.NewShapeWindow(f.HalfLifePods, seed)
+}
