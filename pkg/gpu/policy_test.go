@@ -2,6 +2,7 @@ package gpu_test
 
 import (
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/gpusched/gpusched/pkg/gpu"
@@ -103,7 +104,7 @@ func TestPolicyChoose(t *testing.T) {
 }
 
 func TestNewPolicyRejects(t *testing.T) {
-	const allowed = "want one of BestFit, Spread, Packing, FGD, FragFit, Random, DotProd, GpuClustering, GpuPacking, BestFitCPUGPU"
+	allowed := "want one of " + strings.Join(gpu.PolicyNames(), ", ")
 	if _, err := gpu.NewPolicy("Tetris", gpu.PolicyConfig{}); err == nil || err.Error() != `unknown policy "Tetris": `+allowed {
 		t.Errorf("unknown type: err = %v, want one naming every policy", err)
 	}

@@ -59,7 +59,7 @@ var registry = []*PolicyInfo{
 		Summary: "Fragmentation Gradient Descent (Weng et al., ATC 2023): where the node's fragmentation for typical pods grows least",
 		build:   func(c PolicyConfig) Strategy { return fgd{c.Shapes} }},
 	{Type: PolicyFragFit, NeedsShapes: true, HostAware: true, Ordinal: true,
-		Summary: "gpusched's fragmentation-aware policy: FGD's measure with exact comparisons, best fit for what it leaves equal (the default)",
+		Summary: "gpusched's fragmentation-aware policy: FGD's measure with exact comparisons, best fit for what it leaves equal",
 		build:   func(c PolicyConfig) Strategy { return fragFit{c.Shapes} }},
 	{Type: PolicyRandom, HostAware: true,
 		Summary: "a pseudo-random feasible node and GPU (a baseline)",

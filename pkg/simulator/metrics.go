@@ -4,7 +4,6 @@ import (
 	"math"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gpusched/gpusched/pkg/gpu"
 )
@@ -87,29 +86,26 @@ func (c *curve) allocatedAt(k int) (pct float64, ok bool) {
 func round2(x float64) float64 { return math.RoundToEven(x*100) / 100 }
 
 // fragTracker keeps every node's GPU state and fragmentation current as pods
-// come and go, recomputing only the node that changed. It reads the pods'
-// assignment annotations through its own gpu.Ledger, as a restarted
-// scheduler would.
+// come and go, recomputing only the node that changed: each bound pod's
+// assignment annotation is added to or taken from its node's view
+// (gpu.NodeGPUs.With, Without), as a restarted scheduler's ledger would
+// count it.
 type fragTracker struct {
-	ledger  *gpu.Ledger
 	typical []gpu.TypicalPod
 	nodes   map[string]*trackedNode
 	total   float64
 }
 
 type trackedNode struct {
-	node       *v1.Node
-	generation int64
-	pods       map[types.UID]*v1.Pod
-	freeCPU    int64
-	frag       float64
-	view       *gpu.NodeGPUs
+	freeCPU int64
+	frag    float64
+	view    *gpu.NodeGPUs
 }
 
 func newFragTracker(nodes []*v1.Node, typical []gpu.TypicalPod) *fragTracker {
-	t := &fragTracker{ledger: gpu.NewLedger(), typical: typical, nodes: map[string]*trackedNode{}}
+	t := &fragTracker{typical: typical, nodes: map[string]*trackedNode{}}
 	for _, n := range nodes {
-		tn := &trackedNode{node: n, pods: map[types.UID]*v1.Pod{}, freeCPU: n.Status.Allocatable.Cpu().MilliValue()}
+		tn := &trackedNode{freeCPU: n.Status.Allocatable.Cpu().MilliValue(), view: gpu.EmptyNodeGPUs(n)}
 		t.nodes[n.Name] = tn
 		t.refresh(tn)
 	}
@@ -126,25 +122,24 @@ func (t *fragTracker) move(pod *v1.Pod, cpu int64, on bool) {
 	if tn == nil {
 		return
 	}
+	a, hasGPUs := gpu.AssignmentOf(pod)
+	hasGPUs = hasGPUs && a.Node == pod.Spec.NodeName // as the ledger counts it
+	switch {
+	case on && hasGPUs:
+		tn.view = tn.view.With(&a)
+	case hasGPUs:
+		tn.view = tn.view.Without(&a)
+	}
 	if on {
-		tn.pods[pod.UID] = pod
 		tn.freeCPU -= cpu
 	} else {
-		delete(tn.pods, pod.UID)
 		tn.freeCPU += cpu
 	}
 	t.refresh(tn)
 }
 
+// refresh recomputes the node's fragment from its view.
 func (t *fragTracker) refresh(tn *trackedNode) {
-	tn.generation++
-	tn.view = t.ledger.Node(tn.node, tn.generation, func(yield func(*v1.Pod) bool) {
-		for _, p := range tn.pods {
-			if !yield(p) {
-				return
-			}
-		}
-	})
 	t.total -= tn.frag
 	tn.frag = 0
 	if tn.view.Inventory != nil {
