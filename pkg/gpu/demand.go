@@ -26,10 +26,10 @@ type Demand struct {
 	// to case; empty means any model.
 	Models []string
 	// MilliCPU is the pod's CPU request, which host-aware policies weigh
-	// (see HostPolicy). The front end fills it in; DemandFromPod leaves it 0.
+	// (PolicyInfo.HostAware). Policy.Demand fills it in; DemandFromPod leaves it 0.
 	MilliCPU int64
 	// HostMemoryMiB is the pod's memory request in MiB, which FragFit weighs
-	// (the front end fills it in, as MilliCPU).
+	// (Policy.Demand fills it in, as MilliCPU).
 	HostMemoryMiB int64
 }
 

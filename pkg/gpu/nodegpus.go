@@ -26,7 +26,7 @@ type NodeGPUs struct {
 	// usedMilli is the sum of Used[i].Milli, each clamped to the GPU's capacity.
 	usedMilli int64
 	// idle is the set of GPUs with nothing allocated, and maxFreeMilli the
-	// most free milli-GPU of any GPU: summaries that let Candidates answer
+	// most free milli-GPU of any GPU: summaries that let Check answer
 	// unconstrained demands without reading every device (see summarize).
 	idle         DeviceSet
 	maxFreeMilli int64

@@ -62,8 +62,8 @@ type ResourceSpec struct {
 
 // The resources a scoring strategy can weigh.
 const (
-	ResourceGPU       = "nvidia.com/gpu"
-	ResourceGPUMemory = "gpusched.io/gpu-memory"
+	ResourceGPU       = string(gpu.ResourceGPU)
+	ResourceGPUMemory = gpu.AnnotationMemory
 )
 
 // DeepCopyInto copies a into out.

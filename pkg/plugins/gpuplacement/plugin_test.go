@@ -426,7 +426,7 @@ func TestInvalidInventoryEvent(t *testing.T) {
 	}
 }
 
-// TestScoreHostAware: a policy that weighs CPU (gpu.HostPolicy) scores pods
+// TestScoreHostAware: a policy that weighs CPU (gpu.PolicyInfo.HostAware) scores pods
 // without GPUs too, from the node's free CPU and the cluster's largest node,
 // and Reserve gives them no GPUs.
 func TestScoreHostAware(t *testing.T) {

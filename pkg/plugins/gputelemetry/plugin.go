@@ -313,7 +313,7 @@ func (p *GPUTelemetry) Score(ctx context.Context, state fwk.CycleState, pod *v1.
 func (p *GPUTelemetry) ScoreExtensions() fwk.ScoreExtensions { return p }
 
 // NormalizeScore rescales scores to 0..100, min-max over the feasible nodes
-// (gpu.Rescale), so telemetry decides among nodes however little they differ,
+// (gpu.RescaleMinMax), so telemetry decides among nodes however little they differ,
 // in proportion to the plugin's weight in the profile.
 func (p *GPUTelemetry) NormalizeScore(ctx context.Context, state fwk.CycleState, pod *v1.Pod, scores fwk.NodeScoreList) *fwk.Status {
 	normalize.Rescale(scores, gpu.RescaleMinMax)

@@ -1,7 +1,8 @@
 // Package scheme registers gpusched's plugin arguments into the
 // kube-scheduler's configuration scheme. Importing it is enough: a
 // KubeSchedulerConfiguration read by the kube-scheduler command then decodes,
-// defaults and converts GPUPlacementArgs and GPUGangArgs like any in-tree
+// defaults and converts GPUPlacementArgs, GPUTelemetryArgs and GPUGangArgs
+// like any in-tree
 // plugin's args.
 package scheme
 
