@@ -18,11 +18,13 @@ import (
 	internalcache "k8s.io/kubernetes/pkg/scheduler/backend/cache"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/queuesort"
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 	"k8s.io/kubernetes/pkg/scheduler/metrics"
 
 	"github.com/gpusched/gpusched/pkg/gpu"
 	gpuplugins "github.com/gpusched/gpusched/pkg/plugins"
+	"github.com/gpusched/gpusched/pkg/plugins/gpugang"
 	"github.com/gpusched/gpusched/pkg/plugins/gpuplacement"
 )
 
@@ -38,9 +40,14 @@ func Registry() frameworkruntime.Registry {
 	return r
 }
 
-// unsupportedPlugins need objects the simulator does not model (resource
-// claims); they are removed from simulated profiles.
-var unsupportedPlugins = []string{"DynamicResources"}
+// unsupportedPlugins need what the simulator does not model: resource claims
+// (DynamicResources), preemption (DefaultPreemption: a pod that fits
+// nowhere is dropped, as the FGD protocol measures, and nothing is evicted),
+// PodGroups (GPUGang: pods of a gang are placed one by one, as pods without
+// one). They are removed from simulated profiles, and with them the queue
+// sort GPUGang gives a profile, which the simulator, placing pods in
+// arrival order, does not use.
+var unsupportedPlugins = []string{"DynamicResources", "DefaultPreemption", gpugang.Name}
 
 // scheduler places pods one at a time through one profile's framework, the
 // way kube-scheduler's scheduling cycle does: PreFilter, Filter on every
@@ -124,6 +131,11 @@ func stripUnsupported(p *schedconfig.KubeSchedulerProfile) {
 				return slices.Contains(unsupportedPlugins, pl.Name)
 			})
 		}
+	}
+	if len(p.Plugins.QueueSort.Enabled) == 0 {
+		// The framework wants one queue sort; the simulator orders pods by arrival.
+		p.Plugins.QueueSort.Enabled = []schedconfig.Plugin{{Name: queuesort.Name}}
+		p.Plugins.QueueSort.Disabled = nil
 	}
 	p.PluginConfig = slices.DeleteFunc(p.PluginConfig, func(pc schedconfig.PluginConfig) bool {
 		return slices.Contains(unsupportedPlugins, pc.Name)
