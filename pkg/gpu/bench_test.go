@@ -40,8 +40,8 @@ func BenchmarkFitScore(b *testing.B) {
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			b.ReportAllocs()
+			req := gpu.Request{Demand: tc.demand}
 			for b.Loop() {
-				req := gpu.Request{Demand: tc.demand}
 				n := ledger.Node(node, 1, slices.Values(pods))
 				if fit := gpu.Check(n, &req); !fit.OK() {
 					b.Fatal(fit.Reasons)
@@ -145,8 +145,8 @@ func BenchmarkFragmentationScore(b *testing.B) {
 		} {
 			b.Run(p.name+"/"+tc.name, func(b *testing.B) {
 				b.ReportAllocs()
+				req := gpu.Request{Demand: tc.demand, Host: host}
 				for b.Loop() {
-					req := gpu.Request{Demand: tc.demand, Host: host}
 					chosen, _ := p.policy.Place(n, &req)
 					p.policy.Score(n, &req, chosen)
 				}

@@ -167,20 +167,22 @@ func (f Fit) OK() bool { return f.Reasons == 0 && f.Excluded == "" }
 // Check decides whether the request's demand fits n, without choosing GPUs:
 // what a front end's filter asks. A demand without GPUs always fits.
 func Check(n *NodeGPUs, req *Request) Fit {
-	d := &req.Demand
-	if d.IsZero() {
+	if req.Demand.IsZero() {
 		return Fit{}
 	}
-	free, reasons := candidates(n, d)
-	if reasons != 0 {
+	free, reasons := candidates(n, &req.Demand)
+	if reasons != 0 || req.Exclude == nil {
 		return Fit{Free: free, Reasons: reasons}
 	}
+	return withoutExcluded(n, req, free)
+}
+
+// withoutExcluded is the fit of a demand whose free GPUs are free, once
+// the GPUs req.Exclude names are left out.
+func withoutExcluded(n *NodeGPUs, req *Request, free DeviceSet) Fit {
 	excluded, why := excludedOf(req.Exclude, n)
-	if excluded == 0 {
-		return Fit{Free: free}
-	}
 	kept := free &^ excluded
-	if kept.Len() < d.Count {
+	if excluded != 0 && kept.Len() < req.Demand.Count {
 		return Fit{Free: kept, Excluded: why}
 	}
 	return Fit{Free: kept}

@@ -46,7 +46,7 @@ type Host struct {
 }
 
 // Strategy is what a policy implements: which GPUs to take, and how good a
-// placement is. Both are called only with a request whose demand fits the
+// placement is. A strategy must not keep req or anything it points to. Both are called only with a request whose demand fits the
 // node (Check), except that Score is also called for a demand without GPUs
 // (chosen empty) when the policy is host-aware.
 type Strategy interface {
@@ -90,7 +90,7 @@ func (p *Policy) Place(n *NodeGPUs, req *Request) (chosen DeviceSet, fit Fit) {
 	if !fit.OK() {
 		return 0, fit
 	}
-	return p.strategy.Choose(n, req, fit.Free), fit
+	return p.choose(n, req, fit.Free), fit
 }
 
 // Score rates placing the request's demand on the chosen GPUs of n (as
@@ -100,7 +100,7 @@ func (p *Policy) Score(n *NodeGPUs, req *Request, chosen DeviceSet) int64 {
 	if req.Demand.IsZero() && !p.info.HostAware {
 		return 0
 	}
-	return p.strategy.Score(n, req, chosen)
+	return p.score(n, req, chosen)
 }
 
 // Demand is the pod's demand as this policy needs it: the GPU demand

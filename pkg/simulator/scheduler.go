@@ -124,6 +124,7 @@ func stripUnsupported(p *schedconfig.KubeSchedulerProfile) {
 	if p.Plugins == nil {
 		return
 	}
+	hadQueueSort := len(p.Plugins.QueueSort.Enabled) > 0
 	points := reflect.ValueOf(p.Plugins).Elem()
 	for i := range points.NumField() {
 		if set, ok := points.Field(i).Addr().Interface().(*schedconfig.PluginSet); ok {
@@ -132,7 +133,7 @@ func stripUnsupported(p *schedconfig.KubeSchedulerProfile) {
 			})
 		}
 	}
-	if len(p.Plugins.QueueSort.Enabled) == 0 {
+	if hadQueueSort && len(p.Plugins.QueueSort.Enabled) == 0 {
 		// The framework wants one queue sort; the simulator orders pods by arrival.
 		p.Plugins.QueueSort.Enabled = []schedconfig.Plugin{{Name: queuesort.Name}}
 		p.Plugins.QueueSort.Disabled = nil
