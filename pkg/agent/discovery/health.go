@@ -72,20 +72,26 @@ func NewHealth() *Health {
 	return &Health{marks: map[string]string{}, changed: make(chan struct{}, 1)}
 }
 
-// Mark records uuid as unhealthy for reason; the first reason is kept.
-// It reports whether the mark is new.
-func (h *Health) Mark(uuid, reason string) bool {
+// Mark records the devices uuids as unhealthy for reason, all at once (a
+// reader never sees some of them marked and not the others); a device
+// already marked keeps its first reason. It returns the devices newly marked.
+func (h *Health) Mark(reason string, uuids ...string) []string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if _, ok := h.marks[uuid]; ok {
-		return false
+	var added []string
+	for _, u := range uuids {
+		if _, ok := h.marks[u]; !ok {
+			h.marks[u] = reason
+			added = append(added, u)
+		}
 	}
-	h.marks[uuid] = reason
-	select {
-	case h.changed <- struct{}{}:
-	default:
+	if len(added) > 0 {
+		select {
+		case h.changed <- struct{}{}:
+		default:
+		}
 	}
-	return true
+	return added
 }
 
 // Reason is why uuid is unhealthy, or "" when it is healthy.
@@ -180,10 +186,8 @@ func (w *XIDWatcher) handle(ctx context.Context, m *Machine, e nvml.EventData) {
 		now = w.Now
 	}
 	reason := fmt.Sprintf("XID %d at %s", e.EventData, now().UTC().Format(time.RFC3339))
-	for _, target := range targets(m, uuid, e.GpuInstanceId) {
-		if w.Health.Mark(target, reason) {
-			logger.Info("GPU marked unhealthy", "device", target, "reason", reason)
-		}
+	if added := w.Health.Mark(reason, targets(m, uuid, e.GpuInstanceId)...); len(added) > 0 {
+		logger.Info("devices marked unhealthy", "devices", added, "reason", reason)
 	}
 }
 

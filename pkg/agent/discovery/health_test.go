@@ -79,8 +79,8 @@ func TestNVMLXIDMarksUnhealthy(t *testing.T) {
 			if !reflect.DeepEqual(critical, []bool{tt.wantCritical}) || seen[0] != tt.xid {
 				t.Fatalf("OnXID saw %v critical %v, want [%d] [%v]", seen, critical, tt.xid, tt.wantCritical)
 			}
-			if len(tt.wantUnhealthy) > 0 {
-				waitFor(t, func() bool { return strings.Contains(annotation(t, client), "unhealthy") })
+			if n := len(tt.wantUnhealthy); n > 0 {
+				waitFor(t, func() bool { return strings.Count(annotation(t, client), `"unhealthy"`) == n })
 			} else {
 				time.Sleep(50 * time.Millisecond) // give a wrong mark the time to show
 			}
