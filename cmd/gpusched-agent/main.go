@@ -196,7 +196,8 @@ func nodeClient(kubeconfig string) (corev1.NodeInterface, error) {
 
 // countDevices keeps the devices gauge equal to the published inventory.
 func countDevices(ctx context.Context, store *discovery.Store, m *metrics.Metrics) {
-	changed := store.Subscribe()
+	changed, unsubscribe := store.Subscribe()
+	defer unsubscribe()
 	for {
 		if snap := store.Current(); snap != nil {
 			unhealthy := 0

@@ -184,7 +184,8 @@ func (p *Plugin) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (*plu
 // device per inventory entry, ID its UUID, Unhealthy when the agent marked it
 // (the kubelet then stops counting it in allocatable), with its NUMA node.
 func (p *Plugin) ListAndWatch(_ *pluginapi.Empty, stream grpc.ServerStreamingServer[pluginapi.ListAndWatchResponse]) error {
-	changed := p.store.Subscribe()
+	changed, unsubscribe := p.store.Subscribe()
+	defer unsubscribe()
 	for {
 		if err := stream.Send(&pluginapi.ListAndWatchResponse{Devices: Devices(p.store.Current())}); err != nil {
 			return err

@@ -212,7 +212,8 @@ func TestNVMLGPUVanishes(t *testing.T) {
 	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName}}
 	client := fake.NewClientset(node)
 	store := &discovery.Store{}
-	changes := store.Subscribe()
+	changes, unsubscribe := store.Subscribe()
+	defer unsubscribe()
 	p := &discovery.Publisher{Lib: m, Nodes: client.CoreV1().Nodes(), NodeName: nodeName, Store: store, Health: discovery.NewHealth()}
 	if _, err := p.Sync(context.Background()); err != nil {
 		t.Fatal(err)

@@ -2,6 +2,7 @@ package discovery
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -125,11 +126,16 @@ func (s *Store) Set(snap *Snapshot) {
 }
 
 // Subscribe returns a channel that receives after each Set (coalesced: a
-// reader that falls behind sees one notification and then reads Current).
-func (s *Store) Subscribe() <-chan struct{} {
+// reader that falls behind sees one notification and then reads Current),
+// and a function that ends the subscription.
+func (s *Store) Subscribe() (<-chan struct{}, func()) {
 	c := make(chan struct{}, 1)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.subs = append(s.subs, c)
-	return c
+	return c, func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.subs = slices.DeleteFunc(s.subs, func(x chan struct{}) bool { return x == c })
+	}
 }

@@ -52,8 +52,13 @@ type runtime struct {
 
 func startRuntime(t testing.TB) *runtime {
 	t.Helper()
+	return startRuntimeIn(t, t.TempDir())
+}
+
+// startRuntimeIn starts the runtime side with its socket in dir.
+func startRuntimeIn(t testing.TB, dir string) *runtime {
+	t.Helper()
 	logrus.SetLevel(logrus.ErrorLevel)
-	dir := t.TempDir()
 	r := &runtime{t: t, socket: filepath.Join(dir, "nri.sock"), pods: map[string]*api.PodSandbox{}, ctrs: map[string]*api.Container{}}
 	if len(r.socket) > 100 {
 		t.Fatalf("socket path %s is too long for a unix socket", r.socket)

@@ -74,13 +74,14 @@ func New(cfg Config, store *discovery.Store, m *metrics.Metrics) (*Plugin, error
 // Run connects to the runtime's NRI socket and serves until ctx is done,
 // reconnecting (after a pause of retry) when the runtime restarts or is not
 // up yet. The plugin asks the runtime to fail a request it cannot answer in
-// time rather than create the container without it.
-func (p *Plugin) Run(ctx context.Context, socket string, retry time.Duration) error {
+// time rather than create the container without it. opts are passed to the
+// NRI stub after the plugin's own.
+func (p *Plugin) Run(ctx context.Context, socket string, retry time.Duration, opts ...stub.Option) error {
 	logger := klog.FromContext(ctx)
-	s, err := stub.New(p,
+	s, err := stub.New(p, append([]stub.Option{
 		stub.WithPluginName(PluginName), stub.WithPluginIdx(PluginIndex), stub.WithSocketPath(socket),
 		stub.WithFailurePolicy(&api.FailurePolicy{FailRequest: true}),
-		stub.WithOnClose(func() { p.ready.Store(false) }))
+		stub.WithOnClose(func() { p.ready.Store(false) })}, opts...)...)
 	if err != nil {
 		return fmt.Errorf("NRI plugin: %w", err)
 	}

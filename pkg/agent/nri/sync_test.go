@@ -2,12 +2,15 @@ package nri_test
 
 import (
 	"context"
+	"net"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/containerd/nri/pkg/api"
+	"github.com/containerd/nri/pkg/stub"
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/gpusched/gpusched/pkg/agent/metrics"
@@ -86,6 +89,59 @@ func TestNRIAgentRestartSynchronize(t *testing.T) {
 	}
 	if got := p.Containers(); len(got) != 4 || got[1].ID != "c3" {
 		t.Fatalf("view after c2 stopped: %+v", got)
+	}
+}
+
+// TestNRIReconnectsAfterRuntimeRestart: when the runtime restarts, the
+// agent's plugin notices, reconnects to the new runtime on the same socket,
+// synchronizes and handles containers again.
+func TestNRIReconnectsAfterRuntimeRestart(t *testing.T) {
+	dir := t.TempDir()
+	r := startRuntimeIn(t, dir)
+	p, err := agentnri.New(agentnri.Config{NodeName: thisNode, Mode: agentnri.ModeEnv}, eightGPUs(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The plugin's connections, so the test can cut them as a runtime that
+	// exits does (the in-process adaptation's Stop leaves them open).
+	var mu sync.Mutex
+	var conns []net.Conn
+	dial := stub.WithDialer(func(path string) (net.Conn, error) {
+		c, err := net.Dial("unix", path)
+		if err == nil {
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+		return c, err
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = p.Run(ctx, r.socket, 20*time.Millisecond, dial); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	waitReady(t, p)
+
+	r.nri.Stop()
+	mu.Lock()
+	for _, c := range conns {
+		c.Close()
+	}
+	mu.Unlock()
+	deadline := time.Now().Add(5 * time.Second)
+	for p.Ready() {
+		if time.Now().After(deadline) {
+			t.Fatal("the plugin still reports ready 5s after the runtime stopped")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	r2 := startRuntimeIn(t, dir)
+	waitReady(t, p)
+	adj, err := r2.create(pod("ml", "after", map[string]string{gpu.AnnotationAssigned: "node=" + thisNode + ";gpus=3"}), container("c"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if env := adj.GetEnv(); len(env) != 1 || env[0].GetValue() != uuid(3) {
+		t.Fatalf("after the runtime restart the container got %v, want NVIDIA_VISIBLE_DEVICES=%s", env, uuid(3))
 	}
 }
 
