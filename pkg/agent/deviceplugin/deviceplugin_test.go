@@ -1,0 +1,209 @@
+package deviceplugin_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/gpusched/gpusched/pkg/agent/deviceplugin"
+	"github.com/gpusched/gpusched/pkg/agent/discovery"
+	agentnri "github.com/gpusched/gpusched/pkg/agent/nri"
+	"github.com/gpusched/gpusched/pkg/gpu"
+)
+
+// kubelet is a test registration server speaking the kubelet's device
+// plugin API on <dir>/kubelet.sock.
+type kubelet struct {
+	pluginapi.UnimplementedRegistrationServer
+	registered chan *pluginapi.RegisterRequest
+}
+
+func (k *kubelet) Register(_ context.Context, req *pluginapi.RegisterRequest) (*pluginapi.Empty, error) {
+	k.registered <- req
+	return &pluginapi.Empty{}, nil
+}
+
+func startKubelet(t *testing.T, dir string) *kubelet {
+	t.Helper()
+	lis, err := net.Listen("unix", filepath.Join(dir, "kubelet.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := &kubelet{registered: make(chan *pluginapi.RegisterRequest, 4)}
+	srv := grpc.NewServer()
+	pluginapi.RegisterRegistrationServer(srv, k)
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	return k
+}
+
+func devices(unhealthy map[int]string) []gpu.Device {
+	out := make([]gpu.Device, 4)
+	for i := range out {
+		out[i] = gpu.Device{Index: i, UUID: fmt.Sprintf("GPU-%d", i), Model: "NVIDIA-L4", MemoryMiB: 23034, Unhealthy: unhealthy[i]}
+	}
+	return out
+}
+
+func setDevices(t *testing.T, store *discovery.Store, unhealthy map[int]string) {
+	t.Helper()
+	snap, err := discovery.SnapshotOf(devices(unhealthy))
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap.NUMANodes = []int{0, 0, 1, -1}
+	store.Set(snap)
+}
+
+func runPlugin(t *testing.T, cfg deviceplugin.Config, store *discovery.Store) (done chan struct{}, stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done = make(chan struct{})
+	go func() { _ = deviceplugin.New(cfg, store).Run(ctx); close(done) }()
+	stop = func() { cancel(); <-done }
+	t.Cleanup(stop)
+	return done, stop
+}
+
+// TestDevicePluginListAndWatch: the plugin registers nvidia.com/gpu with
+// the kubelet, lists the node's devices as healthy with their NUMA nodes,
+// reports an XID-marked device Unhealthy, and its Allocate names no device.
+func TestDevicePluginListAndWatch(t *testing.T) {
+	dir := t.TempDir()
+	k := startKubelet(t, dir)
+	store := &discovery.Store{}
+	setDevices(t, store, nil)
+	runPlugin(t, deviceplugin.Config{Dir: dir, CheckInterval: 20 * time.Millisecond}, store)
+
+	var req *pluginapi.RegisterRequest
+	select {
+	case req = <-k.registered:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the plugin did not register within 5s")
+	}
+	if req.ResourceName != "nvidia.com/gpu" || req.Version != pluginapi.Version || req.Endpoint != "gpusched-gpu.sock" {
+		t.Fatalf("registered %+v", req)
+	}
+	conn, err := grpc.NewClient("unix://"+filepath.Join(dir, req.Endpoint), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	client := pluginapi.NewDevicePluginClient(conn)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	stream, err := client.ListAndWatch(ctx, &pluginapi.Empty{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	health := func() ([]string, []*pluginapi.Device) {
+		t.Helper()
+		resp, err := stream.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var hs []string
+		for _, d := range resp.Devices {
+			hs = append(hs, d.ID+"="+d.Health)
+		}
+		return hs, resp.Devices
+	}
+	got, devs := health()
+	if want := fmt.Sprint([]string{"GPU-0=Healthy", "GPU-1=Healthy", "GPU-2=Healthy", "GPU-3=Healthy"}); fmt.Sprint(got) != want {
+		t.Fatalf("devices %v, want %s", got, want)
+	}
+	if devs[2].Topology.GetNodes()[0].GetID() != 1 || devs[3].Topology != nil {
+		t.Errorf("topology %v / %v, want NUMA node 1 / none", devs[2].Topology, devs[3].Topology)
+	}
+
+	setDevices(t, store, map[int]string{1: "XID 79 at 2026-11-24T10:02:11Z"})
+	got, _ = health()
+	if want := fmt.Sprint([]string{"GPU-0=Healthy", "GPU-1=Unhealthy", "GPU-2=Healthy", "GPU-3=Healthy"}); fmt.Sprint(got) != want {
+		t.Fatalf("after XID: devices %v, want %s", got, want)
+	}
+
+	alloc, err := client.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{"GPU-2", "GPU-3"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := alloc.ContainerResponses[0]
+	if len(r.Envs) != 1 || r.Envs[agentnri.EnvDevicePluginGPUs] != "2" || len(r.Devices) != 0 || len(r.Mounts) != 0 || len(r.CdiDevices) != 0 {
+		t.Fatalf("Allocate answered %+v, want only %s=2", r, agentnri.EnvDevicePluginGPUs)
+	}
+}
+
+// TestDevicePluginReregistersAfterKubeletRestart: the kubelet removes plugin
+// sockets when it restarts; the plugin notices and registers again.
+func TestDevicePluginReregistersAfterKubeletRestart(t *testing.T) {
+	dir := t.TempDir()
+	k := startKubelet(t, dir)
+	store := &discovery.Store{}
+	setDevices(t, store, nil)
+	runPlugin(t, deviceplugin.Config{Dir: dir, CheckInterval: 20 * time.Millisecond}, store)
+	for round := range 2 {
+		select {
+		case <-k.registered:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("registration %d did not come within 5s", round+1)
+		}
+		if round == 0 {
+			if err := os.Remove(filepath.Join(dir, "gpusched-gpu.sock")); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+// TestDevicePluginStepsAsideForNVIDIA: with NVIDIA's device plugin
+// listening in the directory the agent does not register, and Run returns.
+func TestDevicePluginStepsAsideForNVIDIA(t *testing.T) {
+	dir := t.TempDir()
+	k := startKubelet(t, dir)
+	lis, err := net.Listen("unix", filepath.Join(dir, "nvidia-gpu.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lis.Close()
+	if got := deviceplugin.NVIDIAPlugin(dir); got != filepath.Join(dir, "nvidia-gpu.sock") {
+		t.Fatalf("NVIDIAPlugin = %q", got)
+	}
+	store := &discovery.Store{}
+	setDevices(t, store, nil)
+	done, _ := runPlugin(t, deviceplugin.Config{Dir: dir}, store)
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run did not return")
+	}
+	select {
+	case req := <-k.registered:
+		t.Fatalf("registered %+v beside NVIDIA's plugin", req)
+	default:
+	}
+
+	// A stale socket file nobody listens on is not NVIDIA's plugin.
+	lis.Close()
+	stale := filepath.Join(dir, "nvidia.sock")
+	if err := os.WriteFile(stale, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got := deviceplugin.NVIDIAPlugin(dir); got != "" {
+		t.Fatalf("NVIDIAPlugin = %q for files nobody listens on", got)
+	}
+}
+
+// TestDevicePluginEnvMatchesNRI: Allocate's marker is the variable the NRI
+// plugin looks for.
+func TestDevicePluginEnvMatchesNRI(t *testing.T) {
+	if deviceplugin.EnvGPUs != agentnri.EnvDevicePluginGPUs {
+		t.Fatalf("device plugin sets %s, NRI plugin reads %s", deviceplugin.EnvGPUs, agentnri.EnvDevicePluginGPUs)
+	}
+}
