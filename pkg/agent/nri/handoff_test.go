@@ -40,7 +40,7 @@ func TestNRIHandoff(t *testing.T) {
 	r := startRuntime(t)
 	startAgent(t, r, agentnri.Config{NodeName: node, Mode: agentnri.ModeEnv}, store)
 
-	policy, err := gpu.NewPolicy(gpu.PolicyBestFit, gpu.DefaultWeights)
+	policy, err := gpu.NewPolicy(gpu.DefaultPolicy, gpu.PolicyConfig{Shapes: gpu.NewShapeWindow(0, nil)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,13 +57,13 @@ func TestNRIHandoff(t *testing.T) {
 	for gen, w := range pods {
 		p := w.Obj()
 		view := ledger.Node(nodeObj, int64(gen), slices.Values(bound))
-		d, err := gpu.DemandFromPod(p)
+		d, err := policy.Demand(p)
 		if err != nil {
 			t.Fatal(err)
 		}
-		chosen, reasons := gpu.Place(view, &d, policy)
-		if reasons != 0 {
-			t.Fatalf("%s does not fit: %v", p.Name, reasons)
+		chosen, fit := policy.Place(view, &gpu.Request{Demand: d})
+		if !fit.OK() {
+			t.Fatalf("%s does not fit: %v", p.Name, fit.Reasons)
 		}
 		a := gpu.NewAssignment(view, &d, chosen)
 		p = w.Node(node).Assigned(a).Obj()
