@@ -140,8 +140,10 @@ func InventorySignature(node *v1.Node) string {
 //     ["nvidia.com/gpu"] or, when that is absent, nvidia.com/gpu.count.
 //
 // When both the annotation and the allocatable count are present they must
-// agree: a GPU the device plugin withdrew cannot be told apart from the others,
-// so a mismatch is an error rather than a guess. A node with neither source has
+// agree: the count is every GPU listed, or every GPU not marked unhealthy (a
+// device plugin withdraws unhealthy GPUs from allocatable). Any other count
+// means a GPU was withdrawn that cannot be told apart from the others, so it
+// is an error rather than a guess. A node with neither source has
 // an empty inventory and a nil error.
 func InventoryFromNode(node *v1.Node) (*Inventory, error) {
 	allocatable, hasAllocatable := node.Status.Allocatable[ResourceGPU]
@@ -155,9 +157,10 @@ func InventoryFromNode(node *v1.Node) (*Inventory, error) {
 		if err != nil {
 			return nil, invalid(AnnotationDevices, raw, err.Error())
 		}
-		if hasAllocatable && allocatable.Value() != int64(len(devices)) {
+		if n := allocatable.Value(); hasAllocatable && n != int64(len(devices)) && n != int64(len(devices)-inv.unhealthy.Len()) {
 			return nil, invalid(AnnotationDevices, raw, fmt.Sprintf(
-				"lists %d GPUs but status.allocatable[%s] is %d; the two must agree", len(devices), ResourceGPU, allocatable.Value()))
+				"lists %d GPUs (%d healthy) but status.allocatable[%s] is %d; it must count every GPU listed, or the healthy ones",
+				len(devices), len(devices)-inv.unhealthy.Len(), ResourceGPU, n))
 		}
 		return inv, nil
 	}

@@ -61,6 +61,18 @@ func TestInventoryFromNode(t *testing.T) {
 			wantErr: gpu.AnnotationDevices,
 		},
 		{
+			// The device plugin withdrew the unhealthy GPU: 2 listed, 1 healthy, allocatable 1.
+			name: "allocatable counting only the healthy GPUs",
+			node: gt.MakeGPUNode("n").Devices(gpu.Device{Index: 0}, gpu.Device{Index: 1, Unhealthy: "XID 79"}).AllocatableGPUs(1),
+			want: []gpu.Device{{Index: 0}, {Index: 1, Unhealthy: "XID 79"}},
+		},
+		{
+			// 3 listed, 2 healthy: allocatable 1 is neither.
+			name:    "allocatable below the healthy GPUs",
+			node:    gt.MakeGPUNode("n").Devices(gpu.Device{Index: 0}, gpu.Device{Index: 1}, gpu.Device{Index: 2, Unhealthy: "XID 48"}).AllocatableGPUs(1),
+			wantErr: gpu.AnnotationDevices,
+		},
+		{
 			name:    "annotation disagreeing with allocatable",
 			node:    gt.MakeGPUNode("n").Devices(gpu.Device{Index: 0}, gpu.Device{Index: 1}).AllocatableGPUs(1),
 			wantErr: gpu.AnnotationDevices,
