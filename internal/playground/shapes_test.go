@@ -106,11 +106,12 @@ func TestNodes(t *testing.T) {
 }
 
 // TestAgentDiscoversShapes: the node agent's discovery on a shape's mock
-// machine finds the shape's GPUs: go-nvml's A100-SXM4-80GB mock (NVML's
-// product name, all NVLink peers) for A100-80GB, and for T4-16GB, which
-// go-nvml does not mock, plain GPUs under the shape's own model name.
+// machine finds the shape's GPUs: go-nvml's mock of the model when it has
+// one (NVML's product name; SXM GPUs all NVLink peers), matched without
+// regard to case, and for T4-16GB, which go-nvml does not mock, plain GPUs
+// under the shape's own model name.
 func TestAgentDiscoversShapes(t *testing.T) {
-	shapes, err := ParseNodeShapes("1xA100-80GB:8,1xT4-16GB:4")
+	shapes, err := ParseNodeShapes("1xA100-80GB:8,1xT4-16GB:4,1xH200-141GB:2,1xa30-24GB:2")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,6 +121,8 @@ func TestAgentDiscoversShapes(t *testing.T) {
 	}{
 		{model: "NVIDIA-A100-SXM4-80GB", group: "nvlink-0"},
 		{model: "T4-16GB", group: ""},
+		{model: "NVIDIA-H200-141GB-HBM3e", group: "nvlink-0"},
+		{model: "NVIDIA-A30-PCIE-24GB", group: ""}, // a PCIe card: no NVLink
 	} {
 		s := shapes[k]
 		if got := s.GPUModel(); got != tc.model {
