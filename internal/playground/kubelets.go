@@ -12,11 +12,12 @@ import (
 	nodeheartbeat "sigs.k8s.io/kwok/kustomize/stage/node/heartbeat"
 	podfast "sigs.k8s.io/kwok/kustomize/stage/pod/fast"
 	"sigs.k8s.io/kwok/pkg/apis/internalversion"
+	"sigs.k8s.io/kwok/pkg/apis/v1alpha1"
 	kwokclient "sigs.k8s.io/kwok/pkg/client/clientset/versioned"
-	"sigs.k8s.io/kwok/pkg/config"
 	"sigs.k8s.io/kwok/pkg/kwok/controllers"
 	"sigs.k8s.io/kwok/pkg/log"
 	"sigs.k8s.io/kwok/pkg/utils/client"
+	"sigs.k8s.io/yaml"
 )
 
 // AnnotationRunTime on a pod is how long it runs once Running before the
@@ -89,7 +90,7 @@ func stages() (map[internalversion.StageResourceRef][]*internalversion.Stage, er
 		podfast.DefaultPodDelete,
 		runTimeStage,
 	} {
-		stage, err := config.UnmarshalWithType[*internalversion.Stage](raw)
+		stage, err := parseStage(raw)
 		if err != nil {
 			return nil, fmt.Errorf("parsing a kwok stage: %w", err)
 		}
@@ -97,6 +98,20 @@ func stages() (map[internalversion.StageResourceRef][]*internalversion.Stage, er
 		out[ref] = append(out[ref], stage)
 	}
 	return out, nil
+}
+
+// parseStage reads one kwok Stage (YAML, kwok.x-k8s.io/v1alpha1) into kwok's
+// internal form, as kwok's own config loader does for a Stage. That loader
+// (sigs.k8s.io/kwok/pkg/config) is not used because it links Go's plugin
+// package (through kustomize), which makes the binary bind every C symbol
+// at start, and go-nvml's symbols (the node agents' mock NVML) are only
+// there on a machine with NVIDIA's driver.
+func parseStage(raw string) (*internalversion.Stage, error) {
+	var stage v1alpha1.Stage
+	if err := yaml.UnmarshalStrict([]byte(raw), &stage); err != nil {
+		return nil, err
+	}
+	return internalversion.ConvertToInternalStage(&stage)
 }
 
 // startKubelets runs kwok's controllers in-process as the kubelets of every

@@ -1,8 +1,10 @@
 // Package playground runs gpusched on a laptop: an in-process control plane
 // (internal/controlplane), simulated GPU nodes whose kubelets are kwok's
-// controllers, and the gpusched scheduler with the example configuration.
-// With Demo set it places a sample workload and prints where every pod went;
-// otherwise it serves until its context ends, for kubectl.
+// controllers and whose GPUs the node agent discovers on go-nvml's mock
+// machines (internal/simnode), and the gpusched scheduler with the example
+// configuration. With Demo set it places a sample workload and prints where
+// every pod went and which GPUs the agent gives its containers; otherwise it
+// serves until its context ends, for kubectl.
 package playground
 
 import (
@@ -22,6 +24,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpusched/gpusched/internal/controlplane"
+	"github.com/gpusched/gpusched/internal/simnode"
 	_ "github.com/gpusched/gpusched/pkg/apis/config/scheme" // GPUPlacementArgs in the configuration scheme
 	"github.com/gpusched/gpusched/pkg/plugins"
 )
@@ -80,9 +83,10 @@ func Run(ctx context.Context, opts Options, out io.Writer) error {
 	}
 	if !opts.Verbose {
 		// Real failures show in the result (a pod pending with its reason,
-		// or an error); the control plane's benign error lines would only
-		// distract.
+		// a container the agent refused, or an error); the control plane's
+		// and NRI's benign log lines would only distract.
 		controlplane.QuietKlog("FATAL")
+		simnode.QuietNRILogs()
 	}
 
 	dir, err := os.MkdirTemp("", "gpusched-playground-")
@@ -129,6 +133,13 @@ func Run(ctx context.Context, opts Options, out io.Writer) error {
 	}
 	fmt.Fprintf(out, "%d simulated GPU nodes (%s) Ready after %s.\n", len(nodes), shapesString(opts.Shapes), since(start))
 
+	agents, err := startAgents(ctx, cp.RestConfig, filepath.Join(dir, "nri"), opts.Shapes, nodes)
+	if err != nil {
+		return err
+	}
+	defer agents.stop()
+	fmt.Fprintf(out, "Node agents published %d GPUs (gpusched.io/gpu-devices, discovered on mock NVML) after %s.\n", countGPUs(opts.Shapes), since(start))
+
 	sched, err := controlplane.StartScheduler(ctx, configPath, plugins.CommandOptions()...)
 	if err != nil {
 		return err
@@ -137,7 +148,7 @@ func Run(ctx context.Context, opts Options, out io.Writer) error {
 	fmt.Fprintf(out, "Scheduler %q running after %s.\n", schedulerName, since(start))
 
 	if opts.Demo {
-		return runDemo(ctx, cp.Client, opts, schedulerName, start, out)
+		return runDemo(ctx, cp.Client, agents, opts, schedulerName, start, out)
 	}
 	fmt.Fprintf(out, `
 The playground is up. In another terminal:
@@ -157,9 +168,10 @@ Press Ctrl-C to stop.
 	return nil
 }
 
-// runDemo submits the demo's pods, waits until every one has settled, and
-// writes the table.
-func runDemo(ctx context.Context, client kubernetes.Interface, opts Options, schedulerName string, start time.Time, out io.Writer) error {
+// runDemo submits the demo's pods, waits until every one has settled,
+// creates the bound pods' containers through their nodes' runtimes (where
+// the node agents give them their GPUs), and writes the table.
+func runDemo(ctx context.Context, client kubernetes.Interface, agents agents, opts Options, schedulerName string, start time.Time, out io.Writer) error {
 	pods := DemoPods(opts.Shapes, schedulerName)
 	for _, p := range pods {
 		if _, err := client.CoreV1().Pods(p.Namespace).Create(ctx, p, metav1.CreateOptions{}); err != nil {
@@ -202,7 +214,7 @@ func runDemo(ctx context.Context, client kubernetes.Interface, opts Options, sch
 		return fmt.Errorf("pods %v did not settle within %v", waiting, timeout)
 	}
 	fmt.Fprintf(out, "First pod placed %s after start; all pods settled after %s.\n\n", firstPlaced.Round(10*time.Millisecond), since(start))
-	return WriteTable(out, current)
+	return WriteTable(out, current, agents.devices(ctx, current))
 }
 
 // writeSchedulerConfig writes the scheduler's configuration file: config
@@ -273,6 +285,14 @@ func shapesString(shapes []NodeShape) string {
 		s += sh.String()
 	}
 	return s
+}
+
+func countGPUs(shapes []NodeShape) int {
+	n := 0
+	for _, s := range shapes {
+		n += s.Count * s.GPUs
+	}
+	return n
 }
 
 func since(t time.Time) time.Duration { return time.Since(t).Round(10 * time.Millisecond) }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -16,12 +17,14 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/gpusched/gpusched/pkg/agent/nvmlmock"
 	"github.com/gpusched/gpusched/pkg/gpu"
 )
 
 // TestDemo runs what `gpusched-playground --demo` runs and checks that it
-// succeeds and prints every pod's placement, and why the pod that cannot fit
-// is pending.
+// succeeds and prints every pod's placement, the GPUs the node agent gives
+// its containers (exactly those of its assignment), and why the pod that
+// cannot fit is pending.
 func TestDemo(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -40,9 +43,12 @@ func TestDemo(t *testing.T) {
 	rows := map[string][]string{} // pod name -> the row's columns, split on 2+ spaces
 	for _, line := range strings.Split(out.String(), "\n") {
 		cols := splitColumns(line)
-		if len(cols) == 5 {
+		if len(cols) == 6 {
 			rows[cols[0]] = cols
 		}
+	}
+	if !strings.Contains(out.String(), "Node agents published 32 GPUs") {
+		t.Errorf("the output does not say that the node agents published the 5 nodes' 8+8+8+4+4 = 32 GPUs")
 	}
 	for _, p := range DemoPods(opts.Shapes, "gpusched") {
 		row, ok := rows[p.Name]
@@ -67,15 +73,69 @@ func TestDemo(t *testing.T) {
 		}
 	}
 	for _, name := range []string{"notebook-0", "notebook-1", "notebook-2"} {
-		if gpus := rows[name]; len(gpus) == 5 && !strings.HasSuffix(gpus[3], "(250m, 10 GiB)") {
+		if gpus := rows[name]; len(gpus) == 6 && !strings.HasSuffix(gpus[3], "(250m, 10 GiB)") {
 			t.Errorf("%s: GPUs %q, want a 250m share with 10 GiB", name, gpus[3])
 		}
 	}
-	if row := rows["inference"]; len(row) == 5 && !strings.HasPrefix(row[2], "t4-16gb-") {
+	checkDevices(t, opts.Shapes, DemoPods(opts.Shapes, "gpusched"), rows)
+	if row := rows["inference"]; len(row) == 6 && !strings.HasPrefix(row[2], "t4-16gb-") {
 		t.Errorf("inference asks for T4-16GB only, placed on %s", row[2])
 	}
 	if !strings.Contains(out.String(), "too-big: 0/5 nodes are available: 5 too few GPUs on node") {
 		t.Errorf("the output does not say why too-big is pending")
+	}
+}
+
+// checkDevices checks the DEVICES column: each bound pod's containers get
+// NVIDIA_VISIBLE_DEVICES with exactly the UUIDs of the GPUs its GPUS column
+// (its assignment) names on its node, which are the node's mock GPUs
+// nvmlmock.MachineUUID(<node's position>, <GPU index>); no whole GPU goes to
+// two pods; a pod that is not bound gets nothing.
+func checkDevices(t *testing.T, shapes []NodeShape, pods []*v1.Pod, rows map[string][]string) {
+	t.Helper()
+	nodes, err := Nodes(shapes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	position := map[string]int{}
+	for k, n := range nodes {
+		position[n.Name] = k
+	}
+	holder := map[string]string{} // UUID -> the pod holding it whole
+	for _, p := range pods {
+		name, row := p.Name, rows[p.Name]
+		if len(row) != 6 {
+			continue // reported by TestDemo
+		}
+		node, gpus, devices := row[2], row[3], row[5]
+		k, bound := position[node]
+		if !bound {
+			if devices != "-" {
+				t.Errorf("%s is not bound but its DEVICES are %q", name, devices)
+			}
+			continue
+		}
+		// "GPUs 0,1" or "GPU 2 (250m, 10 GiB)": the indices are the second field.
+		fields := strings.Fields(gpus)
+		var want []string
+		for _, index := range strings.Split(fields[1], ",") {
+			i, err := strconv.Atoi(index)
+			if err != nil {
+				t.Fatalf("%s: GPUS column %q", name, gpus)
+			}
+			want = append(want, nvmlmock.MachineUUID(k, i))
+		}
+		if wantDevices := "NVIDIA_VISIBLE_DEVICES=" + strings.Join(want, ","); devices != wantDevices {
+			t.Errorf("%s on %s (%s): DEVICES %q, want %q", name, node, gpus, devices, wantDevices)
+		}
+		if len(fields) == 2 { // whole GPUs
+			for _, u := range want {
+				if other, taken := holder[u]; taken {
+					t.Errorf("%s and %s both hold GPU %s whole", other, name, u)
+				}
+				holder[u] = name
+			}
+		}
 	}
 }
 
@@ -140,7 +200,8 @@ func TestServe(t *testing.T) {
 	if err != nil {
 		t.Fatalf("pod did not succeed: %v; last read %+v", err, got)
 	}
-	if a := got.Annotations[gpu.AnnotationAssigned]; a != "node=a100-80gb-0;gpus=0;milli=300;memory=20480" {
+	// The UUID is that of the node agent's discovery on the node's mock GPUs.
+	if a := got.Annotations[gpu.AnnotationAssigned]; a != "node=a100-80gb-0;gpus=0;milli=300;memory=20480;uuids="+nvmlmock.MachineUUID(0, 0) {
 		t.Errorf("assignment %q", a)
 	}
 

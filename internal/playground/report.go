@@ -37,19 +37,23 @@ func scheduledCondition(p *v1.Pod) *v1.PodCondition {
 
 // WriteTable writes one row per pod, in the given order: what it asks for,
 // the node it is bound to, the GPUs it got (from its gpusched.io/gpu-assigned
-// annotation) and its phase. Then, for each pod not bound, why: the message
-// of its PodScheduled condition, which is that of its latest
-// FailedScheduling event.
-func WriteTable(w io.Writer, pods []*v1.Pod) error {
+// annotation), its phase, and what the node agent gives its containers
+// (devices, by pod name; "-" for a pod not listed). Then, for each pod not
+// bound, why: the message of its PodScheduled condition, which is that of
+// its latest FailedScheduling event.
+func WriteTable(w io.Writer, pods []*v1.Pod, devices map[string]string) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "POD\tASKS FOR\tNODE\tGPUS\tPHASE")
+	fmt.Fprintln(tw, "POD\tASKS FOR\tNODE\tGPUS\tPHASE\tDEVICES")
 	for _, p := range pods {
-		node, gpus := "-", "-"
+		node, gpus, given := "-", "-", "-"
 		if p.Spec.NodeName != "" {
 			node = p.Spec.NodeName
 			gpus = assignedGPUs(p)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", p.Name, asksFor(p), node, gpus, p.Status.Phase)
+		if d, ok := devices[p.Name]; ok {
+			given = d
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", p.Name, asksFor(p), node, gpus, p.Status.Phase, given)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

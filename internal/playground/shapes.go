@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/gpusched/gpusched/pkg/agent/discovery"
 	"github.com/gpusched/gpusched/pkg/gpu"
 )
 
@@ -107,11 +108,12 @@ func parseNodeShape(entry string) (NodeShape, error) {
 
 // Nodes builds the Node objects of the shapes, in order. Each is named
 // after its model and its index among the nodes of that model
-// ("a100-80gb-0"), carries GPU Feature Discovery's labels
-// (nvidia.com/gpu.product, .memory, .count) and allocatable nvidia.com/gpu
-// as the device plugin would, 64 CPUs, 512 GiB and 110 pods, and the
-// annotation that hands it to the simulated kubelets. Status conditions are
-// left to them.
+// ("a100-80gb-0"), carries the labels GPU Feature Discovery would write for
+// its mock GPUs (nvidia.com/gpu.product as the shape's GPUModel, .memory,
+// .count) and allocatable nvidia.com/gpu as the device plugin would, 64 CPUs,
+// 512 GiB and 110 pods, and the annotation that hands it to the simulated
+// kubelets. Status conditions are left to them, and the gpusched.io/gpu-devices
+// annotation to the node agents (see agents.go).
 func Nodes(shapes []NodeShape) ([]*v1.Node, error) {
 	var nodes []*v1.Node
 	seq := map[string]int{}
@@ -129,6 +131,12 @@ func Nodes(shapes []NodeShape) ([]*v1.Node, error) {
 	return nodes, nil
 }
 
+// GPUModel is the model the node agent discovers on the shape's mock GPUs
+// (see MockGPU), as GPU Feature Discovery writes nvidia.com/gpu.product: the
+// one gpusched.io/gpu-models names. "NVIDIA-A100-SXM4-80GB" for A100-80GB,
+// the shape's model itself for a GPU go-nvml has no mock of.
+func (s NodeShape) GPUModel() string { return discovery.ModelName(s.MockGPU().Name) }
+
 func gpuNode(name string, s NodeShape) *v1.Node {
 	resources := v1.ResourceList{
 		v1.ResourceCPU:    resource.MustParse("64"),
@@ -143,7 +151,7 @@ func gpuNode(name string, s NodeShape) *v1.Node {
 				"kubernetes.io/hostname": name,
 				"kubernetes.io/os":       "linux",
 				"kubernetes.io/arch":     "amd64",
-				gpu.LabelProduct:         s.Model,
+				gpu.LabelProduct:         s.GPUModel(),
 				gpu.LabelMemory:          strconv.FormatInt(s.MemoryMiB, 10),
 				gpu.LabelCount:           strconv.Itoa(s.GPUs),
 			},

@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpusched/gpusched/pkg/agent/discovery"
+	"github.com/gpusched/gpusched/pkg/agent/nvmlmock"
 	"github.com/gpusched/gpusched/pkg/gpu"
 )
 
@@ -100,5 +102,49 @@ func TestNodes(t *testing.T) {
 	}
 	if len(inv.Devices) != 4 || inv.Devices[3].Model != "T4-16GB" || inv.Devices[3].MemoryMiB != 16384 {
 		t.Errorf("inventory %+v", inv.Devices)
+	}
+}
+
+// TestAgentDiscoversShapes: the node agent's discovery on a shape's mock
+// machine finds the shape's GPUs: go-nvml's mock of the model when it has
+// one (NVML's product name; SXM GPUs all NVLink peers), matched without
+// regard to case, and for T4-16GB, which go-nvml does not mock, plain GPUs
+// under the shape's own model name.
+func TestAgentDiscoversShapes(t *testing.T) {
+	shapes, err := ParseNodeShapes("1xA100-80GB:8,1xT4-16GB:4,1xH200-141GB:2,1xa30-24GB:2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, tc := range []struct {
+		model string
+		group string
+	}{
+		{model: "NVIDIA-A100-SXM4-80GB", group: "nvlink-0"},
+		{model: "T4-16GB", group: ""},
+		{model: "NVIDIA-H200-141GB-HBM3e", group: "nvlink-0"},
+		{model: "NVIDIA-A30-PCIE-24GB", group: ""}, // a PCIe card: no NVLink
+	} {
+		s := shapes[k]
+		if got := s.GPUModel(); got != tc.model {
+			t.Errorf("%s: GPUModel %q, want %q", s, got, tc.model)
+		}
+		m, err := s.machine(k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		found, err := discovery.Discover(m, discovery.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		devices := found.Devices()
+		if len(devices) != s.GPUs {
+			t.Fatalf("%s: discovered %d GPUs, want %d", s, len(devices), s.GPUs)
+		}
+		for i, d := range devices {
+			want := gpu.Device{Index: i, UUID: nvmlmock.MachineUUID(k, i), Model: tc.model, MemoryMiB: s.MemoryMiB, Group: tc.group}
+			if d != want {
+				t.Errorf("%s: device %d = %+v, want %+v", s, i, d, want)
+			}
+		}
 	}
 }

@@ -20,7 +20,8 @@ const DemoNamespace = "default"
 //
 //   - train-full-node: every GPU of the largest node;
 //   - finetune: 2 whole GPUs, restricted (gpusched.io/gpu-models) to the
-//     model with the most memory;
+//     model with the most memory (as the node agent discovers it, see
+//     NodeShape.GPUModel);
 //   - notebook-0..2: a quarter of one GPU each with 10 GiB of its memory
 //     (gpusched.io/gpu-milli, gpusched.io/gpu-memory);
 //   - inference: half of one GPU of the model with the least memory;
@@ -31,8 +32,8 @@ const DemoNamespace = "default"
 func DemoPods(shapes []NodeShape, schedulerName string) []*v1.Pod {
 	largest := slices.MaxFunc(shapes, func(a, b NodeShape) int { return a.GPUs - b.GPUs })
 	byMemory := func(a, b NodeShape) int { return int(a.MemoryMiB - b.MemoryMiB) }
-	mostMemory := slices.MaxFunc(shapes, byMemory).Model
-	leastMemory := slices.MinFunc(shapes, byMemory).Model
+	mostMemory := slices.MaxFunc(shapes, byMemory).GPUModel()
+	leastMemory := slices.MinFunc(shapes, byMemory).GPUModel()
 	finetuneGPUs := min(2, largest.GPUs)
 
 	pods := []*v1.Pod{

@@ -1,0 +1,145 @@
+package playground
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/gpus"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/gpusched/gpusched/internal/simnode"
+	"github.com/gpusched/gpusched/pkg/agent/nvmlmock"
+)
+
+// MockGPU is the mock GPU the shape's nodes are built of: go-nvml's mock of
+// the model when it has one (nvmlmock.Catalog: A100-40GB, A100-80GB,
+// A30-24GB, H100-80GB, H200-141GB, B200-180GB), with NVML's product name and
+// MIG profiles; otherwise a plain mock GPU that NVML reports under the
+// shape's model name with the shape's memory, without MIG.
+func (s NodeShape) MockGPU() gpus.Config {
+	if cfg, ok := nvmlmock.Lookup(s.Model); ok {
+		return cfg
+	}
+	return nvmlmock.PlainGPU(s.Model, uint64(s.MemoryMiB))
+}
+
+// machine builds the mock machine of the k-th node of the playground. The
+// GPUs of go-nvml's SXM mocks (every catalog entry but the A30 PCIe card)
+// are all NVLink peers, through NVSwitch as in a DGX; the others are PCIe
+// cards without NVLink. Its GPU UUIDs are
+// nvmlmock.MachineUUID(k, i), so every GPU of the playground has its own.
+func (s NodeShape) machine(k int) (*nvmlmock.Machine, error) {
+	cfg := s.MockGPU()
+	island := nvmlmock.NoNVLink
+	if _, mocked := nvmlmock.Lookup(s.Model); mocked && !strings.Contains(cfg.Name, "PCIE") {
+		island = nvmlmock.AllPeers
+	}
+	m, err := nvmlmock.Build(s.GPUs, cfg, island)
+	if err != nil {
+		return nil, err
+	}
+	m.SetMachineNumber(k)
+	return m, nil
+}
+
+// agents are the node agents of the playground's nodes, by node name.
+type agents map[string]*simnode.Node
+
+// startAgents starts one node agent per node (nodes as Nodes built them from
+// shapes): discovery over the node's mock machine, publishing the Node's
+// gpusched.io/gpu-devices annotation, and the agent's NRI plugin on the
+// node's own in-process container runtime, whose socket is in dir. It
+// returns once every Node carries its annotation; on error the agents
+// already started are stopped.
+func startAgents(ctx context.Context, config *rest.Config, dir string, shapes []NodeShape, nodes []*v1.Node) (agents, error) {
+	config = rest.CopyConfig(config)
+	config.UserAgent = "gpusched-agent"
+	client, err := kubernetes.NewForConfig(config)
+	if err != nil {
+		return nil, err
+	}
+	var ofNodes []NodeShape
+	for _, s := range shapes {
+		for range s.Count {
+			ofNodes = append(ofNodes, s)
+		}
+	}
+	a := agents{}
+	for k, node := range nodes {
+		m, err := ofNodes[k].machine(k)
+		if err != nil {
+			a.stop()
+			return nil, fmt.Errorf("node %s: %w", node.Name, err)
+		}
+		n, err := simnode.Start(ctx, simnode.Config{
+			Name:    node.Name,
+			Machine: m,
+			Nodes:   client.CoreV1().Nodes(),
+			Dir:     filepath.Join(dir, strconv.Itoa(k)),
+		})
+		if err != nil {
+			a.stop()
+			return nil, err
+		}
+		a[node.Name] = n
+	}
+	return a, nil
+}
+
+func (a agents) stop() {
+	for _, n := range a {
+		n.Stop()
+	}
+}
+
+// devices creates each bound pod's containers through its node's container
+// runtime, where the node agent decides at CreateContainer what they get,
+// and renders what that is: "NVIDIA_VISIBLE_DEVICES=<UUIDs>", or why the
+// agent refused the container. Keyed by pod name; pods not bound are left
+// out.
+func (a agents) devices(ctx context.Context, pods []*v1.Pod) map[string]string {
+	out := map[string]string{}
+	for _, p := range pods {
+		if p.Spec.NodeName == "" {
+			continue
+		}
+		n, ok := a[p.Spec.NodeName]
+		if !ok {
+			out[p.Name] = "no agent on " + p.Spec.NodeName
+			continue
+		}
+		ctrs, err := n.CreatePod(ctx, p)
+		if err != nil {
+			out[p.Name] = "refused: " + err.Error()
+			continue
+		}
+		out[p.Name] = describeContainers(ctrs)
+	}
+	return out
+}
+
+// describeContainers renders the containers' GPUs: one value when every
+// container gets the same (gpusched assigns GPUs to pods, so they do), else
+// "<container>: <value>" for each.
+func describeContainers(ctrs []simnode.Container) string {
+	if len(ctrs) == 0 {
+		return "-"
+	}
+	first := simnode.Describe(ctrs[0].Adjust)
+	var each []string
+	same := true
+	for _, c := range ctrs {
+		d := simnode.Describe(c.Adjust)
+		same = same && d == first
+		each = append(each, c.Name+": "+d)
+	}
+	if same {
+		return first
+	}
+	return strings.Join(each, "; ")
+}
