@@ -86,11 +86,18 @@ func (p *Policy) Place(n *NodeGPUs, req *Request) (chosen DeviceSet, fit Fit) {
 	if req.Demand.IsZero() {
 		return 0, Fit{}
 	}
-	fit = Check(n, req)
-	if !fit.OK() {
-		return 0, fit
+	// Check, inlined: Place runs for every feasible node of every cycle.
+	free, reasons := candidates(n, &req.Demand)
+	if reasons != 0 {
+		return 0, Fit{Free: free, Reasons: reasons}
 	}
-	return p.choose(n, req, fit.Free), fit
+	if req.Exclude != nil {
+		if fit = withoutExcluded(n, req, free); !fit.OK() {
+			return 0, fit
+		}
+		free = fit.Free
+	}
+	return p.choose(n, req, free), Fit{Free: free}
 }
 
 // Score rates placing the request's demand on the chosen GPUs of n (as
