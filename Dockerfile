@@ -7,8 +7,8 @@
 # it is what the scheduler reports as its version.
 
 # The node agent is built with cgo on glibc. go-nvml reaches the driver's
-# libnvidia-ml.so.1 with dlopen, which is C: with CGO_ENABLED=0 the agent
-# cannot load NVML at all. So it cannot be a static binary, and it runs on a
+# libnvidia-ml.so.1 with dlopen, which is C: with CGO_ENABLED=0 go-nvml does
+# not even compile. So it cannot be a static binary, and it runs on a
 # base with the glibc it was linked against: the build stage is Debian 12
 # (bookworm), like distroless/base-debian12, because a binary linked on a
 # newer glibc may ask for symbol versions an older one lacks. The library
