@@ -36,7 +36,7 @@ fuzz: ## each fuzz target for 30s; new findings land in the Go cache, add them t
 		$(GO) test -run '^$$' -fuzz "^$${t#*:}\$$" -fuzztime 30s ./pkg/$${t%%:*}/ || exit 1; \
 	done
 
-.PHONY: demo playground tools image
+.PHONY: demo playground tools image agent-image
 
 demo: ## the playground's demo: places a sample GPU workload on simulated nodes and prints every placement
 	$(GO) run ./cmd/gpusched-playground --demo
@@ -51,5 +51,9 @@ bin/helm:
 	GOBIN=$(CURDIR)/bin $(GO) install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
 
 IMAGE ?= gpusched:dev
+AGENT_IMAGE ?= gpusched-agent:dev
 image: ## the scheduler's container image (Dockerfile)
 	docker build -t $(IMAGE) .
+
+agent-image: ## the node agent's container image (Dockerfile, target agent: built with cgo for NVML)
+	docker build --target agent -t $(AGENT_IMAGE) .

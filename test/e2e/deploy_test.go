@@ -98,6 +98,12 @@ func TestDeployManifests(t *testing.T) {
 	covered["deploy/static-pod/rbac.yaml"] = true
 	covered["deploy/extender/scheduler-config.yaml"] = true // the stock scheduler's, with gpusched's extender
 	covered[podGroupCRD] = true                             // installed by rbacCluster
+	// Applied by TestDeployAgentManifests and TestAdmissionPolicy.
+	for _, dir := range []string{"deploy/agent", "deploy/admission"} {
+		for _, f := range kustomizationFiles(t, dir) {
+			covered[f] = true
+		}
+	}
 	assertEveryManifestCovered(t, covered)
 
 	// gpusched's cluster roles: a kube-scheduler's, less deleting pods.

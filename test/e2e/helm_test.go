@@ -171,10 +171,15 @@ resources:
 // stream.
 func rbacOnly(t *testing.T, objs []*unstructured.Unstructured) []byte {
 	t.Helper()
+	return kindsOnly(t, objs, "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
+}
+
+// kindsOnly renders the objects of the kinds among objs as a YAML stream.
+func kindsOnly(t *testing.T, objs []*unstructured.Unstructured, kinds ...string) []byte {
+	t.Helper()
 	var out []byte
 	for _, o := range objs {
-		switch o.GetKind() {
-		case "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding":
+		if slices.Contains(kinds, o.GetKind()) {
 			raw, err := yaml.Marshal(o.Object)
 			if err != nil {
 				t.Fatal(err)
