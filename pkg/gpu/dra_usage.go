@@ -1,0 +1,115 @@
+package gpu
+
+// DRAAllocated is what a DRA allocator has given out, device by device:
+// the scheduler's allocated state (allocated claims and claims in flight),
+// restricted to the devices of one driver.
+type DRAAllocated struct {
+	// Exclusive are the devices allocated whole, each to one claim.
+	Exclusive map[DRADeviceID]bool
+	// SharedMemoryMiB are the devices allocated to several claims at once
+	// (consumable capacity, KEP-5075), with the memory the claims consume
+	// together; 0 when they consume none.
+	SharedMemoryMiB map[DRADeviceID]int64
+}
+
+// IsEmpty reports whether nothing is allocated.
+func (a *DRAAllocated) IsEmpty() bool {
+	return a == nil || len(a.Exclusive) == 0 && len(a.SharedMemoryMiB) == 0
+}
+
+// EmptyDRANodeGPUs is a node's DRA-published GPUs with nothing allocated
+// on them: the start of a what-if (see WithDRA).
+func EmptyDRANodeGPUs(node string, d *DRAInventory) *NodeGPUs {
+	return newNodeGPUs(node, d.Inventory, nil)
+}
+
+// WithDRA is a new view of n with the DRA allocations on its devices
+// counted as well; n is unchanged, and must be a view of d.Inventory (else
+// it is returned as it is). A device allocated whole takes its GPU (1000
+// milli-GPU). A shared device takes the memory its claims consume, and the
+// same part of its compute, rounded up: 20480 MiB of 81920 take 250
+// milli-GPU; shares that consume no memory take 1 milli-GPU, so the GPU is
+// not idle. A partition (MIG device) takes its memory's part of its parent,
+// or the whole parent when either memory is unknown. Usage beyond a GPU's
+// capacity is kept, as the ledger keeps conflicting bound pods.
+func (n *NodeGPUs) WithDRA(d *DRAInventory, alloc *DRAAllocated) *NodeGPUs {
+	if alloc.IsEmpty() || n.Inventory == nil || n.Inventory != d.Inventory {
+		return n
+	}
+	var out *NodeGPUs
+	take := func(i int, milli, memoryMiB int64) {
+		if out == nil {
+			out = n.clone()
+		}
+		out.addUsage(i, milli, memoryMiB)
+	}
+	for i, id := range d.IDs {
+		if alloc.Exclusive[id] {
+			take(i, MilliPerGPU, 0)
+		}
+		if mem, ok := alloc.SharedMemoryMiB[id]; ok {
+			milli := int64(1)
+			if mem > 0 {
+				milli = partOf(mem, n.Inventory.Devices[i].MemoryMiB)
+			}
+			take(i, milli, mem)
+		}
+	}
+	for id, p := range d.partitions {
+		if alloc.Exclusive[id] {
+			take(p.parent, partOf(p.memoryMiB, n.Inventory.Devices[p.parent].MemoryMiB), p.memoryMiB)
+		}
+	}
+	if out == nil {
+		return n
+	}
+	out.summarize()
+	return out
+}
+
+// partOf is memoryMiB's part of total in milli-GPU, rounded up; a whole GPU
+// when either is unknown.
+func partOf(memoryMiB, total int64) int64 {
+	if memoryMiB <= 0 || total <= 0 {
+		return MilliPerGPU
+	}
+	return min(MilliPerGPU, (memoryMiB*MilliPerGPU+total-1)/total)
+}
+
+// addUsage counts milli-GPU and memory on device i of n, which is being built.
+func (n *NodeGPUs) addUsage(i int, milli, memoryMiB int64) {
+	before := min(MilliPerGPU, max(0, n.Used[i].Milli))
+	n.Used[i].Milli += milli
+	n.Used[i].MemoryMiB += memoryMiB
+	n.usedMilli += min(MilliPerGPU, max(0, n.Used[i].Milli)) - before
+}
+
+// PredictFirstFit is the GPUs a DRA allocator gives a demand on n when it
+// takes devices first fit, as the structured allocator does for a request
+// without constraints: the lowest positions that can take it (a
+// DRAInventory's positions follow the allocator's device order). The fit
+// says why the demand does not fit; chosen is 0 then.
+func PredictFirstFit(n *NodeGPUs, d *Demand) (chosen DeviceSet, fit Fit) {
+	fit = Check(n, &Request{Demand: *d})
+	if !fit.OK() || d.IsZero() {
+		return 0, fit
+	}
+	return lowest(fit.Free, d.Count), fit
+}
+
+// DRADeferReasons says why whole GPUs on a node whose GPUs DRA allocates
+// cannot be left to DRA's choice for demand d: DRA takes any device of its
+// class, so a model list or a memory minimum holds only when every GPU of
+// the node meets it. 0 when the demand may be deferred.
+func DRADeferReasons(inv *Inventory, d *Demand) Reasons {
+	var rs Reasons
+	for i := range inv.Devices {
+		if !d.AllowsModel(inv.Devices[i].Model) {
+			rs |= Reasons(ReasonModelNotAllowed)
+		}
+		if inv.Devices[i].MemoryMiB < d.MemoryMiB {
+			rs |= Reasons(ReasonMemoryTooSmall)
+		}
+	}
+	return rs
+}
