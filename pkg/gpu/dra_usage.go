@@ -113,3 +113,54 @@ func DRADeferReasons(inv *Inventory, d *Demand) Reasons {
 	}
 	return rs
 }
+
+// DRAPicked is one device a DRA allocation result names, with the memory
+// the allocation consumes of it when it is shared (consumable capacity).
+type DRAPicked struct {
+	ID DRADeviceID
+	// Shared: the result is one of several allocations of the device.
+	Shared bool
+	// MemoryMiB is the memory a shared allocation consumes; 0 when unknown.
+	MemoryMiB int64
+}
+
+// PlacementOf is a DRA allocation on the node of d as the engine places
+// demands, so that a policy can score it: whole GPUs (each picked device
+// taken whole), or a share of one GPU (a shared device or a partition,
+// with its memory). Devices that are not in d are left out. ok is false
+// when nothing of d is picked, or the pick is not a shape the engine
+// places (several shares, or shares and whole GPUs together).
+func (d *DRAInventory) PlacementOf(picked []DRAPicked) (demand Demand, chosen DeviceSet, ok bool) {
+	var shares []Demand
+	var shareAt []int
+	for _, p := range picked {
+		pos, partition, found := d.Position(p.ID)
+		switch {
+		case !found:
+			continue
+		case partition:
+			memory := d.partitions[p.ID].memoryMiB
+			shares = append(shares, Demand{Count: 1, Milli: partOf(memory, d.Inventory.Devices[pos].MemoryMiB), MemoryMiB: memory})
+			shareAt = append(shareAt, pos)
+		case p.Shared:
+			milli := int64(1)
+			if p.MemoryMiB > 0 {
+				milli = partOf(p.MemoryMiB, d.Inventory.Devices[pos].MemoryMiB)
+			}
+			shares = append(shares, Demand{Count: 1, Milli: milli, MemoryMiB: p.MemoryMiB})
+			shareAt = append(shareAt, pos)
+		default:
+			chosen |= 1 << uint(pos)
+		}
+	}
+	switch {
+	case len(shares) == 0 && chosen != 0:
+		return Demand{Count: chosen.Len(), Milli: MilliPerGPU}, chosen, true
+	case len(shares) == 1 && chosen == 0:
+		if shares[0].Milli >= MilliPerGPU { // a partition or share as large as its GPU
+			return Demand{Count: 1, Milli: MilliPerGPU}, 1 << uint(shareAt[0]), true
+		}
+		return shares[0], 1 << uint(shareAt[0]), true
+	}
+	return Demand{}, 0, false
+}

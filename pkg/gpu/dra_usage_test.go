@@ -125,3 +125,34 @@ func TestDRADeferReasons(t *testing.T) {
 		}
 	}
 }
+
+// TestDRAResourceClaimPlacementOf: a DRA allocation becomes the demand and
+// GPUs a policy scores.
+func TestDRAResourceClaimPlacementOf(t *testing.T) {
+	d := fourH100(t)
+	whole := func(dev string) gpu.DRAPicked { return gpu.DRAPicked{ID: id("node-a", dev)} }
+	tests := []struct {
+		name   string
+		picked []gpu.DRAPicked
+		want   gpu.Demand
+		chosen gpu.DeviceSet
+		ok     bool
+	}{
+		{name: "two whole GPUs", picked: []gpu.DRAPicked{whole("gpu-1"), whole("gpu-0")},
+			want: gpu.Demand{Count: 2, Milli: 1000}, chosen: 0b11, ok: true},
+		{name: "a MIG partition: ceil(1000 × 10240 / 81920) = 125 on its parent", picked: []gpu.DRAPicked{whole("gpu-2-mig-1g.10gb-0")},
+			want: gpu.Demand{Count: 1, Milli: 125, MemoryMiB: 10240}, chosen: 0b100, ok: true},
+		{name: "a share of consumable memory: ceil(1000 × 40960 / 81920) = 500", picked: []gpu.DRAPicked{{ID: id("node-a", "gpu-3"), Shared: true, MemoryMiB: 40960}},
+			want: gpu.Demand{Count: 1, Milli: 500, MemoryMiB: 40960}, chosen: 0b1000, ok: true},
+		{name: "devices of another node", picked: []gpu.DRAPicked{whole("gpu-9"), {ID: id("node-b", "gpu-0")}}},
+		{name: "a share and a whole GPU", picked: []gpu.DRAPicked{whole("gpu-0"), {ID: id("node-a", "gpu-3"), Shared: true, MemoryMiB: 1024}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			demand, chosen, ok := d.PlacementOf(tt.picked)
+			if ok != tt.ok || chosen != tt.chosen || demand.Count != tt.want.Count || demand.Milli != tt.want.Milli || demand.MemoryMiB != tt.want.MemoryMiB {
+				t.Errorf("got %+v %b %v, want %+v %b %v", demand, chosen, ok, tt.want, tt.chosen, tt.ok)
+			}
+		})
+	}
+}

@@ -10,9 +10,14 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/wait"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	"k8s.io/dynamic-resource-allocation/cel"
 	"k8s.io/dynamic-resource-allocation/structured"
 	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/dynamicresources"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
 
 	"github.com/gpusched/gpusched/pkg/apis/config"
 	"github.com/gpusched/gpusched/pkg/gpu"
@@ -28,6 +33,10 @@ const draKey fwk.StateKey = "DRA" + Name
 type draCycle struct {
 	nodes map[string]*gpu.DRAInventory
 	alloc *gpu.DRAAllocated
+	// slices and allocated are what was read, for the structured allocator
+	// (see preScoreClaims).
+	slices    []*resourceapi.ResourceSlice
+	allocated *structured.AllocatedState
 	// gpuMapped: a DeviceClass maps nvidia.com/gpu (KEP-5004), so nodes
 	// without allocatable nvidia.com/gpu serve it through DRA.
 	gpuMapped bool
@@ -45,6 +54,11 @@ type draReader struct {
 	// inventories maps a node name to its last *memoInventory.
 	inventories sync.Map
 	recorder    func(slice *resourceapi.ResourceSlice, message string)
+	// features and celCache configure the structured allocator exactly as
+	// the DynamicResources plugin configures its own, from the feature
+	// gates, so that predictions use the same implementation.
+	features structured.Features
+	celCache *cel.Cache
 }
 
 // memoInventory is a node's inventory and the slices it was read from.
@@ -60,7 +74,13 @@ func newDRAReader(args config.DRA, h fwk.Handle) *draReader {
 	if !args.Enabled || h.SharedDRAManager() == nil {
 		return nil
 	}
-	r := &draReader{manager: h.SharedDRAManager(), src: gpu.DRASource{Driver: args.Driver}}
+	fts := feature.NewSchedulerFeaturesFromGates(utilfeature.DefaultFeatureGate)
+	r := &draReader{
+		manager:  h.SharedDRAManager(),
+		src:      gpu.DRASource{Driver: args.Driver},
+		features: dynamicresources.AllocatorFeatures(fts),
+		celCache: cel.NewCache(10, cel.Features{EnableConsumableCapacity: fts.EnableDRAConsumableCapacity, EnableListTypeAttributes: fts.EnableDRAListTypeAttributes}),
+	}
 	for _, name := range args.GroupAttributes {
 		r.src.GroupAttributes = append(r.src.GroupAttributes, resourceapi.QualifiedName(name))
 	}
@@ -88,13 +108,14 @@ func (r *draReader) read(ctx context.Context) (*draCycle, error) {
 	if len(byNode) == 0 {
 		return nil, nil
 	}
-	cycle := &draCycle{nodes: make(map[string]*gpu.DRAInventory, len(byNode))}
+	cycle := &draCycle{nodes: make(map[string]*gpu.DRAInventory, len(byNode)), slices: all}
 	for node, nodeSlices := range byNode {
 		cycle.nodes[node] = r.inventory(ctx, node, nodeSlices)
 	}
-	if cycle.alloc, err = r.allocated(ctx); err != nil {
+	if cycle.allocated, err = r.gather(ctx); err != nil {
 		return nil, err
 	}
+	cycle.alloc = r.allocated(cycle.allocated)
 	if resolver := r.manager.DeviceClassResolver(); resolver != nil {
 		cycle.gpuMapped = resolver.GetDeviceClass(gpu.ResourceGPU) != nil
 	}
@@ -123,10 +144,10 @@ func (r *draReader) inventory(ctx context.Context, node string, nodeSlices []*re
 	return inv
 }
 
-// allocated is DRA's allocated state restricted to the driver's devices.
-// The tracker may report a concurrent modification of its claims; it is
-// asked again, as the DynamicResources plugin does, for up to 5 seconds.
-func (r *draReader) allocated(ctx context.Context) (*gpu.DRAAllocated, error) {
+// gather is DRA's allocated state. The tracker may report a concurrent
+// modification of its claims; it is asked again, as the DynamicResources
+// plugin does, for up to 5 seconds.
+func (r *draReader) gather(ctx context.Context) (*structured.AllocatedState, error) {
 	var st *structured.AllocatedState
 	err := wait.PollUntilContextTimeout(ctx, time.Microsecond, 5*time.Second, true, func(context.Context) (bool, error) {
 		var err error
@@ -139,10 +160,15 @@ func (r *draReader) allocated(ctx context.Context) (*gpu.DRAAllocated, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gathering allocated DRA devices: %w", err)
 	}
-	out := &gpu.DRAAllocated{Exclusive: map[gpu.DRADeviceID]bool{}, SharedMemoryMiB: map[gpu.DRADeviceID]int64{}}
 	if st == nil {
-		return out, nil
+		st = &structured.AllocatedState{}
 	}
+	return st, nil
+}
+
+// allocated is the allocated state restricted to the driver's devices.
+func (r *draReader) allocated(st *structured.AllocatedState) *gpu.DRAAllocated {
+	out := &gpu.DRAAllocated{Exclusive: map[gpu.DRADeviceID]bool{}, SharedMemoryMiB: map[gpu.DRADeviceID]int64{}}
 	for id := range st.AllocatedDevices {
 		if id.Driver.String() == r.src.Driver {
 			out.Exclusive[gpu.DRADeviceID{Driver: r.src.Driver, Pool: id.Pool.String(), Device: id.Device.String()}] = true
@@ -158,11 +184,14 @@ func (r *draReader) allocated(ctx context.Context) (*gpu.DRAAllocated, error) {
 			continue
 		}
 		if q := consumed["memory"]; q != nil && q.Sign() > 0 {
-			out.SharedMemoryMiB[gpu.DRADeviceID{Driver: r.src.Driver, Pool: id.Pool.String(), Device: id.Device.String()}] = (q.Value() + 1<<20 - 1) >> 20
+			out.SharedMemoryMiB[gpu.DRADeviceID{Driver: r.src.Driver, Pool: id.Pool.String(), Device: id.Device.String()}] = ceilMiB(q)
 		}
 	}
-	return out, nil
+	return out
 }
+
+// ceilMiB is a quantity of bytes in MiB, rounded up.
+func ceilMiB(q *resource.Quantity) int64 { return (q.Value() + 1<<20 - 1) >> 20 }
 
 // draCycleOf is the cycle's view of DRA, or nil.
 func draCycleOf(state fwk.CycleState) *draCycle {

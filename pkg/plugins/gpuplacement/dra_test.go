@@ -2,6 +2,7 @@ package gpuplacement_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -28,6 +29,7 @@ const h100Product = "NVIDIA H100 80GB HBM3"
 // fakeDRA is an in-memory fwk.SharedDRAManager: slices, an allocated
 // state, and whether a DeviceClass maps nvidia.com/gpu.
 type fakeDRA struct {
+	claims    map[string]*resourceapi.ResourceClaim
 	slices    []*resourceapi.ResourceSlice
 	allocated structured.AllocatedState
 	gpuClass  *resourceapi.DeviceClass
@@ -52,8 +54,13 @@ func (f *fakeDRA) ListWithDeviceTaintRules() ([]*resourceapi.ResourceSlice, erro
 // fakeClaims serves the allocated state; the rest of the tracker is unused.
 type fakeClaims struct{ f *fakeDRA }
 
-func (c fakeClaims) List() ([]*resourceapi.ResourceClaim, error)            { return nil, nil }
-func (c fakeClaims) Get(string, string) (*resourceapi.ResourceClaim, error) { return nil, nil }
+func (c fakeClaims) List() ([]*resourceapi.ResourceClaim, error) { return nil, nil }
+func (c fakeClaims) Get(_, name string) (*resourceapi.ResourceClaim, error) {
+	if claim, ok := c.f.claims[name]; ok {
+		return claim, nil
+	}
+	return nil, fmt.Errorf("claim %s not found", name)
+}
 func (c fakeClaims) ListAllAllocatedDevices() (sets.Set[structured.DeviceID], error) {
 	return c.f.allocated.AllocatedDevices, nil
 }
@@ -273,4 +280,101 @@ func TestDRAResourceSliceProblemEvent(t *testing.T) {
 	if ev := <-c.recorder.Events; !strings.Contains(ev, "InvalidGPUDevices") || !strings.Contains(ev, "spec.devices[gpu-1].capacity[memory]") {
 		t.Errorf("event %q does not name the field", ev)
 	}
+}
+
+// gpuClaim is a ResourceClaim for count whole GPUs of class gpu.nvidia.com.
+func gpuClaim(name string, count int64) *resourceapi.ResourceClaim {
+	return &resourceapi.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", UID: types.UID("uid-" + name)},
+		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
+			Name: "gpu",
+			Exactly: &resourceapi.ExactDeviceRequest{
+				DeviceClassName: gpu.DefaultDRADriver, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: count},
+		}}}},
+	}
+}
+
+// claimPod is a pod using the named ResourceClaim.
+func claimPod(name, claim string) *v1.Pod {
+	pod := gt.MakeGPUPod(name).Obj()
+	pod.Spec.ResourceClaims = []v1.PodResourceClaim{{Name: "gpu", ResourceClaimName: ptr.To(claim)}}
+	pod.Spec.Containers[0].Resources.Claims = []v1.ResourceClaim{{Name: "gpu"}}
+	return pod
+}
+
+// TestDRAResourceClaimPrediction: a pod with a ResourceClaim of its own is
+// scored on the devices the structured allocator gives the claim on each
+// node, in the view with DRA's allocations taken; Filter leaves it to
+// DynamicResources.
+//
+// BestFit with GPU weight 1 scores 1e6 × used milli-GPU after placement /
+// node capacity: "dra" (gpu-0 and gpu-1 allocated; the allocator takes
+// gpu-2) 1e6 × 3000/4000 = 750000; "dual" (gpu-3 allocated; it takes gpu-0)
+// 1e6 × 2000/4000 = 500000; "dp" publishes no DRA GPUs: 0. Min-max to
+// 0..100: 100, 500000×100/750000 = 66, 0.
+func TestDRAResourceClaimPrediction(t *testing.T) {
+	_, slices := draNodes()
+	dra := &fakeDRA{slices: slices, gpuClass: gpuClass,
+		claims: map[string]*resourceapi.ResourceClaim{"one": gpuClaim("one", 1)},
+		allocated: structured.AllocatedState{AllocatedDevices: sets.New(
+			structured.MakeDeviceID(gpu.DefaultDRADriver, "dra", "gpu-0"),
+			structured.MakeDeviceID(gpu.DefaultDRADriver, "dra", "gpu-1"),
+			structured.MakeDeviceID(gpu.DefaultDRADriver, "dual", "gpu-3"))},
+	}
+	args := &config.GPUPlacementArgs{ScoringStrategy: config.ScoringStrategy{Type: gpu.PolicyBestFit, Resources: []config.ResourceSpec{{Name: config.ResourceGPU, Weight: 1}}},
+		DRA: config.DRA{Enabled: true, Driver: gpu.DefaultDRADriver}}
+	c := newDRACluster(t, args, dra)
+	pod := claimPod("p", "one")
+
+	got, status := filter(t, c, pod)
+	if status != nil || got["dra"] != "Success: " || got["dual"] != "Success: " || got["dp"] != "Success: " {
+		t.Fatalf("filter: %v %v", status, got)
+	}
+	scores := scoreAll(t, c, pod)
+	if want := map[string]int64{"dra": 100, "dual": 66, "dp": 0}; !equalScores(scores, want) {
+		t.Errorf("scores %v, want %v", scores, want)
+	}
+
+	// Once the claim is allocated there is nothing to predict: every node
+	// scores alike (min-max gives equal scores the top).
+	allocated := gpuClaim("one", 1)
+	allocated.Status.Allocation = &resourceapi.AllocationResult{}
+	dra.claims["one"] = allocated
+	if want := map[string]int64{"dra": 100, "dual": 100, "dp": 100}; !equalScores(scoreAll(t, c, pod), want) {
+		t.Errorf("allocated claim: scores %v, want %v", scoreAll(t, c, pod), want)
+	}
+}
+
+// scoreAll runs PreFilter, PreScore and Score for pod over every node.
+func scoreAll(t *testing.T, c *testCluster, pod *v1.Pod) map[string]int64 {
+	t.Helper()
+	ctx, state := context.Background(), framework.NewCycleState()
+	if _, status, _ := c.fw.RunPreFilterPlugins(ctx, state, pod); !status.IsSuccess() {
+		t.Fatal(status)
+	}
+	nodeInfos, _ := c.snapshot.NodeInfos().List()
+	if status := c.fw.RunPreScorePlugins(ctx, state, pod, nodeInfos); !status.IsSuccess() {
+		t.Fatal(status)
+	}
+	scores, status := c.fw.RunScorePlugins(ctx, state, pod, nodeInfos)
+	if !status.IsSuccess() {
+		t.Fatal(status)
+	}
+	out := map[string]int64{}
+	for _, s := range scores {
+		out[s.Name] = s.TotalScore
+	}
+	return out
+}
+
+func equalScores(got, want map[string]int64) bool {
+	if len(got) != len(want) {
+		return false
+	}
+	for k, v := range want {
+		if got[k] != v {
+			return false
+		}
+	}
+	return true
 }

@@ -130,23 +130,42 @@ func (p *GPUPlacement) PreFilter(ctx context.Context, state fwk.CycleState, pod 
 	}
 	p.policy.Observe(pod.UID, demand)
 	if demand.IsZero() {
-		if p.policy.Info().HostAware {
-			// No GPU to filter for, but the policy still scores the node's CPU.
+		// No GPU to filter for; the pod is still scored when the policy
+		// weighs CPU, or when its own ResourceClaims may take DRA GPUs.
+		scored := p.policy.Info().HostAware
+		if p.dra != nil && hasClaims(pod) {
+			found, status := p.readDRA(ctx, state)
+			if status != nil {
+				return nil, status
+			}
+			scored = scored || found
+		}
+		if scored {
 			state.Write(stateKey, &podState{demand: demand})
 		}
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
 	state.Write(stateKey, &podState{demand: demand})
 	if p.dra != nil {
-		cycle, err := p.dra.read(ctx)
-		if err != nil {
-			return nil, fwk.AsStatus(fmt.Errorf("%s: %w", Name, err))
-		}
-		if cycle != nil {
-			state.Write(draKey, cycle)
+		if _, status := p.readDRA(ctx, state); status != nil {
+			return nil, status
 		}
 	}
 	return nil, nil
+}
+
+// readDRA leaves the cycle's view of DRA in the state; found is false when
+// no node publishes GPUs of the driver.
+func (p *GPUPlacement) readDRA(ctx context.Context, state fwk.CycleState) (found bool, status *fwk.Status) {
+	cycle, err := p.dra.read(ctx)
+	if err != nil {
+		return false, fwk.AsStatus(fmt.Errorf("%s: %w", Name, err))
+	}
+	if cycle == nil {
+		return false, nil
+	}
+	state.Write(draKey, cycle)
+	return true, nil
 }
 
 // PreFilterExtensions implements fwk.PreFilterPlugin. The plugin has none:
@@ -229,11 +248,17 @@ func statusOf(fit gpu.Fit) *fwk.Status {
 }
 
 // PreScore skips scoring for a pod without GPU demand, unless the policy
-// weighs CPU too (gpu.PolicyInfo.HostAware); for such a policy it records
-// the largest node capacities in the snapshot, which the policy normalizes by.
+// weighs CPU too (gpu.PolicyInfo.HostAware) or the pod's ResourceClaims may
+// take DRA GPUs (preScoreClaims prepares their prediction); for a
+// host-aware policy it records the largest node capacities in the
+// snapshot, which the policy normalizes by.
 func (p *GPUPlacement) PreScore(ctx context.Context, state fwk.CycleState, pod *v1.Pod, _ []fwk.NodeInfo) *fwk.Status {
-	if _, err := state.Read(stateKey); err != nil {
+	data, err := state.Read(stateKey)
+	if err != nil {
 		return fwk.NewStatus(fwk.Skip)
+	}
+	if cycle := draCycleOf(state); cycle != nil && data.(*podState).demand.IsZero() && hasClaims(pod) {
+		p.preScoreClaims(ctx, state, pod, cycle)
 	}
 	if !p.policy.Info().HostAware {
 		return nil
@@ -265,13 +290,21 @@ func (s *hostState) Clone() fwk.StateData { return s }
 
 // Score is the policy's engine score for placing the pod on the node, in
 // 0..gpu.MaxScore; NormalizeScore rescales it. On a node whose GPUs DRA
-// allocates, it scores the GPUs DRA is predicted to take (scoreDRA).
+// allocates, it scores the GPUs DRA is predicted to take: by the
+// structured allocator for the pod's own claims (scoreClaims), first fit
+// for deferred nvidia.com/gpu (scoreDRA).
 func (p *GPUPlacement) Score(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeInfo fwk.NodeInfo) (int64, *fwk.Status) {
 	demand, status := demandOf(state)
 	if status != nil {
 		return 0, status
 	}
-	if _, _, view := draNode(state, nodeInfo.Node().Name); view != nil {
+	if _, d, view := draNode(state, nodeInfo.Node().Name); view != nil {
+		if pred := claimPredictionOf(state); pred != nil {
+			return p.scoreClaims(ctx, state, nodeInfo, demand, pred, d, view), nil
+		}
+		if demand.IsZero() {
+			return p.policy.Score(view, &gpu.Request{Demand: *demand, Host: hostOf(state, nodeInfo)}, 0), nil
+		}
 		return p.scoreDRA(state, nodeInfo, demand, view), nil
 	}
 	n := p.nodeGPUs(nodeInfo)
