@@ -33,12 +33,15 @@ const (
 	// ReasonUnhealthy: GPUs were ruled out because the node marks them
 	// unhealthy (Device.Unhealthy).
 	ReasonUnhealthy
+	// ReasonDRAManaged: the node's GPUs are allocated by DRA (it publishes
+	// them in ResourceSlices), so gpusched gives none of them by annotation.
+	ReasonDRAManaged
 
 	reasonEnd
 )
 
 // unresolvable are the reasons that freeing GPUs on the node cannot cure.
-const unresolvable = ReasonInventoryInvalid | ReasonNoGPUs | ReasonModelNotAllowed | ReasonMemoryTooSmall | ReasonTooFewGPUs | ReasonUnhealthy
+const unresolvable = ReasonInventoryInvalid | ReasonNoGPUs | ReasonModelNotAllowed | ReasonMemoryTooSmall | ReasonTooFewGPUs | ReasonUnhealthy | ReasonDRAManaged
 
 var reasonText = map[Reason]string{
 	ReasonInventoryInvalid:   "node GPU inventory invalid",
@@ -50,6 +53,7 @@ var reasonText = map[Reason]string{
 	ReasonInsufficientShare:  "insufficient free GPU share",
 	ReasonInsufficientMemory: "insufficient free GPU memory",
 	ReasonUnhealthy:          "GPU unhealthy",
+	ReasonDRAManaged:         "node GPUs allocated by DRA",
 }
 
 // String is the reason's stable text.

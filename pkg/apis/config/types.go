@@ -17,6 +17,22 @@ type GPUPlacementArgs struct {
 	// Fragmentation configures the fragmentation-aware policies (those whose
 	// gpu.PolicyInfo.NeedsShapes): the pod shapes they keep room for.
 	Fragmentation Fragmentation
+
+	// DRA configures how GPUs that a DRA driver publishes in ResourceSlices
+	// are read and placed (docs/dra.md).
+	DRA DRA
+}
+
+// DRA configures GPUPlacement on clusters where GPUs are DRA devices.
+type DRA struct {
+	// Enabled reads GPUs from the DRA driver's ResourceSlices and counts
+	// their DRA allocations, when the scheduler has a DRA manager.
+	Enabled bool
+	// Driver is the DRA driver whose devices are GPUs.
+	Driver string
+	// GroupAttributes are the device attributes read, in order, as a GPU's
+	// interconnect group.
+	GroupAttributes []string
 }
 
 // Fragmentation is the distribution of pod shapes ("typical pods") that
@@ -70,6 +86,7 @@ const (
 func (a *GPUPlacementArgs) DeepCopyInto(out *GPUPlacementArgs) {
 	*out = *a
 	out.ScoringStrategy.Resources = append([]ResourceSpec(nil), a.ScoringStrategy.Resources...)
+	out.DRA.GroupAttributes = append([]string(nil), a.DRA.GroupAttributes...)
 	out.Fragmentation.TypicalPods = make([]PodShape, len(a.Fragmentation.TypicalPods))
 	for i, sh := range a.Fragmentation.TypicalPods {
 		out.Fragmentation.TypicalPods[i] = sh

@@ -16,13 +16,27 @@ import (
 //   - a pod that held GPUs is deleted (or terminates);
 //   - a node is added, or its GPU labels, annotations or allocatable change,
 //     and it could host the pod were all its GPUs free;
-//   - the pod's own GPU annotations change (a malformed value was fixed).
+//   - the pod's own GPU annotations change (a malformed value was fixed);
+//   - with DRA (draReader): a ResourceSlice changes (a node's GPUs come,
+//     go or change owner), a ResourceClaim is deallocated or deleted (DRA
+//     GPUs free up), or a DeviceClass changes (nvidia.com/gpu is mapped to
+//     DRA or no longer). Registering DeviceClass events also keeps the
+//     scheduler's extended-resource mapping fed when a profile leaves
+//     DynamicResources out.
 func (p *GPUPlacement) EventsToRegister(_ context.Context) ([]fwk.ClusterEventWithHint, error) {
-	return []fwk.ClusterEventWithHint{
+	events := []fwk.ClusterEventWithHint{
 		{Event: fwk.ClusterEvent{Resource: fwk.AssignedPod, ActionType: fwk.Delete}, QueueingHintFn: isSchedulableAfterPodDelete},
 		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add | fwk.UpdateNodeLabel | fwk.UpdateNodeAnnotation | fwk.UpdateNodeAllocatable}, QueueingHintFn: isSchedulableAfterNodeChange},
 		{Event: fwk.ClusterEvent{Resource: fwk.TargetPod, ActionType: fwk.Update}, QueueingHintFn: isSchedulableAfterPodUpdate},
-	}, nil
+	}
+	if p.dra != nil {
+		events = append(events,
+			fwk.ClusterEventWithHint{Event: fwk.ClusterEvent{Resource: fwk.ResourceSlice, ActionType: fwk.Add | fwk.Update | fwk.Delete}, QueueingHintFn: isSchedulableAfterDRAChange},
+			fwk.ClusterEventWithHint{Event: fwk.ClusterEvent{Resource: fwk.ResourceClaim, ActionType: fwk.Update | fwk.Delete}, QueueingHintFn: isSchedulableAfterDRAChange},
+			fwk.ClusterEventWithHint{Event: fwk.ClusterEvent{Resource: fwk.DeviceClass, ActionType: fwk.Add | fwk.Update}, QueueingHintFn: isSchedulableAfterDRAChange},
+		)
+	}
+	return events, nil
 }
 
 func isSchedulableAfterPodDelete(logger klog.Logger, pod *v1.Pod, oldObj, newObj any) (fwk.QueueingHint, error) {
@@ -67,5 +81,12 @@ func isSchedulableAfterPodUpdate(logger klog.Logger, pod *v1.Pod, oldObj, newObj
 	if gpu.SameDemandSource(oldPod, newPod) {
 		return fwk.QueueSkip, nil
 	}
+	return fwk.Queue, nil
+}
+
+// isSchedulableAfterDRAChange queues the pod on any change to the DRA
+// objects registered: each can move GPUs between DRA and gpusched or free
+// DRA GPUs, and they change rarely next to pods.
+func isSchedulableAfterDRAChange(logger klog.Logger, pod *v1.Pod, oldObj, newObj any) (fwk.QueueingHint, error) {
 	return fwk.Queue, nil
 }

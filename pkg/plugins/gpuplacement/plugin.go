@@ -37,6 +37,8 @@ type GPUPlacement struct {
 	handle fwk.Handle
 	policy *gpu.Policy
 	ledger *gpu.Ledger
+	// dra reads GPUs that a DRA driver publishes; nil without DRA (see newDRAReader).
+	dra *draReader
 
 	// bindOrder guards binds: whether this plugin is the profile's first
 	// bind plugin, read once the framework is complete (see bindsFirst).
@@ -73,7 +75,7 @@ func New(_ context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", Name, err)
 	}
-	p := &GPUPlacement{handle: h, ledger: gpu.NewLedger(), policy: policy}
+	p := &GPUPlacement{handle: h, ledger: gpu.NewLedger(), policy: policy, dra: newDRAReader(args.DRA, h)}
 	if err := p.forgetDeletedPods(); err != nil {
 		return nil, err
 	}
@@ -115,7 +117,8 @@ type podState struct{ demand gpu.Demand }
 // Clone implements fwk.StateData; podState is never modified after PreFilter.
 func (s *podState) Clone() fwk.StateData { return s }
 
-// PreFilter reads the pod's GPU demand. A pod that asks for no GPU skips the
+// PreFilter reads the pod's GPU demand, and for a pod that asks for GPUs the
+// cycle's view of DRA (see draReader). A pod that asks for no GPU skips the
 // plugin. A malformed demand is UnschedulableAndUnresolvable with the engine's
 // message, which names the annotation, the value and what is allowed; it
 // reaches the user in the FailedScheduling event, and the pod is retried when
@@ -127,14 +130,42 @@ func (p *GPUPlacement) PreFilter(ctx context.Context, state fwk.CycleState, pod 
 	}
 	p.policy.Observe(pod.UID, demand)
 	if demand.IsZero() {
-		if p.policy.Info().HostAware {
-			// No GPU to filter for, but the policy still scores the node's CPU.
+		// No GPU to filter for; the pod is still scored when the policy
+		// weighs CPU, or when its own ResourceClaims may take DRA GPUs.
+		scored := p.policy.Info().HostAware
+		if p.dra != nil && hasClaims(pod) {
+			found, status := p.readDRA(ctx, state)
+			if status != nil {
+				return nil, status
+			}
+			scored = scored || found
+		}
+		if scored {
 			state.Write(stateKey, &podState{demand: demand})
 		}
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
 	state.Write(stateKey, &podState{demand: demand})
+	if p.dra != nil {
+		if _, status := p.readDRA(ctx, state); status != nil {
+			return nil, status
+		}
+	}
 	return nil, nil
+}
+
+// readDRA leaves the cycle's view of DRA in the state; found is false when
+// no node publishes GPUs of the driver.
+func (p *GPUPlacement) readDRA(ctx context.Context, state fwk.CycleState) (found bool, status *fwk.Status) {
+	cycle, err := p.dra.read(ctx)
+	if err != nil {
+		return false, fwk.AsStatus(fmt.Errorf("%s: %w", Name, err))
+	}
+	if cycle == nil {
+		return false, nil
+	}
+	state.Write(draKey, cycle)
+	return true, nil
 }
 
 // PreFilterExtensions implements fwk.PreFilterPlugin. The plugin has none:
@@ -168,10 +199,14 @@ func podsOf(nodeInfo fwk.NodeInfo) iter.Seq[*v1.Pod] {
 // Filter checks that the node has GPUs for the demand. It returns one reason
 // per cause, UnschedulableAndUnresolvable when freeing GPUs on the node cannot
 // help (model, memory size, GPU count), else Unschedulable (preemption may help).
+// A node whose GPUs DRA allocates is decided by filterDRA.
 func (p *GPUPlacement) Filter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeInfo fwk.NodeInfo) *fwk.Status {
 	demand, status := demandOf(state)
 	if status != nil {
 		return status
+	}
+	if cycle, d, _ := draNode(state, nodeInfo.Node().Name); d != nil {
+		return filterDRA(cycle, d, demand, nodeInfo)
 	}
 	n := p.nodeGPUs(nodeInfo)
 	fit := gpu.Check(n, &gpu.Request{Demand: *demand, Exclude: gpuhealth.Read(state)})
@@ -213,11 +248,17 @@ func statusOf(fit gpu.Fit) *fwk.Status {
 }
 
 // PreScore skips scoring for a pod without GPU demand, unless the policy
-// weighs CPU too (gpu.PolicyInfo.HostAware); for such a policy it records
-// the largest node capacities in the snapshot, which the policy normalizes by.
+// weighs CPU too (gpu.PolicyInfo.HostAware) or the pod's ResourceClaims may
+// take DRA GPUs (preScoreClaims prepares their prediction); for a
+// host-aware policy it records the largest node capacities in the
+// snapshot, which the policy normalizes by.
 func (p *GPUPlacement) PreScore(ctx context.Context, state fwk.CycleState, pod *v1.Pod, _ []fwk.NodeInfo) *fwk.Status {
-	if _, err := state.Read(stateKey); err != nil {
+	data, err := state.Read(stateKey)
+	if err != nil {
 		return fwk.NewStatus(fwk.Skip)
+	}
+	if cycle := draCycleOf(state); cycle != nil && data.(*podState).demand.IsZero() && hasClaims(pod) {
+		p.preScoreClaims(ctx, state, pod, cycle)
 	}
 	if !p.policy.Info().HostAware {
 		return nil
@@ -230,6 +271,9 @@ func (p *GPUPlacement) PreScore(ctx context.Context, state fwk.CycleState, pod *
 	for _, ni := range nodes {
 		host.MaxMilliCPU = max(host.MaxMilliCPU, ni.GetAllocatable().GetMilliCPU())
 		host.MaxGPUs = max(host.MaxGPUs, p.nodeGPUs(ni).Len())
+		if _, d, _ := draNode(state, ni.Node().Name); d != nil {
+			host.MaxGPUs = max(host.MaxGPUs, d.Inventory.Len())
+		}
 	}
 	state.Write(hostKey, &hostState{host: host})
 	return nil
@@ -245,11 +289,23 @@ type hostState struct{ host gpu.Host }
 func (s *hostState) Clone() fwk.StateData { return s }
 
 // Score is the policy's engine score for placing the pod on the node, in
-// 0..gpu.MaxScore; NormalizeScore rescales it.
+// 0..gpu.MaxScore; NormalizeScore rescales it. On a node whose GPUs DRA
+// allocates, it scores the GPUs DRA is predicted to take: by the
+// structured allocator for the pod's own claims (scoreClaims), first fit
+// for deferred nvidia.com/gpu (scoreDRA).
 func (p *GPUPlacement) Score(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeInfo fwk.NodeInfo) (int64, *fwk.Status) {
 	demand, status := demandOf(state)
 	if status != nil {
 		return 0, status
+	}
+	if _, d, view := draNode(state, nodeInfo.Node().Name); view != nil {
+		if pred := claimPredictionOf(state); pred != nil {
+			return p.scoreClaims(ctx, state, nodeInfo, demand, pred, d, view), nil
+		}
+		if demand.IsZero() {
+			return p.policy.Score(view, &gpu.Request{Demand: *demand, Host: hostOf(state, nodeInfo)}, 0), nil
+		}
+		return p.scoreDRA(state, nodeInfo, demand, view), nil
 	}
 	n := p.nodeGPUs(nodeInfo)
 	req := requestOf(state, nodeInfo, demand)

@@ -51,7 +51,7 @@ func newCluster(t *testing.T, args *config.GPUPlacementArgs, nodes []*v1.Node, p
 
 // newClusterBinding is newCluster with GPUPlacement as the first bind plugin
 // when gpuBindsFirst, else DefaultBinder alone.
-func newClusterBinding(t *testing.T, args *config.GPUPlacementArgs, nodes []*v1.Node, pods []*v1.Pod, gpuBindsFirst bool) *testCluster {
+func newClusterBinding(t *testing.T, args *config.GPUPlacementArgs, nodes []*v1.Node, pods []*v1.Pod, gpuBindsFirst bool, opts ...frameworkruntime.Option) *testCluster {
 	t.Helper()
 	logger, ctx := ktesting.NewTestContext(t)
 	c := &testCluster{cache: cache.New(ctx, nil, false, false), snapshot: cache.NewEmptySnapshot(), client: fake.NewClientset(), recorder: events.NewFakeRecorder(10), logger: logger}
@@ -78,10 +78,10 @@ func newClusterBinding(t *testing.T, args *config.GPUPlacementArgs, nodes []*v1.
 		tf.RegisterQueueSortPlugin(queuesort.Name, queuesort.New),
 		tf.RegisterPluginAsExtensions(gpuplacement.Name, factory, extensions...),
 		tf.RegisterBindPlugin(defaultbinder.Name, defaultbinder.New),
-	}, "gpusched",
+	}, "gpusched", append([]frameworkruntime.Option{
 		frameworkruntime.WithSnapshotSharedLister(c.snapshot),
 		frameworkruntime.WithClientSet(c.client),
-		frameworkruntime.WithEventRecorder(c.recorder))
+		frameworkruntime.WithEventRecorder(c.recorder)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -33,6 +33,7 @@ func SetDefaults_GPUPlacementArgs(a *GPUPlacementArgs) {
 		h := DefaultHalfLifePods
 		a.Fragmentation.HalfLifePods = &h
 	}
+	setDefaultsDRA(a)
 	for i := range a.Fragmentation.TypicalPods {
 		if sh := &a.Fragmentation.TypicalPods[i]; sh.GPUs > 0 && sh.MilliGPU == 0 {
 			sh.MilliGPU = 1000
@@ -42,3 +43,23 @@ func SetDefaults_GPUPlacementArgs(a *GPUPlacementArgs) {
 
 // DefaultHalfLifePods is the default half-life of the learned pod shapes.
 const DefaultHalfLifePods int64 = 2000
+
+// setDefaultsDRA enables DRA with NVIDIA's driver and the PCIe root as the
+// interconnect group.
+func setDefaultsDRA(a *GPUPlacementArgs) {
+	if a.DRA == nil {
+		a.DRA = &DRA{}
+	}
+	if a.DRA.Enabled == nil {
+		enabled := true
+		a.DRA.Enabled = &enabled
+	}
+	if a.DRA.Driver == "" {
+		a.DRA.Driver = gpu.DefaultDRADriver
+	}
+	if len(a.DRA.GroupAttributes) == 0 {
+		for _, name := range gpu.DefaultDRAGroupAttributes {
+			a.DRA.GroupAttributes = append(a.DRA.GroupAttributes, string(name))
+		}
+	}
+}

@@ -21,6 +21,25 @@ type GPUPlacementArgs struct {
 	// FGD): the distribution of pod shapes they keep room for. Default: learned from
 	// the pods the scheduler sees, with a half-life of 2000 pods.
 	Fragmentation *Fragmentation `json:"fragmentation,omitempty"`
+
+	// DRA configures how GPUs that a DRA driver publishes in ResourceSlices
+	// are read and placed (docs/dra.md). Default: enabled, NVIDIA's driver.
+	DRA *DRA `json:"dra,omitempty"`
+}
+
+// DRA configures GPUPlacement on clusters where GPUs are DRA devices.
+type DRA struct {
+	// Enabled reads GPUs from the driver's ResourceSlices through the
+	// scheduler's DRA manager and counts their DRA allocations; a scheduler
+	// without a DRA manager ignores it. Default: true.
+	Enabled *bool `json:"enabled,omitempty"`
+	// Driver is the DRA driver whose devices are GPUs (ResourceSlice
+	// spec.driver). Default: gpu.nvidia.com.
+	Driver string `json:"driver,omitempty"`
+	// GroupAttributes are the device attributes read, in order, as a GPU's
+	// interconnect group; an attribute without a domain is in the driver's.
+	// Default: [resource.kubernetes.io/pcieRoot].
+	GroupAttributes []string `json:"groupAttributes,omitempty"`
 }
 
 // Fragmentation is the distribution of pod shapes ("typical pods") that
@@ -84,6 +103,15 @@ func (a *GPUPlacementArgs) DeepCopyInto(out *GPUPlacementArgs) {
 			}
 		}
 		out.ScoringStrategy = &s
+	}
+	if a.DRA != nil {
+		d := *a.DRA
+		if d.Enabled != nil {
+			e := *d.Enabled
+			d.Enabled = &e
+		}
+		d.GroupAttributes = append([]string(nil), d.GroupAttributes...)
+		out.DRA = &d
 	}
 	if a.Fragmentation != nil {
 		f := Fragmentation{}

@@ -40,6 +40,7 @@ func ValidateGPUPlacementArgs(path *field.Path, args *config.GPUPlacementArgs) f
 		}
 	}
 	errs = append(errs, validateFragmentation(path.Child("fragmentation"), &args.Fragmentation)...)
+	errs = append(errs, validateDRA(path.Child("dra"), &args.DRA)...)
 	return errs
 }
 

@@ -1,0 +1,257 @@
+package gpuplacement
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/wait"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	"k8s.io/dynamic-resource-allocation/cel"
+	"k8s.io/dynamic-resource-allocation/structured"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/dynamicresources"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
+
+	"github.com/gpusched/gpusched/pkg/apis/config"
+	"github.com/gpusched/gpusched/pkg/gpu"
+)
+
+// draKey is where PreFilter leaves the cycle's view of DRA.
+const draKey fwk.StateKey = "DRA" + Name
+
+// draCycle is what DRA looks like to one scheduling cycle: the GPUs the
+// configured driver publishes, per node, and what DRA has allocated
+// (allocated claims and claims in flight). It is read once per cycle,
+// because both listings are cluster-wide. Immutable.
+type draCycle struct {
+	nodes map[string]*gpu.DRAInventory
+	alloc *gpu.DRAAllocated
+	// slices and allocated are what was read, for the structured allocator
+	// (see preScoreClaims).
+	slices    []*resourceapi.ResourceSlice
+	allocated *structured.AllocatedState
+	// gpuMapped: a DeviceClass maps nvidia.com/gpu (KEP-5004), so nodes
+	// without allocatable nvidia.com/gpu serve it through DRA.
+	gpuMapped bool
+}
+
+// Clone implements fwk.StateData; draCycle is never modified.
+func (s *draCycle) Clone() fwk.StateData { return s }
+
+// draReader reads the configured driver's GPUs and allocations through the
+// scheduler's shared DRA manager: the objects the DynamicResources plugin
+// allocates from, including its claims in flight, and no informer of our own.
+type draReader struct {
+	manager fwk.SharedDRAManager
+	src     gpu.DRASource
+	// inventories maps a node name to its last *memoInventory.
+	inventories sync.Map
+	recorder    func(slice *resourceapi.ResourceSlice, message string)
+	// features and celCache configure the structured allocator exactly as
+	// the DynamicResources plugin configures its own, from the feature
+	// gates, so that predictions use the same implementation.
+	features structured.Features
+	celCache *cel.Cache
+}
+
+// memoInventory is a node's inventory and the slices it was read from.
+type memoInventory struct {
+	slices []*resourceapi.ResourceSlice
+	inv    *gpu.DRAInventory
+}
+
+// newDRAReader returns nil when DRA is disabled in args or the scheduler
+// has no DRA manager (a framework built without one): the plugin then
+// behaves as it does without DRA.
+func newDRAReader(args config.DRA, h fwk.Handle) *draReader {
+	if !args.Enabled || h.SharedDRAManager() == nil {
+		return nil
+	}
+	fts := feature.NewSchedulerFeaturesFromGates(utilfeature.DefaultFeatureGate)
+	r := &draReader{
+		manager:  h.SharedDRAManager(),
+		src:      gpu.DRASource{Driver: args.Driver},
+		features: dynamicresources.AllocatorFeatures(fts),
+		celCache: cel.NewCache(10, cel.Features{EnableConsumableCapacity: fts.EnableDRAConsumableCapacity, EnableListTypeAttributes: fts.EnableDRAListTypeAttributes}),
+	}
+	for _, name := range args.GroupAttributes {
+		r.src.GroupAttributes = append(r.src.GroupAttributes, resourceapi.QualifiedName(name))
+	}
+	r.recorder = func(slice *resourceapi.ResourceSlice, message string) {
+		if recorder := h.EventRecorder(); recorder != nil {
+			recorder.Eventf(slice, nil, v1.EventTypeWarning, "InvalidGPUDevices", "Scheduling", "%s", message)
+		}
+	}
+	return r
+}
+
+// read is the cycle's view of DRA; nil when no node publishes GPUs of the
+// driver, so that clusters without them pay one listing per GPU pod.
+func (r *draReader) read(ctx context.Context) (*draCycle, error) {
+	all, err := r.manager.ResourceSlices().ListWithDeviceTaintRules()
+	if err != nil {
+		return nil, fmt.Errorf("listing ResourceSlices: %w", err)
+	}
+	byNode := map[string][]*resourceapi.ResourceSlice{}
+	for _, s := range all {
+		if s.Spec.Driver == r.src.Driver && s.Spec.NodeName != nil {
+			byNode[*s.Spec.NodeName] = append(byNode[*s.Spec.NodeName], s)
+		}
+	}
+	if len(byNode) == 0 {
+		return nil, nil
+	}
+	cycle := &draCycle{nodes: make(map[string]*gpu.DRAInventory, len(byNode)), slices: all}
+	for node, nodeSlices := range byNode {
+		cycle.nodes[node] = r.inventory(ctx, node, nodeSlices)
+	}
+	if cycle.allocated, err = r.gather(ctx); err != nil {
+		return nil, err
+	}
+	cycle.alloc = r.allocated(cycle.allocated)
+	if resolver := r.manager.DeviceClassResolver(); resolver != nil {
+		cycle.gpuMapped = resolver.GetDeviceClass(gpu.ResourceGPU) != nil
+	}
+	return cycle, nil
+}
+
+// inventory reads a node's GPUs from its slices, again only when the slices
+// changed. Each problem is logged, and reported once per slice version in a
+// Warning event on the slice.
+func (r *draReader) inventory(ctx context.Context, node string, nodeSlices []*resourceapi.ResourceSlice) *gpu.DRAInventory {
+	if m, ok := r.inventories.Load(node); ok && slices.Equal(m.(*memoInventory).slices, nodeSlices) {
+		return m.(*memoInventory).inv
+	}
+	inv, problems := gpu.InventoryFromSlices(node, nodeSlices, r.src)
+	r.inventories.Store(node, &memoInventory{slices: nodeSlices, inv: inv})
+	bySlice := map[string][]string{}
+	for _, p := range problems {
+		logger(ctx).Info("Skipped a GPU device attribute", "node", node, "resourceSlice", p.Slice, "field", p.Field, "reason", p.Reason)
+		bySlice[p.Slice] = append(bySlice[p.Slice], p.Field+": "+p.Reason)
+	}
+	for _, s := range nodeSlices {
+		if msgs := bySlice[s.Name]; len(msgs) > 0 {
+			r.recorder(s, "gpusched skipped what it cannot read: "+strings.Join(msgs, "; "))
+		}
+	}
+	return inv
+}
+
+// gather is DRA's allocated state. The tracker may report a concurrent
+// modification of its claims; it is asked again, as the DynamicResources
+// plugin does, for up to 5 seconds.
+func (r *draReader) gather(ctx context.Context) (*structured.AllocatedState, error) {
+	var st *structured.AllocatedState
+	err := wait.PollUntilContextTimeout(ctx, time.Microsecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		var err error
+		st, err = r.manager.ResourceClaims().GatherAllocatedState()
+		if err != nil && strings.Contains(err.Error(), "conflicting concurrent modification") {
+			return false, nil
+		}
+		return err == nil, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("gathering allocated DRA devices: %w", err)
+	}
+	if st == nil {
+		st = &structured.AllocatedState{}
+	}
+	return st, nil
+}
+
+// allocated is the allocated state restricted to the driver's devices.
+func (r *draReader) allocated(st *structured.AllocatedState) *gpu.DRAAllocated {
+	out := &gpu.DRAAllocated{Exclusive: map[gpu.DRADeviceID]bool{}, SharedMemoryMiB: map[gpu.DRADeviceID]int64{}}
+	for id := range st.AllocatedDevices {
+		if id.Driver.String() == r.src.Driver {
+			out.Exclusive[gpu.DRADeviceID{Driver: r.src.Driver, Pool: id.Pool.String(), Device: id.Device.String()}] = true
+		}
+	}
+	for id := range st.AllocatedSharedDeviceIDs {
+		if id.Driver.String() == r.src.Driver {
+			out.SharedMemoryMiB[gpu.DRADeviceID{Driver: r.src.Driver, Pool: id.Pool.String(), Device: id.Device.String()}] += 0
+		}
+	}
+	for id, consumed := range st.AggregatedCapacity {
+		if id.Driver.String() != r.src.Driver {
+			continue
+		}
+		if q := consumed["memory"]; q != nil && q.Sign() > 0 {
+			out.SharedMemoryMiB[gpu.DRADeviceID{Driver: r.src.Driver, Pool: id.Pool.String(), Device: id.Device.String()}] = ceilMiB(q)
+		}
+	}
+	return out
+}
+
+// ceilMiB is a quantity of bytes in MiB, rounded up.
+func ceilMiB(q *resource.Quantity) int64 { return (q.Value() + 1<<20 - 1) >> 20 }
+
+// draCycleOf is the cycle's view of DRA, or nil.
+func draCycleOf(state fwk.CycleState) *draCycle {
+	data, err := state.Read(draKey)
+	if err != nil {
+		return nil
+	}
+	return data.(*draCycle)
+}
+
+// draNode is the node's DRA-published GPUs with DRA's allocations counted,
+// when the node publishes GPUs of the driver ("DRA-managed"); else nil.
+func draNode(state fwk.CycleState, name string) (*draCycle, *gpu.DRAInventory, *gpu.NodeGPUs) {
+	cycle := draCycleOf(state)
+	if cycle == nil {
+		return nil, nil, nil
+	}
+	d := cycle.nodes[name]
+	if d == nil {
+		return nil, nil, nil
+	}
+	return cycle, d, gpu.EmptyDRANodeGPUs(name, d).WithDRA(d, cycle.alloc)
+}
+
+// servesGPUsByDRA is the rule NodeResourcesFit and DynamicResources apply
+// (KEP-5004): a node serves nvidia.com/gpu through DRA when a DeviceClass
+// maps the resource and the node has none of it allocatable.
+func (c *draCycle) servesGPUsByDRA(nodeInfo fwk.NodeInfo) bool {
+	return c.gpuMapped && nodeInfo.GetAllocatable().GetScalarResources()[gpu.ResourceGPU] == 0
+}
+
+// filterDRA decides a demand on a DRA-managed node. gpusched gives none of
+// its GPUs by annotation: they belong to DRA, and an annotation would book
+// a GPU that DRA also hands out. Whole GPUs requested through
+// nvidia.com/gpu on a node that serves it through DRA are deferred to the
+// DynamicResources plugin, which allocates them (and NodeResourcesFit
+// leaves the count to it); a model list or memory minimum is kept only
+// when every GPU of the node meets it, since DRA picks any. Everything else
+// — shares, memory-only requests, or a node whose device plugin also
+// serves nvidia.com/gpu — is unschedulable there.
+func filterDRA(cycle *draCycle, d *gpu.DRAInventory, demand *gpu.Demand, nodeInfo fwk.NodeInfo) *fwk.Status {
+	if demand.IsShare() || !cycle.servesGPUsByDRA(nodeInfo) {
+		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, gpu.ReasonDRAManaged.String())
+	}
+	if rs := gpu.DRADeferReasons(d.Inventory, demand); rs != 0 {
+		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, rs.Strings()...)
+	}
+	return nil
+}
+
+// scoreDRA scores a deferred demand on a DRA-managed node: the policy's
+// score of the GPUs DRA's first-fit allocator is predicted to take (the
+// lowest free devices in the allocator's order). 0 when none are free: the
+// DynamicResources plugin's Filter rejects the node then.
+func (p *GPUPlacement) scoreDRA(state fwk.CycleState, nodeInfo fwk.NodeInfo, demand *gpu.Demand, view *gpu.NodeGPUs) int64 {
+	chosen, fit := gpu.PredictFirstFit(view, demand)
+	if !fit.OK() {
+		return 0
+	}
+	req := requestOf(state, nodeInfo, demand)
+	req.Exclude = nil // DRA does not know the telemetry's view
+	return p.policy.Score(view, &req, chosen)
+}

@@ -1,0 +1,108 @@
+package gpuplacement
+
+import (
+	"context"
+
+	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/dynamic-resource-allocation/resourceclaim"
+	"k8s.io/dynamic-resource-allocation/structured"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+
+	"github.com/gpusched/gpusched/pkg/gpu"
+)
+
+// claimsKey is where PreScore leaves what a claim pod's DRA allocation is
+// predicted from.
+const claimsKey fwk.StateKey = "PreScoreClaims" + Name
+
+// claimPrediction is a pod's unallocated ResourceClaims and an allocator
+// over the cycle's slices and allocated state: the inputs of the
+// DynamicResources plugin's own Filter. Immutable; the allocator is safe
+// for concurrent use (Score runs in parallel over nodes).
+type claimPrediction struct {
+	allocator structured.Allocator
+	claims    []*resourceapi.ResourceClaim
+}
+
+// Clone implements fwk.StateData.
+func (s *claimPrediction) Clone() fwk.StateData { return s }
+
+// hasClaims reports whether the pod uses ResourceClaims of its own.
+func hasClaims(pod *v1.Pod) bool { return len(pod.Spec.ResourceClaims) > 0 }
+
+// preScoreClaims prepares the prediction of a claim pod's devices: the
+// claims the pod references that DRA has yet to allocate (neither
+// allocated nor pending for another pod), in the pod's order, and a
+// structured allocator built as the DynamicResources plugin builds its own.
+// It prepares nothing when there is nothing to allocate or a claim cannot
+// be read; the pod is then not scored by GPUPlacement.
+func (p *GPUPlacement) preScoreClaims(ctx context.Context, state fwk.CycleState, pod *v1.Pod, cycle *draCycle) {
+	tracker := p.dra.manager.ResourceClaims()
+	var claims []*resourceapi.ResourceClaim
+	for i := range pod.Spec.ResourceClaims {
+		name, _, err := resourceclaim.Name(pod, &pod.Spec.ResourceClaims[i])
+		if err != nil || name == nil {
+			continue
+		}
+		claim, err := tracker.Get(pod.Namespace, *name)
+		if err != nil {
+			logger(ctx).V(4).Info("Not predicting DRA devices: claim unreadable", "pod", klog.KObj(pod), "claim", *name, "err", err)
+			return
+		}
+		if claim.Status.Allocation != nil || tracker.GetPendingAllocation(claim.UID) != nil {
+			continue
+		}
+		claims = append(claims, claim)
+	}
+	if len(claims) == 0 {
+		return
+	}
+	allocator, err := structured.NewAllocator(ctx, p.dra.features, *cycle.allocated, p.dra.manager.DeviceClasses(), cycle.slices, p.dra.celCache)
+	if err != nil {
+		logger(ctx).V(4).Info("Not predicting DRA devices", "pod", klog.KObj(pod), "err", err)
+		return
+	}
+	state.Write(claimsKey, &claimPrediction{allocator: allocator, claims: claims})
+}
+
+// scoreClaims is the policy's score of the devices the structured
+// allocator gives the pod's claims on the node (DRA's own choice, first
+// fit), seen as the engine's demand (gpu.DRAInventory.PlacementOf). 0 when
+// the claims do not fit the node or take none of its GPUs.
+func (p *GPUPlacement) scoreClaims(ctx context.Context, state fwk.CycleState, nodeInfo fwk.NodeInfo, demand *gpu.Demand, pred *claimPrediction, d *gpu.DRAInventory, view *gpu.NodeGPUs) int64 {
+	results, err := pred.allocator.Allocate(ctx, nodeInfo.Node(), pred.claims)
+	if err != nil || results == nil {
+		return 0
+	}
+	var picked []gpu.DRAPicked
+	for _, result := range results {
+		for _, r := range result.Devices.Results {
+			if r.Driver != p.dra.src.Driver {
+				continue
+			}
+			pick := gpu.DRAPicked{ID: gpu.DRADeviceID{Driver: r.Driver, Pool: r.Pool, Device: r.Device}, Shared: r.ShareID != nil}
+			if q, ok := r.ConsumedCapacity["memory"]; ok {
+				pick.MemoryMiB = ceilMiB(&q)
+			}
+			picked = append(picked, pick)
+		}
+	}
+	placed, chosen, ok := d.PlacementOf(picked)
+	if !ok {
+		return 0
+	}
+	placed.MilliCPU, placed.HostMemoryMiB = demand.MilliCPU, demand.HostMemoryMiB
+	req := gpu.Request{Demand: placed, Host: hostOf(state, nodeInfo)}
+	return p.policy.Score(view, &req, chosen)
+}
+
+// claimPredictionOf is the cycle's claim prediction, or nil.
+func claimPredictionOf(state fwk.CycleState) *claimPrediction {
+	data, err := state.Read(claimsKey)
+	if err != nil {
+		return nil
+	}
+	return data.(*claimPrediction)
+}
