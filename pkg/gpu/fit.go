@@ -95,7 +95,7 @@ func candidates(n *NodeGPUs, d *Demand) (DeviceSet, Reasons) {
 	if n.Len() == 0 {
 		return 0, Reasons(ReasonNoGPUs)
 	}
-	if len(d.Models) == 0 && d.MemoryMiB == 0 && n.Inventory.unhealthy == 0 { // every GPU is suitable: answer from the summaries
+	if len(d.Models) == 0 && d.MemoryMiB == 0 && n.unhealthy == 0 { // every GPU is suitable: answer from the summaries
 		switch {
 		case !d.IsShare() && n.Len() < d.Count:
 			return n.idle, Reasons(ReasonTooFewGPUs)
@@ -109,6 +109,7 @@ func candidates(n *NodeGPUs, d *Demand) (DeviceSet, Reasons) {
 	}
 	var suitable, free DeviceSet
 	var static, short Reasons
+	unhealthy := n.unhealthy
 	for i := range n.Inventory.Devices {
 		dev := &n.Inventory.Devices[i]
 		if !d.AllowsModel(dev.Model) {
@@ -119,7 +120,7 @@ func candidates(n *NodeGPUs, d *Demand) (DeviceSet, Reasons) {
 			static |= Reasons(ReasonMemoryTooSmall)
 			continue
 		}
-		if dev.Unhealthy != "" {
+		if unhealthy.Has(i) {
 			static |= Reasons(ReasonUnhealthy)
 			continue
 		}

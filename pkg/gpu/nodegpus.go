@@ -30,6 +30,9 @@ type NodeGPUs struct {
 	// unconstrained demands without reading every device (see summarize).
 	idle         DeviceSet
 	maxFreeMilli int64
+	// unhealthy is Inventory's set of devices marked unhealthy, kept beside
+	// the summaries that Check reads first.
+	unhealthy DeviceSet
 	// classes counts the pods on the node by class (see PodClass).
 	classes map[PodClass]int
 }
@@ -38,6 +41,7 @@ func newNodeGPUs(name string, inv *Inventory, err error) *NodeGPUs {
 	n := &NodeGPUs{Name: name, Inventory: inv, Err: err}
 	if inv != nil {
 		n.Used = make([]Usage, inv.Len())
+		n.unhealthy = inv.unhealthy
 	}
 	n.summarize()
 	return n
