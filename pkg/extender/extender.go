@@ -160,7 +160,7 @@ func (e *Extender) Filter(ctx context.Context, args *extenderv1.ExtenderArgs) *e
 	parallelize(len(cands), func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			if c := &cands[i]; c.node != nil {
-				c.reasons = gpu.Check(e.view(c), &gpu.Request{Demand: demand}).Reasons
+				c.reasons = gpu.Check(e.view(c), &gpu.Request{Demand: &demand}).Reasons
 			}
 		}
 	})
@@ -259,7 +259,7 @@ func (e *Extender) Prioritize(ctx context.Context, args *extenderv1.ExtenderArgs
 		for i := lo; i < hi; i++ {
 			if c := &cands[i]; c.node != nil {
 				n := e.view(c)
-				req := gpu.Request{Demand: demand, Host: hostOf(c.state, m)}
+				req := gpu.Request{Demand: &demand, Host: hostOf(c.state, m)}
 				if chosen, fit := e.policy.Place(n, &req); fit.OK() {
 					c.score = e.policy.Score(n, &req, chosen)
 				}
@@ -316,7 +316,7 @@ func (e *Extender) Preempt(ctx context.Context, args *extenderv1.ExtenderPreempt
 	}
 	e.bindMu.Unlock()
 
-	req := gpu.Request{Demand: demand}
+	req := gpu.Request{Demand: &demand}
 	for name, v := range victims {
 		state := states[name]
 		if state == nil || state.Node == nil || v == nil {

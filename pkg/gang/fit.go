@@ -130,7 +130,7 @@ func (c *emptyCluster) place(d *gpu.Demand) bool {
 	var bestLeft int64
 	found := false
 	consider := func(view *gpu.NodeGPUs, n *emptyNode, class *nodeClass) {
-		if fit := gpu.Check(view, &gpu.Request{Demand: *d}); !fit.OK() {
+		if fit := gpu.Check(view, &gpu.Request{Demand: d}); !fit.OK() {
 			return
 		}
 		if left := view.FreeMilliTotal() - d.TotalMilli(); !found || left < bestLeft {

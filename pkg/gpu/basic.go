@@ -17,31 +17,29 @@ const (
 // the allocation taken after placing the pod, r ∈ {GPU milli, GPU memory}.
 type bestFit struct{ w Weights }
 
-func (p bestFit) Choose(n *NodeGPUs, req *Request, candidates DeviceSet) DeviceSet {
-	d := &req.Demand
+func (p bestFit) Choose(n *NodeGPUs, d *Demand, h Host, candidates DeviceSet) DeviceSet {
 	if d.IsShare() {
 		return chooseShare(n, candidates, true)
 	}
 	return chooseWhole(n, d.Count, candidates)
 }
 
-func (p bestFit) Score(n *NodeGPUs, req *Request, chosen DeviceSet) int64 {
-	return allocatedAfter(n, &req.Demand, chosen, p.w)
+func (p bestFit) Score(n *NodeGPUs, d *Demand, h Host, chosen DeviceSet) int64 {
+	return allocatedAfter(n, d, chosen, p.w)
 }
 
 // spread: score = MaxScore − the best-fit score.
 type spread struct{ w Weights }
 
-func (p spread) Choose(n *NodeGPUs, req *Request, candidates DeviceSet) DeviceSet {
-	d := &req.Demand
+func (p spread) Choose(n *NodeGPUs, d *Demand, h Host, candidates DeviceSet) DeviceSet {
 	if d.IsShare() {
 		return chooseShare(n, candidates, false)
 	}
 	return chooseWhole(n, d.Count, candidates)
 }
 
-func (p spread) Score(n *NodeGPUs, req *Request, chosen DeviceSet) int64 {
-	return MaxScore - allocatedAfter(n, &req.Demand, chosen, p.w)
+func (p spread) Score(n *NodeGPUs, d *Demand, h Host, chosen DeviceSet) int64 {
+	return MaxScore - allocatedAfter(n, d, chosen, p.w)
 }
 
 // packing: score = band × MaxScore/3 + best-fit score / 3, where band is 2
@@ -49,7 +47,7 @@ func (p spread) Score(n *NodeGPUs, req *Request, chosen DeviceSet) int64 {
 // any GPU allocation, 0 for an idle node.
 type packing struct{ bestFit }
 
-func (p packing) Score(n *NodeGPUs, req *Request, chosen DeviceSet) int64 {
+func (p packing) Score(n *NodeGPUs, d *Demand, h Host, chosen DeviceSet) int64 {
 	band := int64(0)
 	if n.UsedMilli() > 0 {
 		band = 1
@@ -60,7 +58,7 @@ func (p packing) Score(n *NodeGPUs, req *Request, chosen DeviceSet) int64 {
 			break
 		}
 	}
-	return band*(MaxScore/3) + p.bestFit.Score(n, req, chosen)/3
+	return band*(MaxScore/3) + p.bestFit.Score(n, d, h, chosen)/3
 }
 
 // allocatedAfter is the weighted allocated fraction of n's GPU compute and

@@ -40,7 +40,7 @@ func BenchmarkFitScore(b *testing.B) {
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			b.ReportAllocs()
-			req := gpu.Request{Demand: tc.demand}
+			req := gpu.Request{Demand: &tc.demand}
 			for b.Loop() {
 				n := ledger.Node(node, 1, slices.Values(pods))
 				if fit := gpu.Check(n, &req); !fit.OK() {
@@ -97,7 +97,7 @@ func BenchmarkFitScoreAcrossNodes(b *testing.B) {
 		ledger.Node(cluster[i].node, 1, slices.Values(cluster[i].pods))
 	}
 	policy := gpu.MustPolicy(gpu.PolicyBestFit, gpu.PolicyConfig{})
-	req := gpu.Request{Demand: gpu.Demand{Count: 1, Milli: 250}}
+	req := gpu.Request{Demand: &gpu.Demand{Count: 1, Milli: 250}}
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {
@@ -145,7 +145,7 @@ func BenchmarkFragmentationScore(b *testing.B) {
 		} {
 			b.Run(p.name+"/"+tc.name, func(b *testing.B) {
 				b.ReportAllocs()
-				req := gpu.Request{Demand: tc.demand, Host: host}
+				req := gpu.Request{Demand: &tc.demand, Host: host}
 				for b.Loop() {
 					chosen, _ := p.policy.Place(n, &req)
 					p.policy.Score(n, &req, chosen)

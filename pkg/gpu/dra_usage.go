@@ -90,7 +90,7 @@ func (n *NodeGPUs) addUsage(i int, milli, memoryMiB int64) {
 // DRAInventory's positions follow the allocator's device order). The fit
 // says why the demand does not fit; chosen is 0 then.
 func PredictFirstFit(n *NodeGPUs, d *Demand) (chosen DeviceSet, fit Fit) {
-	fit = Check(n, &Request{Demand: *d})
+	fit = Check(n, &Request{Demand: d})
 	if !fit.OK() || d.IsZero() {
 		return 0, fit
 	}

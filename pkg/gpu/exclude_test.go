@@ -53,7 +53,7 @@ func TestPlaceExcluding(t *testing.T) {
 					}
 				}
 			})
-			chosen, fit := bestFit.Place(n, &gpu.Request{Demand: tt.demand, Exclude: tt.excluded})
+			chosen, fit := bestFit.Place(n, &gpu.Request{Demand: &tt.demand, Exclude: tt.excluded})
 			if chosen != tt.wantChosen || fit.Reasons != tt.wantReasons || fit.Excluded != tt.wantWhy {
 				t.Errorf("chosen %04b reasons %q why %q, want %04b %q %q", chosen, fit.Reasons, fit.Excluded, tt.wantChosen, tt.wantReasons, tt.wantWhy)
 			}

@@ -32,14 +32,13 @@ func fgdHost(h *Host, d *Demand) (before, after hostFree) {
 
 // Choose puts whole GPUs on the lowest free ones and a share on the GPU
 // whose score (Score) is highest, the lowest such GPU on a tie.
-func (p fgd) Choose(n *NodeGPUs, req *Request, candidates DeviceSet) DeviceSet {
-	d := &req.Demand
+func (p fgd) Choose(n *NodeGPUs, d *Demand, h Host, candidates DeviceSet) DeviceSet {
 	if !d.IsShare() {
 		return lowest(candidates, d.Count)
 	}
 	typical := p.shapes.Typical()
 	free := freeOf(n)
-	hostBefore, hostAfter := fgdHost(&req.Host, d)
+	hostBefore, hostAfter := fgdHost(&h, d)
 	before := n.fragmentOf(free[:n.Len()], hostBefore, typical)
 	best, bestScore := -1, int64(-1)
 	for i := range n.Used {
@@ -59,11 +58,10 @@ func (p fgd) Choose(n *NodeGPUs, req *Request, candidates DeviceSet) DeviceSet {
 // Score: int(100 × sigmoid((F_before − F_after)/1000)), F the node's
 // fragment in milli-GPU before and after placing the pod (its CPU and its
 // milli-GPU on the chosen GPUs).
-func (p fgd) Score(n *NodeGPUs, req *Request, chosen DeviceSet) int64 {
-	d := &req.Demand
+func (p fgd) Score(n *NodeGPUs, d *Demand, h Host, chosen DeviceSet) int64 {
 	typical := p.shapes.Typical()
 	free := freeOf(n)
-	hostBefore, hostAfter := fgdHost(&req.Host, d)
+	hostBefore, hostAfter := fgdHost(&h, d)
 	before := n.fragmentOf(free[:n.Len()], hostBefore, typical)
 	for i := range n.Used {
 		if chosen.Has(i) {

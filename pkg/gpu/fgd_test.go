@@ -40,7 +40,7 @@ func TestFGDScore(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			req := gpu.Request{Demand: tt.demand, Host: host}
+			req := gpu.Request{Demand: &tt.demand, Host: host}
 			chosen, fit := fgd.Place(tt.node, &req)
 			if !fit.OK() {
 				t.Fatal(fit.Reasons)
@@ -60,7 +60,7 @@ func TestFGDChoose(t *testing.T) {
 	n := nodeWithPods(t, gt.MakeGPUNode("n").GFD("T4", 2, 0), gpu.Assignment{Devices: []int{0}, Milli: 500})
 	d := gpu.Demand{Count: 1, Milli: 500}
 	fgd := gpu.MustPolicy(gpu.PolicyFGD, gpu.PolicyConfig{Shapes: halfWholeHalfShare})
-	if got, _ := fgd.Place(n, &gpu.Request{Demand: d, Host: knownHost(16000)}); got != 1<<0 {
+	if got, _ := fgd.Place(n, &gpu.Request{Demand: &d, Host: knownHost(16000)}); got != 1<<0 {
 		t.Errorf("share on GPUs %b, want GPU 0", got)
 	}
 }

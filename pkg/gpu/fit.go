@@ -172,10 +172,10 @@ func (f Fit) OK() bool { return f.Reasons == 0 && f.Excluded == "" }
 // Check decides whether the request's demand fits n, without choosing GPUs:
 // what a front end's filter asks. A demand without GPUs always fits.
 func Check(n *NodeGPUs, req *Request) Fit {
-	if req.Demand.IsZero() {
+	if req.Demand == nil || req.Demand.IsZero() {
 		return Fit{}
 	}
-	free, reasons := candidates(n, &req.Demand)
+	free, reasons := candidates(n, req.Demand)
 	if reasons != 0 || req.Exclude == nil {
 		return Fit{Free: free, Reasons: reasons}
 	}

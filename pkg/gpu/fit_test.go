@@ -123,7 +123,7 @@ func TestCheck(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			fit := gpu.Check(tt.node, &gpu.Request{Demand: tt.demand})
+			fit := gpu.Check(tt.node, &gpu.Request{Demand: &tt.demand})
 			free, reasons := fit.Free, fit.Reasons
 			if free != tt.wantFree {
 				t.Errorf("free = %b, want %b", free, tt.wantFree)

@@ -12,8 +12,7 @@ type fragFit struct{ shapes Shapes }
 // Choose puts a share on the GPU whose use grows the node's fragment
 // least, then the tightest such GPU, then the lowest; whole GPUs as BestFit
 // places them, inside one interconnect group when it can.
-func (p fragFit) Choose(n *NodeGPUs, req *Request, candidates DeviceSet) DeviceSet {
-	h, d := &req.Host, &req.Demand
+func (p fragFit) Choose(n *NodeGPUs, d *Demand, h Host, candidates DeviceSet) DeviceSet {
 	if !d.IsShare() {
 		return chooseWhole(n, d.Count, candidates)
 	}
@@ -50,8 +49,7 @@ const fragEpsilon = 1e-6
 // best-fit among near-equal placements packs what the measure cannot tell
 // apart — pods without GPUs onto nodes whose GPUs are taken, whole GPUs onto
 // the fullest nodes — instead of leaving it to the scheduler's tie-break.
-func (p fragFit) Score(n *NodeGPUs, req *Request, chosen DeviceSet) int64 {
-	h, d := &req.Host, &req.Demand
+func (p fragFit) Score(n *NodeGPUs, d *Demand, h Host, chosen DeviceSet) int64 {
 	typical := p.shapes.Typical()
 	free := freeOf(n)
 	before := n.fragmentOf(free[:n.Len()], h.free(), typical)

@@ -34,7 +34,7 @@ func TestFragFitScore(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			req := gpu.Request{Demand: tt.demand, Host: host}
+			req := gpu.Request{Demand: &tt.demand, Host: host}
 			chosen, fit := p.Place(tt.node, &req)
 			if !fit.OK() {
 				t.Fatal(fit.Reasons)
@@ -64,7 +64,7 @@ func TestFragFitMemory(t *testing.T) {
 func TestFragFitUnknownHost(t *testing.T) {
 	p := gpu.MustPolicy(gpu.PolicyFragFit, gpu.PolicyConfig{Shapes: halfWholeHalfShare})
 	two := gt.MakeGPUNode("n").GFD("T4", 2, 0)
-	req := gpu.Request{Demand: gpu.Demand{Count: 1, Milli: 1000}}
+	req := gpu.Request{Demand: &gpu.Demand{Count: 1, Milli: 1000}}
 	idle, busy := nodeWithPods(t, two), nodeWithPods(t, two, gpu.Assignment{Devices: []int{0}, Milli: 1000})
 	// Idle: ½·0 (CPU unknown) + ½·1000/2000 left = 0.25, int(0.75 × (2^20 − 1)) = 786431.
 	// Busy: ½·0 + ½·0/2000 = 0 left → 2^20 − 1 = 1048575. Levels: idle F 0 → 0,

@@ -197,7 +197,7 @@ var claimPolicy = MustPolicy(PolicyBestFit, PolicyConfig{})
 // gang fitted onto empty nodes) places its demands this way. ok is false
 // when d does not fit n.
 func PlaceClaim(n *NodeGPUs, d *Demand) (a Assignment, ok bool) {
-	req := Request{Demand: *d}
+	req := Request{Demand: d}
 	chosen, fit := claimPolicy.Place(n, &req)
 	if !fit.OK() || d.IsZero() {
 		return Assignment{}, false

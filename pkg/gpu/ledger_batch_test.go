@@ -23,7 +23,7 @@ func TestLedgerBatchOfReservations(t *testing.T) {
 	for _, uid := range []string{"p0", "p1"} {
 		// The same generation: the snapshot did not change.
 		n := l.NodeInFlight(node, cache.gen["n"], slices.Values(cache.pods["n"]))
-		chosen, fit := bestFit.Place(n, &gpu.Request{Demand: d})
+		chosen, fit := bestFit.Place(n, &gpu.Request{Demand: &d})
 		if !fit.OK() {
 			t.Fatalf("%s: %s", uid, fit.Reasons)
 		}

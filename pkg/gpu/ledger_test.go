@@ -165,13 +165,13 @@ func TestLedgerProperty(t *testing.T) {
 				if d.MemoryMiB == 0 {
 					slow := d
 					slow.Models = []string{"A100", "T4", "H100", "L4"}
-					fast := gpu.Check(n, &gpu.Request{Demand: d})
-					slowFit := gpu.Check(n, &gpu.Request{Demand: slow})
+					fast := gpu.Check(n, &gpu.Request{Demand: &d})
+					slowFit := gpu.Check(n, &gpu.Request{Demand: &slow})
 					if fast.Reasons != slowFit.Reasons || (fast.Reasons == 0 && fast.Free != slowFit.Free) {
 						t.Fatalf("seed %d step %d: Check(%v) = %b %v, per device %b %v", seed, step, d, fast.Free, fast.Reasons, slowFit.Free, slowFit.Reasons)
 					}
 				}
-				chosen, fit := policy.Place(n, &gpu.Request{Demand: d})
+				chosen, fit := policy.Place(n, &gpu.Request{Demand: &d})
 				if !fit.OK() {
 					continue
 				}

@@ -17,10 +17,11 @@ const MaxScore int64 = 1_000_000
 // memory are Host, choosing only among GPUs that Exclude does not exclude.
 // Every front end asks it the same way, so every front end decides alike.
 type Request struct {
-	// Demand is what the pod asks for. Policies that weigh the node's CPU
-	// and memory (PolicyInfo.HostAware) read its MilliCPU and HostMemoryMiB
-	// too (see Policy.Demand).
-	Demand Demand
+	// Demand is what the pod asks for; nil or zero for a pod without GPUs.
+	// Policies that weigh the node's CPU and memory (PolicyInfo.HostAware)
+	// read its MilliCPU and HostMemoryMiB too (see Policy.Demand). It is a
+	// pointer so that a front end asks about many nodes without copying it.
+	Demand *Demand
 	// Host is the node's CPU and memory; the zero Host means unknown.
 	Host Host
 	// Exclude, when set, names GPUs that must not be chosen although they
@@ -46,16 +47,19 @@ type Host struct {
 }
 
 // Strategy is what a policy implements: which GPUs to take, and how good a
-// placement is. A strategy must not keep req or anything it points to. Both are called only with a request whose demand fits the
-// node (Check), except that Score is also called for a demand without GPUs
-// (chosen empty) when the policy is host-aware.
+// placement is, for demand d on node n whose CPU and memory are h (the
+// request's; the GPUs it excludes are already left out of candidates).
+// Both are called only with a demand that fits the node (Check), except
+// that Score is also called for a demand without GPUs (chosen empty) when
+// the policy is host-aware. The host comes by value, so that a front end's
+// request stays on its stack; a strategy must not keep d.
 type Strategy interface {
-	// Choose picks req.Demand.Count GPUs from candidates, which holds at
-	// least that many.
-	Choose(n *NodeGPUs, req *Request, candidates DeviceSet) DeviceSet
-	// Score rates placing the demand on the chosen GPUs of n: 0..MaxScore,
-	// higher is better.
-	Score(n *NodeGPUs, req *Request, chosen DeviceSet) int64
+	// Choose picks d.Count GPUs from candidates, which holds at least that
+	// many.
+	Choose(n *NodeGPUs, d *Demand, h Host, candidates DeviceSet) DeviceSet
+	// Score rates placing d on the chosen GPUs of n: 0..MaxScore, higher is
+	// better.
+	Score(n *NodeGPUs, d *Demand, h Host, chosen DeviceSet) int64
 }
 
 // Policy is a configured placement policy: a registered strategy (see
@@ -83,11 +87,11 @@ func (p *Policy) Shapes() Shapes { return p.shapes }
 // unless fit.OK(). A demand without GPUs fits with nothing chosen. This is
 // the one way every front end places a pod.
 func (p *Policy) Place(n *NodeGPUs, req *Request) (chosen DeviceSet, fit Fit) {
-	if req.Demand.IsZero() {
+	if req.Demand == nil || req.Demand.IsZero() {
 		return 0, Fit{}
 	}
 	// Check, inlined: Place runs for every feasible node of every cycle.
-	free, reasons := candidates(n, &req.Demand)
+	free, reasons := candidates(n, req.Demand)
 	if reasons != 0 {
 		return 0, Fit{Free: free, Reasons: reasons}
 	}
@@ -97,18 +101,25 @@ func (p *Policy) Place(n *NodeGPUs, req *Request) (chosen DeviceSet, fit Fit) {
 		}
 		free = fit.Free
 	}
-	return p.choose(n, req, free), Fit{Free: free}
+	return p.strategy.Choose(n, req.Demand, req.Host, free), Fit{Free: free}
 }
 
 // Score rates placing the request's demand on the chosen GPUs of n (as
 // Place chose them), 0..MaxScore, higher is better. For a demand without
 // GPUs only a host-aware policy has anything to say; others score 0.
 func (p *Policy) Score(n *NodeGPUs, req *Request, chosen DeviceSet) int64 {
-	if req.Demand.IsZero() && !p.info.HostAware {
+	d := req.Demand
+	if d == nil {
+		d = &noDemand
+	}
+	if d.IsZero() && !p.info.HostAware {
 		return 0
 	}
-	return p.score(n, req, chosen)
+	return p.strategy.Score(n, d, req.Host, chosen)
 }
+
+// noDemand is the demand of a request without one. Strategies only read it.
+var noDemand Demand
 
 // Demand is the pod's demand as this policy needs it: the GPU demand
 // (DemandFromPod), with the pod's CPU and memory requests when the policy

@@ -54,7 +54,7 @@ func TestPolicyScore(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			req := gpu.Request{Demand: tt.demand}
+			req := gpu.Request{Demand: &tt.demand}
 			chosen, fit := p.Place(tt.node, &req)
 			if !fit.OK() {
 				t.Fatalf("does not fit: %v", fit.Reasons)
@@ -95,7 +95,7 @@ func TestPolicyChoose(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			p := gpu.MustPolicy(tt.policy, gpu.PolicyConfig{})
-			got, fit := p.Place(tt.node, &gpu.Request{Demand: tt.demand})
+			got, fit := p.Place(tt.node, &gpu.Request{Demand: &tt.demand})
 			if !fit.OK() || got != tt.want {
 				t.Errorf("chose %08b (reasons %v), want %08b", got, fit.Reasons, tt.want)
 			}

@@ -79,11 +79,11 @@ func (h Host) maxima(n *NodeGPUs) (cpu, gpuMilli int64) {
 // whole GPUs.
 type referencePolicy struct{}
 
-func (referencePolicy) Choose(n *NodeGPUs, req *Request, candidates DeviceSet) DeviceSet {
-	if d := &req.Demand; d.IsShare() {
+func (referencePolicy) Choose(n *NodeGPUs, d *Demand, h Host, candidates DeviceSet) DeviceSet {
+	if d.IsShare() {
 		return chooseShare(n, candidates, true)
 	}
-	return lowest(candidates, req.Demand.Count)
+	return lowest(candidates, d.Count)
 }
 
 type randomPolicy struct{}
@@ -107,8 +107,7 @@ func stateHash(name string, xs ...int64) uint64 {
 
 // Choose picks a share's GPU among the candidates by a hash of the node's
 // state, so repeated runs over the same cluster make the same choices.
-func (randomPolicy) Choose(n *NodeGPUs, req *Request, candidates DeviceSet) DeviceSet {
-	d := &req.Demand
+func (randomPolicy) Choose(n *NodeGPUs, d *Demand, h Host, candidates DeviceSet) DeviceSet {
 	if !d.IsShare() {
 		return lowest(candidates, d.Count)
 	}
@@ -127,9 +126,8 @@ func (randomPolicy) Choose(n *NodeGPUs, req *Request, candidates DeviceSet) Devi
 // Score is a pseudo-random score from a hash of the node and its state:
 // the best-scored node is a uniformly random one, whatever the scheduler's
 // tie-break, and it changes as the cluster does.
-func (randomPolicy) Score(n *NodeGPUs, req *Request, _ DeviceSet) int64 {
-	d := &req.Demand
-	return int64(stateHash(n.Name, n.usedMilli, req.Host.FreeMilliCPU, d.Milli, d.MilliCPU) % uint64(MaxScore+1))
+func (randomPolicy) Score(n *NodeGPUs, d *Demand, h Host, _ DeviceSet) int64 {
+	return int64(stateHash(n.Name, n.usedMilli, h.FreeMilliCPU, d.Milli, d.MilliCPU) % uint64(MaxScore+1))
 }
 
 type dotProd struct{ referencePolicy }
@@ -137,8 +135,7 @@ type dotProd struct{ referencePolicy }
 // Score: int(100 × (1 − (freeCPU·cpu/maxCPU² + freeGPU·gpu/maxGPU²)/2)),
 // free amounts before placing the pod; the CPU term is 0 when the host is
 // unknown.
-func (dotProd) Score(n *NodeGPUs, req *Request, _ DeviceSet) int64 {
-	h, d := &req.Host, &req.Demand
+func (dotProd) Score(n *NodeGPUs, d *Demand, h Host, _ DeviceSet) int64 {
 	maxCPU, maxGPU := h.maxima(n)
 	cpu := h.cpuTerm(n, 0) * float64(d.MilliCPU) / float64(maxCPU)
 	gpu := float64(n.FreeMilliTotal()) / float64(maxGPU) * float64(d.TotalMilli()) / float64(maxGPU)
@@ -149,8 +146,7 @@ type bestFitCPUGPU struct{ referencePolicy }
 
 // Score: int(100 × (1 − ½·(freeCPU − cpu)/maxCPU − ½·(freeGPU − gpu)/maxGPU));
 // the CPU term is 0 when the host is unknown.
-func (bestFitCPUGPU) Score(n *NodeGPUs, req *Request, _ DeviceSet) int64 {
-	h, d := &req.Host, &req.Demand
+func (bestFitCPUGPU) Score(n *NodeGPUs, d *Demand, h Host, _ DeviceSet) int64 {
 	_, maxGPU := h.maxima(n)
 	left := 0.5*h.cpuTerm(n, d.MilliCPU) +
 		0.5*float64(n.FreeMilliTotal()-d.TotalMilli())/float64(maxGPU)
@@ -163,7 +159,7 @@ type gpuPacking struct{ referencePolicy }
 // takes k > 0 fully free GPUs scores max(50 − k, 33); a pod placed only on
 // partly used GPUs scores max(100 − Σ free%/10, 50), Σ over the chosen GPUs
 // of their free milli-GPU in percent.
-func (gpuPacking) Score(n *NodeGPUs, _ *Request, chosen DeviceSet) int64 {
+func (gpuPacking) Score(n *NodeGPUs, _ *Demand, _ Host, chosen DeviceSet) int64 {
 	if n.usedMilli == 0 {
 		return int64(33-n.Len()) * refScale
 	}
@@ -189,8 +185,7 @@ type gpuClustering struct{ referencePolicy }
 // Score: band + 25 × (8000 − freeGPU)/8000, band 75 when the node holds only
 // pods of the pod's class, 50 when it holds that class and others, 25 when
 // it holds no GPU pods, else 0.
-func (gpuClustering) Score(n *NodeGPUs, req *Request, _ DeviceSet) int64 {
-	d := &req.Demand
+func (gpuClustering) Score(n *NodeGPUs, d *Demand, h Host, _ DeviceSet) int64 {
 	class := ClassOf(d.Milli, d.Count)
 	var band int64
 	switch same, other := n.PodsOfClass(class) > 0, n.HasOtherClasses(class); {

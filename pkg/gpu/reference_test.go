@@ -76,7 +76,7 @@ func TestReferencePolicyScore(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			p := gpu.MustPolicy(tt.policy, gpu.PolicyConfig{})
-			req := gpu.Request{Demand: tt.demand, Host: tt.host}
+			req := gpu.Request{Demand: &tt.demand, Host: tt.host}
 			chosen, fit := p.Place(tt.node, &req)
 			if !fit.OK() {
 				t.Fatalf("does not fit: %v", fit.Reasons)
@@ -97,18 +97,18 @@ func TestReferenceChoose(t *testing.T) {
 		gpu.Assignment{Devices: []int{2}, Milli: 1000})
 	for _, policy := range []gpu.PolicyType{gpu.PolicyDotProd, gpu.PolicyGpuPacking, gpu.PolicyGpuClustering, gpu.PolicyBestFitCPUGPU} {
 		p := gpu.MustPolicy(policy, gpu.PolicyConfig{})
-		share := gpu.Request{Demand: gpu.Demand{Count: 1, Milli: 300}}
+		share := gpu.Request{Demand: &gpu.Demand{Count: 1, Milli: 300}}
 		if got, _ := p.Place(n, &share); got != 1<<1 {
 			t.Errorf("%s: share of 300 on GPUs %b, want GPU 1 (400 free, the tightest fit)", policy, got)
 		}
-		whole := gpu.Request{Demand: gpu.Demand{Count: 1, Milli: 1000}}
+		whole := gpu.Request{Demand: &gpu.Demand{Count: 1, Milli: 1000}}
 		if got, _ := p.Place(n, &whole); got != 1<<3 {
 			t.Errorf("%s: whole GPU on %b, want GPU 3 (the only free one)", policy, got)
 		}
 	}
 	// Random picks among the fitting GPUs (0, 1 and 3 fit 300 milli-GPU).
 	p := gpu.MustPolicy(gpu.PolicyRandom, gpu.PolicyConfig{})
-	share := gpu.Request{Demand: gpu.Demand{Count: 1, Milli: 300}}
+	share := gpu.Request{Demand: &gpu.Demand{Count: 1, Milli: 300}}
 	if got, _ := p.Place(n, &share); got.Len() != 1 || got.Has(2) {
 		t.Errorf("random: share on GPUs %b, want one of GPUs 0, 1, 3", got)
 	}
@@ -123,7 +123,7 @@ func TestRandomSpreads(t *testing.T) {
 		best, bestScore := -1, int64(-1)
 		for i := range 10 {
 			n := nodeWithPods(t, gt.MakeGPUNode(fmt.Sprintf("n%d", i)).GFD("T4", 2, 0))
-			req := gpu.Request{Demand: gpu.Demand{Count: 1, Milli: 1000, MilliCPU: int64(cpu)}, Host: knownHost(8000)}
+			req := gpu.Request{Demand: &gpu.Demand{Count: 1, Milli: 1000, MilliCPU: int64(cpu)}, Host: knownHost(8000)}
 			if s := p.Score(n, &req, 1); s > bestScore {
 				best, bestScore = i, s
 			}

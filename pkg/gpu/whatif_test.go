@@ -30,7 +30,7 @@ func TestWithWithout(t *testing.T) {
 		t.Errorf("the starting view changed: free = %d, want 4000", got)
 	}
 	// Without the whole GPUs, a 3-GPU pod fits again: GPUs 0, 1 and 3 are idle.
-	req := gpu.Request{Demand: gpu.Demand{Count: 3, Milli: 1000}}
+	req := gpu.Request{Demand: &gpu.Demand{Count: 3, Milli: 1000}}
 	if fit := gpu.Check(both, &req); fit.OK() {
 		t.Fatal("3 GPUs fit beside 2 taken and a share")
 	}

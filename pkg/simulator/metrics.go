@@ -205,7 +205,7 @@ func (t *fragTracker) screen(pod *v1.Pod) func(node string) (bool, []string) {
 		if tn == nil {
 			return true, nil
 		}
-		if fit := gpu.Check(tn.view, &gpu.Request{Demand: d}); fit.Reasons != 0 {
+		if fit := gpu.Check(tn.view, &gpu.Request{Demand: &d}); fit.Reasons != 0 {
 			return false, fit.Reasons.Strings()
 		}
 		return true, nil

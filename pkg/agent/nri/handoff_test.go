@@ -61,7 +61,7 @@ func TestNRIHandoff(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		chosen, fit := policy.Place(view, &gpu.Request{Demand: d})
+		chosen, fit := policy.Place(view, &gpu.Request{Demand: &d})
 		if !fit.OK() {
 			t.Fatalf("%s does not fit: %v", p.Name, fit.Reasons)
 		}

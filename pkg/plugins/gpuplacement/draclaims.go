@@ -94,7 +94,7 @@ func (p *GPUPlacement) scoreClaims(ctx context.Context, state fwk.CycleState, no
 		return 0
 	}
 	placed.MilliCPU, placed.HostMemoryMiB = demand.MilliCPU, demand.HostMemoryMiB
-	req := gpu.Request{Demand: placed, Host: hostOf(state, nodeInfo)}
+	req := gpu.Request{Demand: &placed, Host: hostOf(state, nodeInfo)}
 	return p.policy.Score(view, &req, chosen)
 }
 

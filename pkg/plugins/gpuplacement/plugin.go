@@ -209,7 +209,7 @@ func (p *GPUPlacement) Filter(ctx context.Context, state fwk.CycleState, pod *v1
 		return filterDRA(cycle, d, demand, nodeInfo)
 	}
 	n := p.nodeGPUs(nodeInfo)
-	fit := gpu.Check(n, &gpu.Request{Demand: *demand, Exclude: gpuhealth.Read(state)})
+	fit := gpu.Check(n, &gpu.Request{Demand: demand, Exclude: gpuhealth.Read(state)})
 	if fit.Reasons.Has(gpu.ReasonInventoryInvalid) {
 		p.reportInvalidInventory(nodeInfo.Node(), n.Err)
 	}
@@ -303,7 +303,7 @@ func (p *GPUPlacement) Score(ctx context.Context, state fwk.CycleState, pod *v1.
 			return p.scoreClaims(ctx, state, nodeInfo, demand, pred, d, view), nil
 		}
 		if demand.IsZero() {
-			return p.policy.Score(view, &gpu.Request{Demand: *demand, Host: hostOf(state, nodeInfo)}, 0), nil
+			return p.policy.Score(view, &gpu.Request{Demand: demand, Host: hostOf(state, nodeInfo)}, 0), nil
 		}
 		return p.scoreDRA(state, nodeInfo, demand, view), nil
 	}
@@ -319,7 +319,7 @@ func (p *GPUPlacement) Score(ctx context.Context, state fwk.CycleState, pod *v1.
 // requestOf is the engine request for the pod on the node: its demand, the
 // node's CPU and memory, and the GPUs the cycle's health view excludes.
 func requestOf(state fwk.CycleState, nodeInfo fwk.NodeInfo, demand *gpu.Demand) gpu.Request {
-	return gpu.Request{Demand: *demand, Host: hostOf(state, nodeInfo), Exclude: gpuhealth.Read(state)}
+	return gpu.Request{Demand: demand, Host: hostOf(state, nodeInfo), Exclude: gpuhealth.Read(state)}
 }
 
 // hostOf is the node's CPU with the cluster's largest capacities, as
