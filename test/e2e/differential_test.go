@@ -300,11 +300,8 @@ func runLiveGPUSched(ctx context.Context, t *testing.T, c *testcluster.Cluster, 
 // scheduler calling the extender.
 func runStockWithExtender(ctx context.Context, t *testing.T, c *testcluster.Cluster, argsFile string, pods []*v1.Pod) []placement {
 	t.Helper()
-	addr := freeLoopbackAddr(t)
-	opts := extender.NewOptions()
-	opts.BindAddress, opts.PlacementArgsFile = addr, argsFile
-	ext := startExtenderAs(ctx, t, c.RestConfig, opts)
-	defer func() { _ = ext.Stop() }()
+	addr, stop := startPlacementExtender(ctx, t, c, argsFile)
+	defer stop()
 	s := c.StartScheduler(ctx, t, stockConfig(addr))
 	defer s.Stop()
 	defer deleteAndWait(ctx, t, c, pods)
@@ -322,14 +319,20 @@ func placeOneByOne(ctx context.Context, t *testing.T, c *testcluster.Cluster, po
 		if _, err := c.Client.CoreV1().Pods(p.Namespace).Create(ctx, p, metav1.CreateOptions{}); err != nil {
 			t.Fatalf("creating pod %s: %v", p.Name, err)
 		}
-		bound := testcluster.WaitForPodScheduled(ctx, t, c.Client, p.Namespace, p.Name, timeout)
-		devices, err := gpuAssignment(bound)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, placementOf(bound.Spec.NodeName, devices))
+		out = append(out, boundPlacement(ctx, t, c, p))
 	}
 	return out
+}
+
+// boundPlacement waits for the pod to be bound and returns where it went.
+func boundPlacement(ctx context.Context, t *testing.T, c *testcluster.Cluster, p *v1.Pod) placement {
+	t.Helper()
+	bound := testcluster.WaitForPodScheduled(ctx, t, c.Client, p.Namespace, p.Name, timeout)
+	devices, err := gpuAssignment(bound)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return placementOf(bound.Spec.NodeName, devices)
 }
 
 // driveExtender is the scheduler's side of the extender protocol, in
@@ -338,11 +341,8 @@ func placeOneByOne(ctx context.Context, t *testing.T, c *testcluster.Cluster, po
 // where a real scheduler would pick one at random.
 func driveExtender(ctx context.Context, t *testing.T, c *testcluster.Cluster, argsFile string, nodes []*v1.Node, pods []*v1.Pod) []placement {
 	t.Helper()
-	addr := freeLoopbackAddr(t)
-	opts := extender.NewOptions()
-	opts.BindAddress, opts.PlacementArgsFile = addr, argsFile
-	ext := startExtenderAs(ctx, t, c.RestConfig, opts)
-	defer func() { _ = ext.Stop() }()
+	addr, stop := startPlacementExtender(ctx, t, c, argsFile)
+	defer stop()
 	defer deleteAndWait(ctx, t, c, pods)
 
 	names := make([]string, len(nodes))
@@ -382,14 +382,20 @@ func driveExtender(ctx context.Context, t *testing.T, c *testcluster.Cluster, ar
 		if bound.Error != "" {
 			t.Fatalf("%s: bind to %s: %s", p.Name, best, bound.Error)
 		}
-		pod := testcluster.WaitForPodScheduled(ctx, t, c.Client, created.Namespace, created.Name, timeout)
-		devices, err := gpuAssignment(pod)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, placementOf(pod.Spec.NodeName, devices))
+		out = append(out, boundPlacement(ctx, t, c, created))
 	}
 	return out
+}
+
+// startPlacementExtender runs the extender with the args file on a free
+// loopback address, and returns the address and how to stop it.
+func startPlacementExtender(ctx context.Context, t *testing.T, c *testcluster.Cluster, argsFile string) (string, func()) {
+	t.Helper()
+	addr := freeLoopbackAddr(t)
+	opts := extender.NewOptions()
+	opts.BindAddress, opts.PlacementArgsFile = addr, argsFile
+	ext := startExtenderAs(ctx, t, c.RestConfig, opts)
+	return addr, func() { _ = ext.Stop() }
 }
 
 // postJSON posts in to the extender's verb and decodes the answer into out.
