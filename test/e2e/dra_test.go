@@ -27,8 +27,9 @@ const draNodeLabel = "gpusched.io/test-dra"
 // publishes both ways, whose GPUs gpusched leaves to DRA. Pods ask for
 // plain nvidia.com/gpu (the scheduler's DynamicResources plugin creates
 // and allocates their extended-resource claims), for pre-created
-// ResourceClaims, or for shares by annotation, which only the
-// device-plugin node may take. The scheduler is restarted mid-run. Every
+// ResourceClaims, for claims from a ResourceClaimTemplate (created by the
+// real resourceclaim controller), or for shares by annotation, which only
+// the device-plugin node may take. The scheduler is restarted mid-run. Every
 // pod must be bound, every claim allocated, and no GPU given twice, across
 // claims and annotations.
 func TestDRAMixedCluster(t *testing.T) {
@@ -57,12 +58,15 @@ func TestDRAMixedCluster(t *testing.T) {
 		p.Spec.NodeSelector = map[string]string{draNodeLabel: "true"}
 		return p
 	}
+	c.StartResourceClaimController(ctx, t)
+	createClaimTemplate(ctx, t, c, "one-gpu", 1)
 	first := startGPUSched(ctx, t, c)
 	createClaim(ctx, t, c, "claim-0", 1)
 	before := []*v1.Pod{
 		onDRA(gt.MakeGPUPod("plain-0").GPUs(1).Obj()),
 		onDRA(gt.MakeGPUPod("plain-1").GPUs(2).Obj()),
 		withClaim(gt.MakeGPUPod("claimed-0").Obj(), "claim-0"),
+		withClaimTemplate(gt.MakeGPUPod("templated-0").Obj(), "one-gpu"),
 		gt.MakeGPUPod("share-0").Milli(500).Obj(),
 		gt.MakeGPUPod("share-1").Milli(300).Obj(),
 	}
@@ -79,6 +83,7 @@ func TestDRAMixedCluster(t *testing.T) {
 		onDRA(gt.MakeGPUPod("plain-2").GPUs(2).Obj()),
 		gt.MakeGPUPod("plain-any").GPUs(1).Obj(), // a DRA node or the device-plugin node
 		withClaim(gt.MakeGPUPod("claimed-1").Obj(), "claim-1"),
+		withClaimTemplate(gt.MakeGPUPod("templated-1").Obj(), "one-gpu"),
 		gt.MakeGPUPod("share-2").Milli(400).Obj(),
 		gt.MakeGPUPod("share-3").Milli(600).Obj(),
 	}
@@ -88,7 +93,16 @@ func TestDRAMixedCluster(t *testing.T) {
 	startGPUSched(ctx, t, c)
 	waitBound(ctx, t, c, append(before, after...))
 
-	assertDRAPlacement(ctx, t, c)
+	held := assertDRAPlacement(ctx, t, c)
+	// plain-0, plain-1, claimed-0, templated-0, plain-2, claimed-1,
+	// templated-1, and plain-any unless it went to the device-plugin node.
+	anywhere, err := c.Client.CoreV1().Pods("default").Get(ctx, "plain-any", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := 1 + 2 + 1 + 1 + 2 + 1 + 1 + boolInt(anywhere.Spec.NodeName != "dp-0"); held != want {
+		t.Errorf("%d DRA devices allocated, want %d", held, want)
+	}
 	assertNoGPUGivenTwice(ctx, t, c)
 }
 
@@ -134,16 +148,43 @@ func createClaim(ctx context.Context, t *testing.T, c *testcluster.Cluster, name
 	t.Helper()
 	claim := &resourceapi.ResourceClaim{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
-		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
-			Name: "gpu",
-			Exactly: &resourceapi.ExactDeviceRequest{
-				DeviceClassName: gpu.DefaultDRADriver, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: count},
-		}}}},
+		Spec:       wholeGPUClaimSpec(count),
 	}
 	createDRAObject(t, func() error {
 		_, err := c.Client.ResourceV1().ResourceClaims("default").Create(ctx, claim, metav1.CreateOptions{})
 		return err
 	})
+}
+
+// createClaimTemplate creates a ResourceClaimTemplate for count whole GPUs
+// of gpu.nvidia.com.
+func createClaimTemplate(ctx context.Context, t *testing.T, c *testcluster.Cluster, name string, count int64) {
+	t.Helper()
+	tmpl := &resourceapi.ResourceClaimTemplate{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+		Spec:       resourceapi.ResourceClaimTemplateSpec{Spec: wholeGPUClaimSpec(count)},
+	}
+	createDRAObject(t, func() error {
+		_, err := c.Client.ResourceV1().ResourceClaimTemplates("default").Create(ctx, tmpl, metav1.CreateOptions{})
+		return err
+	})
+}
+
+// wholeGPUClaimSpec asks for count whole GPUs of NVIDIA's class.
+func wholeGPUClaimSpec(count int64) resourceapi.ResourceClaimSpec {
+	return resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
+		Name: "gpu",
+		Exactly: &resourceapi.ExactDeviceRequest{
+			DeviceClassName: gpu.DefaultDRADriver, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: count},
+	}}}}
+}
+
+// withClaimTemplate makes the pod's container use a claim created from the
+// named ResourceClaimTemplate.
+func withClaimTemplate(pod *v1.Pod, template string) *v1.Pod {
+	pod.Spec.ResourceClaims = []v1.PodResourceClaim{{Name: "gpu", ResourceClaimTemplateName: ptr.To(template)}}
+	pod.Spec.Containers[0].Resources.Claims = []v1.ResourceClaim{{Name: "gpu"}}
+	return pod
 }
 
 // withClaim makes the pod's container use the named ResourceClaim.
@@ -161,14 +202,17 @@ func waitBound(ctx context.Context, t *testing.T, c *testcluster.Cluster, pods [
 	}
 }
 
-// assertDRAPlacement checks every bound pod against the DRA objects:
+// assertDRAPlacement checks every bound pod against the DRA objects and
+// returns how many devices the claims hold:
 //   - every claim is allocated, on devices of the node its pod is bound to
-//     (the driver's pool is named after the node), and no device is in two
-//     claims;
+//     (the driver's pool is named after the node);
+//   - no device is in two claims unless both allocations are shares of it
+//     (consumable capacity), and the memory its shares consume together
+//     fits its capacity;
 //   - a pod on a DRA node holds its GPUs through a claim and carries no
 //     gpusched.io/gpu-assigned annotation; a pod with an annotation is on a
 //     node that publishes no slices.
-func assertDRAPlacement(ctx context.Context, t *testing.T, c *testcluster.Cluster) {
+func assertDRAPlacement(ctx context.Context, t *testing.T, c *testcluster.Cluster) int {
 	t.Helper()
 	// Claim status is written in PreBind, before binding; wait for the
 	// informer-free API view to show every claim allocated.
@@ -193,12 +237,15 @@ func assertDRAPlacement(ctx context.Context, t *testing.T, c *testcluster.Cluste
 	if err != nil {
 		t.Fatal(err)
 	}
+	capacity := deviceMemory(ctx, t, c)
 	nodeOf := map[string]string{} // pod name → node
 	for _, p := range pods.Items {
 		nodeOf[p.Name] = p.Spec.NodeName
 	}
-	holder := map[string]string{} // device → claim
-	claimOf := map[string]bool{}  // claims by name
+	holder := map[string]string{}     // device → claim holding it whole
+	sharedBy := map[string][]string{} // device → claims holding shares of it
+	consumed := map[string]int64{}    // device → bytes its shares consume
+	claimOf := map[string]bool{}      // claims by name
 	for _, claim := range claims.Items {
 		claimOf[claim.Name] = true
 		var node string
@@ -207,17 +254,29 @@ func assertDRAPlacement(ctx context.Context, t *testing.T, c *testcluster.Cluste
 		}
 		for _, r := range claim.Status.Allocation.Devices.Results {
 			dev := r.Driver + "/" + r.Pool + "/" + r.Device
-			if other, taken := holder[dev]; taken {
-				t.Errorf("device %s allocated to claims %s and %s", dev, other, claim.Name)
+			if r.ShareID != nil {
+				sharedBy[dev] = append(sharedBy[dev], claim.Name)
+				if q, ok := r.ConsumedCapacity["memory"]; ok {
+					consumed[dev] += q.Value()
+				}
+			} else {
+				if other, taken := holder[dev]; taken {
+					t.Errorf("device %s allocated to claims %s and %s", dev, other, claim.Name)
+				}
+				holder[dev] = claim.Name
 			}
-			holder[dev] = claim.Name
 			if r.Pool != node {
 				t.Errorf("claim %s: device %s is not on node %q of its pod", claim.Name, dev, node)
 			}
 		}
 	}
-	if len(holder) != 1+2+1+2+1+boolInt(nodeOf["plain-any"] != "dp-0") {
-		t.Errorf("%d DRA devices allocated: %v", len(holder), holder)
+	for dev, shares := range sharedBy {
+		if whole, taken := holder[dev]; taken {
+			t.Errorf("device %s allocated whole to claim %s and shared by claims %v", dev, whole, shares)
+		}
+		if consumed[dev] > capacity[dev] {
+			t.Errorf("device %s: claims %v consume %d bytes of memory, it has %d", dev, shares, consumed[dev], capacity[dev])
+		}
 	}
 	for _, p := range pods.Items {
 		_, annotated := p.Annotations[gpu.AnnotationAssigned]
@@ -234,6 +293,25 @@ func assertDRAPlacement(ctx context.Context, t *testing.T, c *testcluster.Cluste
 			}
 		}
 	}
+	return len(holder) + len(sharedBy)
+}
+
+// deviceMemory is the memory capacity, in bytes, of every device the
+// cluster's ResourceSlices publish, by driver/pool/device.
+func deviceMemory(ctx context.Context, t *testing.T, c *testcluster.Cluster) map[string]int64 {
+	t.Helper()
+	list, err := c.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int64{}
+	for _, s := range list.Items {
+		for _, d := range s.Spec.Devices {
+			mem := d.Capacity["memory"]
+			out[s.Spec.Driver+"/"+s.Spec.Pool.Name+"/"+d.Name] = mem.Value.Value()
+		}
+	}
+	return out
 }
 
 func boolInt(b bool) int {
