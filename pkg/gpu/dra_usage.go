@@ -147,6 +147,10 @@ func (d *DRAInventory) PlacementOf(picked []DRAPicked) (demand Demand, chosen De
 			if p.MemoryMiB > 0 {
 				milli = partOf(p.MemoryMiB, d.Inventory.Devices[pos].MemoryMiB)
 			}
+			if milli >= MilliPerGPU { // a share of all its memory is the GPU
+				chosen |= 1 << uint(pos)
+				continue
+			}
 			shares = append(shares, Demand{Count: 1, Milli: milli, MemoryMiB: p.MemoryMiB})
 			shareAt = append(shareAt, pos)
 		default:

@@ -144,6 +144,8 @@ func TestDRAResourceClaimPlacementOf(t *testing.T) {
 			want: gpu.Demand{Count: 1, Milli: 125, MemoryMiB: 10240}, chosen: 0b100, ok: true},
 		{name: "a share of consumable memory: ceil(1000 × 40960 / 81920) = 500", picked: []gpu.DRAPicked{{ID: id("node-a", "gpu-3"), Shared: true, MemoryMiB: 40960}},
 			want: gpu.Demand{Count: 1, Milli: 500, MemoryMiB: 40960}, chosen: 0b1000, ok: true},
+		{name: "two shares of all their memory are two whole GPUs", picked: []gpu.DRAPicked{{ID: id("node-a", "gpu-0"), Shared: true, MemoryMiB: 81920}, {ID: id("node-a", "gpu-2"), Shared: true, MemoryMiB: 81920}},
+			want: gpu.Demand{Count: 2, Milli: 1000}, chosen: 0b101, ok: true},
 		{name: "devices of another node", picked: []gpu.DRAPicked{whole("gpu-9"), {ID: id("node-b", "gpu-0")}}},
 		{name: "a share and a whole GPU", picked: []gpu.DRAPicked{whole("gpu-0"), {ID: id("node-a", "gpu-3"), Shared: true, MemoryMiB: 1024}}},
 	}

@@ -23,6 +23,7 @@ type flags struct {
 	telemetry           string
 	parallel            int
 	quiet               bool
+	dra                 bool
 }
 
 // NewCommand is `gpusched simulate`.
@@ -59,6 +60,7 @@ synthetic cluster and workload. See docs/simulator.md.`,
 	fs.StringVar(&f.htmlOut, "html", "", "write a self-contained HTML report with charts to this file")
 	fs.IntVar(&f.parallel, "parallel", 0, "runs at once; default one per CPU")
 	fs.BoolVar(&f.quiet, "quiet", false, "no progress bar on stderr")
+	fs.BoolVar(&f.dra, "dra", false, "the DRA path: GPUs published as DRA devices, GPU requests as ResourceClaims that DynamicResources allocates first fit, the policy ranking nodes on its predicted allocation (docs/dra.md)")
 	// The scheduler command's help prints its own flag sections, and a
 	// subcommand without help of its own inherits it: print this command's.
 	cmd.SetUsageFunc(func(c *cobra.Command) error {
@@ -157,7 +159,7 @@ func optionsFromFlags(f flags) (Options, error) {
 	if f.parallel < 0 {
 		return opts, fmt.Errorf("--parallel %d: want 0 (one run per CPU) or more", f.parallel)
 	}
-	opts = Options{Nodes: nodes, Pods: pods, Profiles: profiles, Seeds: seeds, Arrival: arrival, TieBreak: tieBreak, Parallel: f.parallel}
+	opts = Options{Nodes: nodes, Pods: pods, Profiles: profiles, Seeds: seeds, Arrival: arrival, TieBreak: tieBreak, Parallel: f.parallel, DRA: f.dra}
 	if f.telemetry != "" {
 		if opts.Telemetry, err = LoadTelemetry(f.telemetry); err != nil {
 			return opts, err

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 
 	"github.com/gpusched/gpusched/pkg/apis/config"
 	"github.com/gpusched/gpusched/pkg/gpu"
@@ -43,6 +44,10 @@ type Options struct {
 	// Telemetry is recorded GPU telemetry that GPUTelemetry replays at each
 	// pod's arrival time (LoadTelemetry); nil leaves it without telemetry.
 	Telemetry *telemetry.Replay
+	// DRA runs the DRA path (dra.go): the nodes' GPUs are DRA devices, the
+	// pods' GPU requests ResourceClaims, and DynamicResources allocates
+	// them first fit while the profile's plugins rank the nodes.
+	DRA bool
 }
 
 // Run is the result of one (profile, seed) run.
@@ -178,13 +183,22 @@ func (r *runner) run(ctx context.Context) (Run, error) {
 	if err != nil {
 		return Run{}, err
 	}
-	sched, err := newScheduler(ctx, registry, r.profile, r.opts.Nodes, r.seed, r.parallelism, tieBreak)
+	nodes := r.opts.Nodes
+	var dra *draManager
+	if r.opts.DRA {
+		var published []*resourceapi.ResourceSlice
+		nodes, published = draNodes(nodes)
+		dra = newDRAManager(published)
+	}
+	sched, err := newScheduler(ctx, registry, r.profile, nodes, r.seed, r.parallelism, tieBreak, dra)
 	if err != nil {
 		return Run{}, err
 	}
 	out := Run{Policy: r.profile.Name, Seed: r.seed, FailureReasons: map[string]int{}}
 	frag := newFragTracker(r.opts.Nodes, r.typical)
-	if !r.opts.NoScreen && filtersWithGPUPlacement(r.profile) {
+	// The screen is GPUPlacement's check of annotation placements, which
+	// the DRA path does not make.
+	if !r.opts.NoScreen && !r.opts.DRA && filtersWithGPUPlacement(r.profile) {
 		sched.screen = frag.screen
 	}
 	c := newCurve(r.capacity)
@@ -214,7 +228,7 @@ func (r *runner) run(ctx context.Context) (Run, error) {
 		}
 		pod := pods[ev.pod].Pod
 		if ev.depart {
-			if bound, ok := sched.bound[string(pod.UID)]; ok {
+			if bound := sched.measured(string(pod.UID)); bound != nil {
 				t0 := time.Now()
 				sched.remove(string(pod.UID))
 				schedTime += time.Since(t0)
@@ -228,6 +242,16 @@ func (r *runner) run(ctx context.Context) (Run, error) {
 		demand := demandMilli(pods[ev.pod])
 		arrived += demand
 		out.Submitted++
+		if dra != nil {
+			claimPod, claim, err := draPod(pod)
+			if err != nil {
+				return Run{}, fmt.Errorf("pod %s: %w", pod.Name, err)
+			}
+			if claim != nil {
+				dra.add(claim)
+			}
+			pod = claimPod
+		}
 		t0 := time.Now()
 		p := sched.schedule(ctx, pod)
 		schedTime += time.Since(t0)
@@ -246,7 +270,7 @@ func (r *runner) run(ctx context.Context) (Run, error) {
 				placedMilli[ev.pod] = m
 				used += m
 			}
-			frag.bind(sched.bound[string(pod.UID)], gpu.PodMilliCPU(pod))
+			frag.bind(sched.measured(string(pod.UID)), gpu.PodMilliCPU(pod))
 		}
 		c.record(arrived, used, frag.total)
 		metricTime += time.Since(t1)

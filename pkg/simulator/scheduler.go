@@ -47,7 +47,12 @@ func Registry() frameworkruntime.Registry {
 // one). They are removed from simulated profiles, and with them the queue
 // sort GPUGang gives a profile, which the simulator, placing pods in
 // arrival order, does not use.
-var unsupportedPlugins = []string{"DynamicResources", "DefaultPreemption", gpugang.Name}
+var unsupportedPlugins = []string{dynamicResources, "DefaultPreemption", gpugang.Name}
+
+// dynamicResources is the in-tree plugin that allocates ResourceClaims. A
+// run on the DRA path (Options.DRA) keeps it, with the run's draManager as
+// the scheduler's DRA manager.
+const dynamicResources = "DynamicResources"
 
 // scheduler places pods one at a time through one profile's framework, the
 // way kube-scheduler's scheduling cycle does: PreFilter, Filter on every
@@ -71,24 +76,40 @@ type scheduler struct {
 	// Filter plugins (see fragTracker.screen); nodes it rejects are not filtered.
 	screen func(pod *v1.Pod) func(node string) (ok bool, reasons []string)
 	bound  map[string]*v1.Pod // by pod UID
+	// dra is the run's DRA state on the DRA path; nil otherwise.
+	dra *draManager
+	// tracked are the bound pods of the DRA path with the GPUs DRA gave
+	// them as an assignment annotation, for the run's measurements (the
+	// scheduler's cache holds them as bound, without it); by pod UID.
+	tracked map[string]*v1.Pod
 	// rank orders the nodes for TieBreakNodeOrder: a permutation drawn
 	// from the run's seed. nil for TieBreakRandom.
 	rank map[string]int
 }
 
-func newScheduler(ctx context.Context, registry frameworkruntime.Registry, p Profile, nodes []*v1.Node, seed int64, parallelism int, tieBreak TieBreak) (*scheduler, error) {
+// newScheduler builds a run's scheduler over nodes. With dra set, the
+// profile keeps DynamicResources and the framework reads DRA from dra.
+func newScheduler(ctx context.Context, registry frameworkruntime.Registry, p Profile, nodes []*v1.Node, seed int64, parallelism int, tieBreak TieBreak, dra *draManager) (*scheduler, error) {
 	metrics.Register() // the framework records into the scheduler's metrics; registers once
 	profile := p.Profile.DeepCopy()
-	stripUnsupported(profile)
+	unsupported := unsupportedPlugins
+	if dra != nil {
+		unsupported = slices.DeleteFunc(slices.Clone(unsupported), func(name string) bool { return name == dynamicResources })
+	}
+	stripUnsupported(profile, unsupported)
 	snapshot := internalcache.NewEmptySnapshot()
 	client := fake.NewClientset()
-	f, err := frameworkruntime.NewFramework(ctx, registry, profile,
+	opts := []frameworkruntime.Option{
 		frameworkruntime.WithClientSet(client),
 		frameworkruntime.WithInformerFactory(informers.NewSharedInformerFactory(client, 0)),
 		frameworkruntime.WithSnapshotSharedLister(snapshot),
 		frameworkruntime.WithParallelism(parallelism),
 		frameworkruntime.WithPodNominator(noNominations{}),
-	)
+	}
+	if dra != nil {
+		opts = append(opts, frameworkruntime.WithSharedDRAManager(dra))
+	}
+	f, err := frameworkruntime.NewFramework(ctx, registry, profile, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("profile %s: %w", p.Name, err)
 	}
@@ -102,6 +123,8 @@ func newScheduler(ctx context.Context, registry frameworkruntime.Registry, p Pro
 		pct:      profile.PercentageOfNodesToScore,
 		dirty:    true,
 		bound:    map[string]*v1.Pod{},
+		dra:      dra,
+		tracked:  map[string]*v1.Pod{},
 	}
 	if s.pct == nil {
 		s.pct = p.PercentageOfNodesToScore
@@ -120,7 +143,7 @@ func newScheduler(ctx context.Context, registry frameworkruntime.Registry, p Pro
 
 // stripUnsupported removes the unsupported plugins from every extension
 // point of a profile.
-func stripUnsupported(p *schedconfig.KubeSchedulerProfile) {
+func stripUnsupported(p *schedconfig.KubeSchedulerProfile, unsupported []string) {
 	if p.Plugins == nil {
 		return
 	}
@@ -129,7 +152,7 @@ func stripUnsupported(p *schedconfig.KubeSchedulerProfile) {
 	for i := range points.NumField() {
 		if set, ok := points.Field(i).Addr().Interface().(*schedconfig.PluginSet); ok {
 			set.Enabled = slices.DeleteFunc(set.Enabled, func(pl schedconfig.Plugin) bool {
-				return slices.Contains(unsupportedPlugins, pl.Name)
+				return slices.Contains(unsupported, pl.Name)
 			})
 		}
 	}
@@ -139,7 +162,7 @@ func stripUnsupported(p *schedconfig.KubeSchedulerProfile) {
 		p.Plugins.QueueSort.Disabled = nil
 	}
 	p.PluginConfig = slices.DeleteFunc(p.PluginConfig, func(pc schedconfig.PluginConfig) bool {
-		return slices.Contains(unsupportedPlugins, pc.Name)
+		return slices.Contains(unsupported, pc.Name)
 	})
 }
 
@@ -223,23 +246,57 @@ func (s *scheduler) schedule(ctx context.Context, pod *v1.Pod) placement {
 		bound.Annotations[gpu.AnnotationAssigned] = a.String()
 		out.assignment, out.hasGPUs = a, true
 	}
+	var tracked *v1.Pod
+	if s.dra != nil && len(pod.Spec.ResourceClaims) > 0 {
+		a, err := s.dra.commit(pod)
+		if err != nil {
+			s.fw.RunReservePluginsUnreserve(ctx, state, pod, node)
+			return placement{reason: err.Error()}
+		}
+		a.Node = node
+		out.assignment, out.hasGPUs = a, true
+		tracked = bound.DeepCopy()
+		if tracked.Annotations == nil {
+			tracked.Annotations = map[string]string{}
+		}
+		tracked.Annotations[gpu.AnnotationAssigned] = a.String()
+	}
 	if err := s.cache.AddPod(s.logger, bound); err != nil {
 		s.fw.RunReservePluginsUnreserve(ctx, state, pod, node)
+		if s.dra != nil {
+			s.dra.release(pod)
+		}
 		return placement{reason: err.Error()}
 	}
 	s.bound[string(pod.UID)] = bound
+	if tracked != nil {
+		s.tracked[string(pod.UID)] = tracked
+	}
 	s.dirty = true
 	return out
 }
 
-// remove deletes a bound pod, freeing its resources.
+// remove deletes a bound pod, freeing its resources and its claims.
 func (s *scheduler) remove(uid string) {
 	if pod, ok := s.bound[uid]; ok {
 		if err := s.cache.RemovePod(s.logger, pod); err == nil {
 			delete(s.bound, uid)
+			delete(s.tracked, uid)
+			if s.dra != nil {
+				s.dra.release(pod)
+			}
 			s.dirty = true
 		}
 	}
+}
+
+// measured is a bound pod as the run's measurements see it: with the GPUs
+// it holds as an assignment annotation. nil when the pod is not bound.
+func (s *scheduler) measured(uid string) *v1.Pod {
+	if pod := s.tracked[uid]; pod != nil {
+		return pod
+	}
+	return s.bound[uid]
 }
 
 // screenNodes keeps the nodes the check accepts and counts the reasons of

@@ -104,6 +104,27 @@ func TestDRAMixedCluster(t *testing.T) {
 		t.Errorf("%d DRA devices allocated, want %d", held, want)
 	}
 	assertNoGPUGivenTwice(ctx, t, c)
+	waitNodeEvent(ctx, t, c, "dual-0", "GPUsPublishedTwice")
+}
+
+// waitNodeEvent waits for an event with reason about node.
+func waitNodeEvent(ctx context.Context, t *testing.T, c *testcluster.Cluster, node, reason string) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		events, err := c.Client.EventsV1().Events(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, e := range events.Items {
+			if e.Reason == reason && e.Regarding.Kind == "Node" && e.Regarding.Name == node {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Errorf("no %s event on node %s: %v", reason, node, err)
+	}
 }
 
 // nvidiaSlice is the ResourceSlice NVIDIA's driver publishes for a node

@@ -255,3 +255,21 @@ func (p *GPUPlacement) scoreDRA(state fwk.CycleState, nodeInfo fwk.NodeInfo, dem
 	req.Exclude = nil // DRA does not know the telemetry's view
 	return p.policy.Score(view, &req, chosen)
 }
+
+// reportPublishedTwice records a Warning event on a node whose GPUs are
+// published both by a device plugin (allocatable nvidia.com/gpu) and by the
+// DRA driver: gpusched leaves them to DRA, so pods that ask gpusched for
+// shares or memory by annotation do not go there, and the device plugin
+// and the driver can each hand out the same GPU. Each version of the node
+// is reported once.
+func (p *GPUPlacement) reportPublishedTwice(node *v1.Node) {
+	if last, ok := p.twiceReported.Load(node.Name); ok && last == node.ResourceVersion {
+		return
+	}
+	p.twiceReported.Store(node.Name, node.ResourceVersion)
+	if recorder := p.handle.EventRecorder(); recorder != nil {
+		recorder.Eventf(node, nil, v1.EventTypeWarning, "GPUsPublishedTwice", "Scheduling",
+			"this node has allocatable %s from a device plugin and publishes GPUs of DRA driver %s: gpusched leaves them to DRA and places no %s pods here; run one of the two (docs/dra.md)",
+			gpu.ResourceGPU, p.dra.src.Driver, gpu.AnnotationAssigned)
+	}
+}

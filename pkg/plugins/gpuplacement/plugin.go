@@ -44,6 +44,9 @@ type GPUPlacement struct {
 	// bind plugin, read once the framework is complete (see bindsFirst).
 	bindOrder sync.Once
 	binds     bool
+	// twiceReported maps a node name to the resourceVersion of it whose GPUs
+	// were reported as published both ways (reportPublishedTwice).
+	twiceReported sync.Map
 	// reportedNodes maps a node name to the resourceVersion whose invalid GPU
 	// inventory was last reported in an event (see reportInvalidInventory).
 	reportedNodes sync.Map
@@ -206,6 +209,9 @@ func (p *GPUPlacement) Filter(ctx context.Context, state fwk.CycleState, pod *v1
 		return status
 	}
 	if cycle, d, _ := draNode(state, nodeInfo.Node().Name); d != nil {
+		if nodeInfo.GetAllocatable().GetScalarResources()[gpu.ResourceGPU] > 0 {
+			p.reportPublishedTwice(nodeInfo.Node())
+		}
 		return filterDRA(cycle, d, demand, nodeInfo)
 	}
 	n := p.nodeGPUs(nodeInfo)

@@ -1,7 +1,7 @@
 // Command summary turns the output of the scheduler_perf benchmarks
 // (make bench-scheduler) into the table of docs/benchmarks.md: per node count,
 // each test case's scheduling throughput and peak heap, and their ratios to
-// the reference test case, DefaultProfilePlainPods, of the same run.
+// the reference test case of the same run (referenceOf).
 //
 //	make bench-scheduler | tee perf.log; go run ./test/perf/summary < perf.log
 package main
@@ -17,7 +17,22 @@ import (
 	"strings"
 )
 
+// reference is the test case every other is compared with, unless it has
+// its own reference (referenceOf).
 const reference = "DefaultProfilePlainPods"
+
+// referenceOf is the test case that c is compared with among cases: for
+// GPUSched<X>, DefaultProfile<X> when the run has it (the same workload
+// under the default profile, e.g. DefaultProfileDRAClaimTemplates), else
+// reference.
+func referenceOf(c string, cases map[string]result) string {
+	if rest, ok := strings.CutPrefix(c, "GPUSched"); ok {
+		if own := "DefaultProfile" + rest; cases[own] != nil {
+			return own
+		}
+	}
+	return reference
+}
 
 // result is a test case's metrics, by unit ("SchedulingThroughput/Average"),
 // averaged over the runs of the input (go test -count).
@@ -80,19 +95,22 @@ func main() {
 		workloads = append(workloads, w)
 	}
 	sort.Strings(workloads)
-	fmt.Println("| nodes | test case | pods/s (avg) | × reference | peak heap MiB | × reference |")
-	fmt.Println("|---|---|---|---|---|---|")
+	fmt.Println("| nodes | test case | pods/s (avg) | reference | × reference | peak heap MiB | × reference |")
+	fmt.Println("|---|---|---|---|---|---|---|")
 	for _, w := range workloads {
-		ref := runs[w][reference]
 		cases := make([]string, 0, len(runs[w]))
 		for c := range runs[w] {
 			cases = append(cases, c)
 		}
 		sort.Slice(cases, func(i, j int) bool { return cases[i] == reference || cases[j] != reference && cases[i] < cases[j] })
 		for _, c := range cases {
-			r := runs[w][c]
+			r, refName := runs[w][c], referenceOf(c, runs[w])
+			ref := runs[w][refName]
+			if c == refName || ref == nil {
+				refName = "–"
+			}
 			tput, heap := r["SchedulingThroughput/Average"], r["heap_memory_usage/Max"]
-			fmt.Printf("| %s | %s | %.1f | %s | %.0f | %s |\n", w, c, tput, ratio(tput, ref["SchedulingThroughput/Average"]), heap, ratio(heap, ref["heap_memory_usage/Max"]))
+			fmt.Printf("| %s | %s | %.1f | %s | %s | %.0f | %s |\n", w, c, tput, refName, ratio(tput, ref["SchedulingThroughput/Average"]), heap, ratio(heap, ref["heap_memory_usage/Max"]))
 		}
 	}
 }

@@ -28,6 +28,16 @@ BenchmarkPerfScheduling/DefaultProfilePlainPods/500Nodes-2   	       1	         
 	if len(runs) != 1 || len(runs["500Nodes"]) != 2 {
 		t.Errorf("runs = %v", runs)
 	}
+	cases := map[string]result{"DefaultProfilePlainPods": {}, "GPUSchedSharePods": {}, "DefaultProfileDRAClaimTemplates": {}, "GPUSchedDRAClaimTemplates": {}}
+	for c, want := range map[string]string{
+		"GPUSchedDRAClaimTemplates":       "DefaultProfileDRAClaimTemplates", // its own workload under the default profile
+		"GPUSchedSharePods":               "DefaultProfilePlainPods",         // no DefaultProfileSharePods in the run
+		"DefaultProfileDRAClaimTemplates": "DefaultProfilePlainPods",
+	} {
+		if got := referenceOf(c, cases); got != want {
+			t.Errorf("referenceOf(%s) = %s, want %s", c, got, want)
+		}
+	}
 	if got := ratio(230.5, 246.3); got != "0.94" {
 		t.Errorf("ratio = %s, want 0.94", got)
 	}

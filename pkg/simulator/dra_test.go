@@ -1,0 +1,203 @@
+package simulator
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+
+	"github.com/gpusched/gpusched/pkg/gpu"
+)
+
+// TestDRAPathNeverGivesAGPUTwice runs a synthetic workload on the DRA path
+// and checks every placement against the cluster: each GPU pod got as many
+// devices as it asked for, each device of an allowed model, the share it
+// asked for of each, and no device more than its whole across pods.
+func TestDRAPathNeverGivesAGPUTwice(t *testing.T) {
+	nodes, pods := Synthetic(SyntheticOptions{Nodes: 30, Seed: 5})
+	opts := Options{Nodes: nodes, Pods: pods, Profiles: defaultProfiles(t, "FragFit"), Seeds: []int64{3},
+		Arrival: ArrivalFGD, RecordPlacements: true, DRA: true}
+	runs, err := Simulate(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := runs[0]
+	byName := map[string]TracePod{}
+	for _, p := range fgdSequence(pods, 3, capacityMilli(nodes)) {
+		byName[p.Pod.Name] = p
+	}
+	model := map[string]string{}
+	for _, n := range nodes {
+		model[n.Name] = n.Labels[gpu.LabelProduct]
+	}
+	used := map[string]int64{} // node/device → milli-GPU
+	var gpuPods int
+	for _, pl := range run.Placements {
+		if pl.Node == "" {
+			continue
+		}
+		d, err := gpu.DemandFromPod(byName[pl.Pod].Pod)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.IsZero() {
+			if len(pl.GPUs) > 0 {
+				t.Errorf("pod %s asks for no GPU and holds %v", pl.Pod, pl.GPUs)
+			}
+			continue
+		}
+		gpuPods++
+		if len(pl.GPUs) != d.Count {
+			t.Errorf("pod %s asks for %d GPUs and holds %v", pl.Pod, d.Count, pl.GPUs)
+		}
+		if !d.AllowsModel(model[pl.Node]) {
+			t.Errorf("pod %s allows models %v and holds GPUs of %s on %s", pl.Pod, d.Models, model[pl.Node], pl.Node)
+		}
+		for _, i := range pl.GPUs {
+			used[fmt.Sprintf("%s/%d", pl.Node, i)] += d.Milli
+		}
+	}
+	for dev, milli := range used {
+		if milli > gpu.MilliPerGPU {
+			t.Errorf("GPU %s given %d milli-GPU", dev, milli)
+		}
+	}
+	if gpuPods == 0 || run.UnallocatedPctAt100 == nil {
+		t.Fatalf("the DRA path placed %d GPU pods and reached arrived 100%%: %v", gpuPods, run.UnallocatedPctAt100 != nil)
+	}
+}
+
+// TestDRAClaimsReleasedOnDeparture: on the DRA path a departed pod's claim
+// is deallocated, so the GPU it held goes to the next pod. One node, one
+// GPU; pod a holds it from 0 to 10, pod b arrives at 10.
+func TestDRAClaimsReleasedOnDeparture(t *testing.T) {
+	nodes := []*v1.Node{NewTraceNode("n", 8000, 32768, 1, "A100")}
+	pods := []TracePod{
+		{Pod: NewTracePod("a", 1000, 1024, 1, 1000, nil), Created: 0, Deleted: 10, HasTimes: true},
+		{Pod: NewTracePod("b", 1000, 1024, 1, 1000, nil), Created: 10, Deleted: maxTime, HasTimes: true},
+	}
+	opts := Options{Nodes: nodes, Pods: pods, Profiles: defaultProfiles(t, "FragFit"), Seeds: []int64{1},
+		Arrival: ArrivalReplay, RecordPlacements: true, DRA: true}
+	runs, err := Simulate(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pl := range runs[0].Placements {
+		if pl.Node != "n" || len(pl.GPUs) != 1 || pl.GPUs[0] != 0 {
+			t.Errorf("pod %s: node %q GPUs %v (%s), want GPU 0 of n", pl.Pod, pl.Node, pl.GPUs, pl.Reason)
+		}
+	}
+	opts.Pods[0].Deleted = maxTime // a never departs: b finds no GPU
+	runs, err = Simulate(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := runs[0].Placements[1]; b.Node != "" {
+		t.Errorf("pod b placed on %s GPUs %v while a holds the only GPU", b.Node, b.GPUs)
+	}
+}
+
+// TestDRAPod: a trace pod's GPU request becomes one claim, and the pod
+// loses the request and references the claim.
+func TestDRAPod(t *testing.T) {
+	tests := []struct {
+		name      string
+		count     int
+		milli     int64
+		models    []string
+		wantCount int64
+		// wantMemory is milli × draMiBPerMilli MiB: 1000 × 16 for a whole GPU.
+		wantMemory string
+		wantCEL    string
+	}{
+		{name: "two whole GPUs", count: 2, milli: 1000, wantCount: 2, wantMemory: "16000Mi"},
+		{name: "a share: 300 × 16 MiB", count: 1, milli: 300, wantCount: 1, wantMemory: "4800Mi"},
+		{name: "models", count: 1, milli: 1000, models: []string{"V100", "A100"}, wantCount: 1, wantMemory: "16000Mi",
+			wantCEL: `device.attributes['gpu.nvidia.com'].productName in ["V100", "A100"]`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			pod, claim, err := draPod(NewTracePod("p", 1000, 1024, tt.count, tt.milli, tt.models))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d, err := gpu.DemandFromPod(pod); err != nil || !d.IsZero() {
+				t.Errorf("the claim pod still asks gpusched for GPUs: %+v %v", d, err)
+			}
+			if len(pod.Spec.ResourceClaims) != 1 || *pod.Spec.ResourceClaims[0].ResourceClaimName != claim.Name {
+				t.Errorf("pod claims %+v, want %s", pod.Spec.ResourceClaims, claim.Name)
+			}
+			req := claim.Spec.Devices.Requests[0].Exactly
+			mem := req.Capacity.Requests["memory"]
+			if req.Count != tt.wantCount || mem.Cmp(resource.MustParse(tt.wantMemory)) != 0 {
+				t.Errorf("claim asks for %d devices with %s memory, want %d with %s", req.Count, mem.String(), tt.wantCount, tt.wantMemory)
+			}
+			var cel string
+			if len(req.Selectors) > 0 {
+				cel = req.Selectors[0].CEL.Expression
+			}
+			if cel != tt.wantCEL {
+				t.Errorf("selector %q, want %q", cel, tt.wantCEL)
+			}
+		})
+	}
+	pod := NewTracePod("cpu", 1000, 1024, 0, 0, nil)
+	if got, claim, err := draPod(pod); err != nil || claim != nil || got != pod {
+		t.Errorf("a pod without GPUs: %v %v %v, want itself and no claim", got, claim, err)
+	}
+	bad := NewTracePod("bad", 1000, 1024, 1, 1000, nil)
+	bad.Annotations = map[string]string{gpu.AnnotationMilli: "lots"}
+	if _, _, err := draPod(bad); err == nil || !strings.Contains(err.Error(), gpu.AnnotationMilli) {
+		t.Errorf("a malformed request: error %v, want one naming %s", err, gpu.AnnotationMilli)
+	}
+}
+
+// TestDRAAssignment: an allocation read back as the GPUs it gives.
+func TestDRAAssignment(t *testing.T) {
+	result := func(dev string, memory string, shared bool) resourceapi.DeviceRequestAllocationResult {
+		r := resourceapi.DeviceRequestAllocationResult{Request: draRequest, Driver: gpu.DefaultDRADriver, Pool: "n", Device: dev}
+		if memory != "" {
+			r.ConsumedCapacity = map[resourceapi.QualifiedName]resource.Quantity{"memory": resource.MustParse(memory)}
+		}
+		if shared {
+			r.ShareID = ptr.To[types.UID]("s")
+		}
+		return r
+	}
+	alloc := func(results ...resourceapi.DeviceRequestAllocationResult) *resourceapi.AllocationResult {
+		return &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: results}}
+	}
+	tests := []struct {
+		name    string
+		alloc   *resourceapi.AllocationResult
+		want    gpu.Assignment
+		wantErr string
+	}{
+		{name: "whole GPUs: 16000 MiB / 16 = 1000", alloc: alloc(result("gpu-3", "16000Mi", true), result("gpu-1", "16000Mi", true)),
+			want: gpu.Assignment{Devices: []int{3, 1}, Milli: 1000}},
+		{name: "a share: 4800 MiB / 16 = 300", alloc: alloc(result("gpu-0", "4800Mi", true)), want: gpu.Assignment{Devices: []int{0}, Milli: 300}},
+		{name: "an exclusive device without consumed capacity", alloc: alloc(result("gpu-2", "", false)), want: gpu.Assignment{Devices: []int{2}, Milli: 1000}},
+		{name: "a device not named by index", alloc: alloc(result("mig-1", "", false)), wantErr: `"mig-1"`},
+		{name: "unequal shares", alloc: alloc(result("gpu-0", "4800Mi", true), result("gpu-1", "16000Mi", true)), wantErr: "300 and 1000"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := draAssignment(tt.alloc)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Errorf("error %v, want one with %s", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil || fmt.Sprint(got.Devices) != fmt.Sprint(tt.want.Devices) || got.Milli != tt.want.Milli {
+				t.Errorf("got %+v %v, want %+v", got, err, tt.want)
+			}
+		})
+	}
+}
