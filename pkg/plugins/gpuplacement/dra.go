@@ -242,10 +242,11 @@ func filterDRA(cycle *draCycle, d *gpu.DRAInventory, demand *gpu.Demand, nodeInf
 	return nil
 }
 
-// scoreDRA scores a deferred demand on a DRA-managed node: the policy's
-// score of the GPUs DRA's first-fit allocator is predicted to take (the
-// lowest free devices in the allocator's order). 0 when none are free: the
-// DynamicResources plugin's Filter rejects the node then.
+// scoreDRA scores a deferred demand on a DRA-managed node when the
+// structured allocator cannot predict it (preScoreDeferred): the policy's
+// score of the GPUs a first-fit allocator takes, the lowest free devices in
+// the allocator's order. 0 when none are free: the DynamicResources
+// plugin's Filter rejects the node then.
 func (p *GPUPlacement) scoreDRA(state fwk.CycleState, nodeInfo fwk.NodeInfo, demand *gpu.Demand, view *gpu.NodeGPUs) int64 {
 	chosen, fit := gpu.PredictFirstFit(view, demand)
 	if !fit.OK() {

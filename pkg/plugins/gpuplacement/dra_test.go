@@ -274,11 +274,24 @@ func TestDRAResourceSliceProblemEvent(t *testing.T) {
 			t.Fatal(status)
 		}
 	}
-	if n := len(c.recorder.Events); n != 1 {
-		t.Fatalf("%d events, want 1", n)
+	var invalid, twice []string
+	for len(c.recorder.Events) > 0 {
+		switch ev := <-c.recorder.Events; {
+		case strings.Contains(ev, "InvalidGPUDevices"):
+			invalid = append(invalid, ev)
+		case strings.Contains(ev, "GPUsPublishedTwice"):
+			twice = append(twice, ev)
+		default:
+			t.Errorf("unexpected event %q", ev)
+		}
 	}
-	if ev := <-c.recorder.Events; !strings.Contains(ev, "InvalidGPUDevices") || !strings.Contains(ev, "spec.devices[gpu-1].capacity[memory]") {
-		t.Errorf("event %q does not name the field", ev)
+	if len(invalid) != 1 || !strings.Contains(invalid[0], "spec.devices[gpu-1].capacity[memory]") {
+		t.Errorf("InvalidGPUDevices events %q, want one naming the field", invalid)
+	}
+	// The node "dual" has allocatable nvidia.com/gpu and DRA GPUs: reported
+	// once, though filtered twice.
+	if len(twice) != 1 {
+		t.Errorf("GPUsPublishedTwice events %q, want one", twice)
 	}
 }
 
@@ -377,4 +390,48 @@ func equalScores(got, want map[string]int64) bool {
 		}
 	}
 	return true
+}
+
+// TestDRADeferredPredictionFollowsTheClass: whole GPUs deferred to DRA are
+// predicted by allocating the claim DynamicResources makes for them, so the
+// DeviceClass's selectors count. The class that maps nvidia.com/gpu here
+// takes only gpu-2 and gpu-3 of node "dra", and gpu-2 is allocated: a pod
+// asking for two GPUs cannot get them there, though two other GPUs of the
+// node are free. "dra" scores 0, "dp" (device plugin, 4 free A100s) the
+// most, 100 after min-max. First fit over the node's free GPUs (gpu-0 and
+// gpu-1) would have scored "dra" the fuller node under BestFit.
+func TestDRADeferredPredictionFollowsTheClass(t *testing.T) {
+	_, slices := draNodes()
+	class := gpuClass.DeepCopy()
+	class.Spec.Selectors = []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
+		Expression: "device.attributes['gpu.nvidia.com'].uuid in ['GPU-dra-2', 'GPU-dra-3']"}}}
+	dra := &fakeDRA{slices: slices, gpuClass: class, allocated: structured.AllocatedState{
+		AllocatedDevices: sets.New(structured.MakeDeviceID(gpu.DefaultDRADriver, "dra", "gpu-2")),
+	}}
+	args := &config.GPUPlacementArgs{ScoringStrategy: config.ScoringStrategy{Type: gpu.PolicyBestFit, Resources: []config.ResourceSpec{{Name: config.ResourceGPU, Weight: 1}}},
+		DRA: config.DRA{Enabled: true, Driver: gpu.DefaultDRADriver}}
+	c := newDRACluster(t, args, dra)
+	pod := gt.MakeGPUPod("p").GPUs(2).Obj()
+	ctx, state := context.Background(), framework.NewCycleState()
+	if _, status, _ := c.fw.RunPreFilterPlugins(ctx, state, pod); !status.IsSuccess() {
+		t.Fatal(status)
+	}
+	var feasible []fwk.NodeInfo
+	for _, name := range []string{"dra", "dp"} {
+		ni, _ := c.snapshot.NodeInfos().Get(name)
+		feasible = append(feasible, ni)
+	}
+	if status := c.fw.RunPreScorePlugins(ctx, state, pod, feasible); !status.IsSuccess() {
+		t.Fatal(status)
+	}
+	scores, status := c.fw.RunScorePlugins(ctx, state, pod, feasible)
+	if !status.IsSuccess() {
+		t.Fatal(status)
+	}
+	want := map[string]int64{"dra": 0, "dp": 100}
+	for _, s := range scores {
+		if s.TotalScore != want[s.Name] {
+			t.Errorf("node %s: score %d, want %d", s.Name, s.TotalScore, want[s.Name])
+		}
+	}
 }

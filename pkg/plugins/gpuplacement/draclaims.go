@@ -5,6 +5,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/dynamic-resource-allocation/resourceclaim"
 	"k8s.io/dynamic-resource-allocation/structured"
 	"k8s.io/klog/v2"
@@ -56,6 +57,42 @@ func (p *GPUPlacement) preScoreClaims(ctx context.Context, state fwk.CycleState,
 		}
 		claims = append(claims, claim)
 	}
+	p.predictWith(ctx, state, pod, cycle, claims)
+}
+
+// preScoreDeferred prepares the prediction of the devices DRA takes for
+// whole GPUs deferred to it (nvidia.com/gpu on nodes that serve it through
+// DRA, KEP-5004): the claim DynamicResources makes for the request — the
+// DeviceClass that maps nvidia.com/gpu, as many devices as the pod asks
+// for — allocated by the same allocator, so that the class's own selectors
+// count as they do for DRA.
+func (p *GPUPlacement) preScoreDeferred(ctx context.Context, state fwk.CycleState, pod *v1.Pod, cycle *draCycle, demand *gpu.Demand) {
+	resolver := p.dra.manager.DeviceClassResolver()
+	if resolver == nil {
+		return
+	}
+	class := resolver.GetDeviceClass(gpu.ResourceGPU)
+	if class == nil {
+		return
+	}
+	claim := &resourceapi.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: pod.Name + "-" + deferredRequest, Namespace: pod.Namespace, UID: pod.UID + "-" + deferredRequest},
+		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
+			Name: deferredRequest,
+			Exactly: &resourceapi.ExactDeviceRequest{
+				DeviceClassName: class.Name, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: int64(demand.Count)},
+		}}}},
+	}
+	p.predictWith(ctx, state, pod, cycle, []*resourceapi.ResourceClaim{claim})
+}
+
+// deferredRequest names the request of the claim preScoreDeferred predicts.
+const deferredRequest = "deferred-gpus"
+
+// predictWith leaves an allocator over the cycle's DRA state and the claims
+// to allocate in the cycle state, for Score; nothing when there are no
+// claims or the allocator cannot be built.
+func (p *GPUPlacement) predictWith(ctx context.Context, state fwk.CycleState, pod *v1.Pod, cycle *draCycle, claims []*resourceapi.ResourceClaim) {
 	if len(claims) == 0 {
 		return
 	}

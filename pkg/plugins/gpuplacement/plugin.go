@@ -263,8 +263,13 @@ func (p *GPUPlacement) PreScore(ctx context.Context, state fwk.CycleState, pod *
 	if err != nil {
 		return fwk.NewStatus(fwk.Skip)
 	}
-	if cycle := draCycleOf(state); cycle != nil && data.(*podState).demand.IsZero() && hasClaims(pod) {
-		p.preScoreClaims(ctx, state, pod, cycle)
+	if cycle := draCycleOf(state); cycle != nil {
+		switch demand := &data.(*podState).demand; {
+		case demand.IsZero() && hasClaims(pod):
+			p.preScoreClaims(ctx, state, pod, cycle)
+		case !demand.IsZero() && !demand.IsShare() && cycle.gpuMapped:
+			p.preScoreDeferred(ctx, state, pod, cycle, demand)
+		}
 	}
 	if !p.policy.Info().HostAware {
 		return nil
@@ -296,9 +301,10 @@ func (s *hostState) Clone() fwk.StateData { return s }
 
 // Score is the policy's engine score for placing the pod on the node, in
 // 0..gpu.MaxScore; NormalizeScore rescales it. On a node whose GPUs DRA
-// allocates, it scores the GPUs DRA is predicted to take: by the
-// structured allocator for the pod's own claims (scoreClaims), first fit
-// for deferred nvidia.com/gpu (scoreDRA).
+// allocates, it scores the GPUs DRA is predicted to take by the structured
+// allocator (scoreClaims): for the pod's own claims, or for deferred
+// nvidia.com/gpu the claim DynamicResources makes for it (first fit over
+// the node's GPUs when that cannot be predicted, scoreDRA).
 func (p *GPUPlacement) Score(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeInfo fwk.NodeInfo) (int64, *fwk.Status) {
 	demand, status := demandOf(state)
 	if status != nil {
