@@ -97,6 +97,18 @@ func PredictFirstFit(n *NodeGPUs, d *Demand) (chosen DeviceSet, fit Fit) {
 	return lowest(fit.Free, d.Count), fit
 }
 
+// PredictFirstFitIn is PredictFirstFit among the positions in class only:
+// the GPUs a DRA request of one device class may take. ok is false when
+// fewer than d.Count of them can take the demand.
+func PredictFirstFitIn(n *NodeGPUs, d *Demand, class DeviceSet) (chosen DeviceSet, ok bool) {
+	fit := Check(n, &Request{Demand: d})
+	free := fit.Free & class
+	if d.IsZero() || free.Len() < d.Count {
+		return 0, false
+	}
+	return lowest(free, d.Count), true
+}
+
 // DRADeferReasons says why whole GPUs on a node whose GPUs DRA allocates
 // cannot be left to DRA's choice for demand d: DRA takes any device of its
 // class, so a model list or a memory minimum holds only when every GPU of

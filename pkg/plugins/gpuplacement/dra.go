@@ -53,7 +53,9 @@ type draReader struct {
 	src     gpu.DRASource
 	// inventories maps a node name to its last *memoInventory.
 	inventories sync.Map
-	recorder    func(slice *resourceapi.ResourceSlice, message string)
+	// classes maps "node/class" to the node's last *classDevices.
+	classes  sync.Map
+	recorder func(slice *resourceapi.ResourceSlice, message string)
 	// features and celCache configure the structured allocator exactly as
 	// the DynamicResources plugin configures its own, from the feature
 	// gates, so that predictions use the same implementation.

@@ -25,6 +25,10 @@ const claimsKey fwk.StateKey = "PreScoreClaims" + Name
 type claimPrediction struct {
 	allocator structured.Allocator
 	claims    []*resourceapi.ResourceClaim
+	// simple, when set, is the claims as one first-fit request of a class,
+	// predicted without the allocator where the class's GPUs on the node
+	// are known (draclass.go).
+	simple *simpleRequest
 }
 
 // Clone implements fwk.StateData.
@@ -101,7 +105,7 @@ func (p *GPUPlacement) predictWith(ctx context.Context, state fwk.CycleState, po
 		logger(ctx).V(4).Info("Not predicting DRA devices", "pod", klog.KObj(pod), "err", err)
 		return
 	}
-	state.Write(claimsKey, &claimPrediction{allocator: allocator, claims: claims})
+	state.Write(claimsKey, &claimPrediction{allocator: allocator, claims: claims, simple: simpleRequestOf(claims)})
 }
 
 // scoreClaims is the policy's score of the devices the structured
@@ -109,6 +113,16 @@ func (p *GPUPlacement) predictWith(ctx context.Context, state fwk.CycleState, po
 // fit), seen as the engine's demand (gpu.DRAInventory.PlacementOf). 0 when
 // the claims do not fit the node or take none of its GPUs.
 func (p *GPUPlacement) scoreClaims(ctx context.Context, state fwk.CycleState, nodeInfo fwk.NodeInfo, demand *gpu.Demand, pred *claimPrediction, d *gpu.DRAInventory, view *gpu.NodeGPUs) int64 {
+	if pred.simple != nil {
+		if class, ok := p.dra.classDevicesOf(ctx, nodeInfo.Node(), d, pred.simple.class); ok {
+			placed := gpu.Demand{Count: pred.simple.count, Milli: gpu.MilliPerGPU, MilliCPU: demand.MilliCPU, HostMemoryMiB: demand.HostMemoryMiB}
+			chosen, fits := gpu.PredictFirstFitIn(view, &placed, class)
+			if !fits {
+				return 0
+			}
+			return p.policy.Score(view, &gpu.Request{Demand: &placed, Host: hostOf(state, nodeInfo)}, chosen)
+		}
+	}
 	results, err := pred.allocator.Allocate(ctx, nodeInfo.Node(), pred.claims)
 	if err != nil || results == nil {
 		return 0

@@ -282,8 +282,8 @@ func (p *GPUPlacement) PreScore(ctx context.Context, state fwk.CycleState, pod *
 	for _, ni := range nodes {
 		host.MaxMilliCPU = max(host.MaxMilliCPU, ni.GetAllocatable().GetMilliCPU())
 		host.MaxGPUs = max(host.MaxGPUs, p.nodeGPUs(ni).Len())
-		if _, d, _ := draNode(state, ni.Node().Name); d != nil {
-			host.MaxGPUs = max(host.MaxGPUs, d.Inventory.Len())
+		if cycle := draCycleOf(state); cycle != nil && cycle.nodes[ni.Node().Name] != nil {
+			host.MaxGPUs = max(host.MaxGPUs, cycle.nodes[ni.Node().Name].Inventory.Len())
 		}
 	}
 	state.Write(hostKey, &hostState{host: host})

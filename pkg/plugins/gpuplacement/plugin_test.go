@@ -51,7 +51,7 @@ func newCluster(t *testing.T, args *config.GPUPlacementArgs, nodes []*v1.Node, p
 
 // newClusterBinding is newCluster with GPUPlacement as the first bind plugin
 // when gpuBindsFirst, else DefaultBinder alone.
-func newClusterBinding(t *testing.T, args *config.GPUPlacementArgs, nodes []*v1.Node, pods []*v1.Pod, gpuBindsFirst bool, opts ...frameworkruntime.Option) *testCluster {
+func newClusterBinding(t testing.TB, args *config.GPUPlacementArgs, nodes []*v1.Node, pods []*v1.Pod, gpuBindsFirst bool, opts ...frameworkruntime.Option) *testCluster {
 	t.Helper()
 	logger, ctx := ktesting.NewTestContext(t)
 	c := &testCluster{cache: cache.New(ctx, nil, false, false), snapshot: cache.NewEmptySnapshot(), client: fake.NewClientset(), recorder: events.NewFakeRecorder(10), logger: logger}
@@ -90,7 +90,7 @@ func newClusterBinding(t *testing.T, args *config.GPUPlacementArgs, nodes []*v1.
 }
 
 // refresh takes a new snapshot of the cache, as each scheduling cycle does.
-func (c *testCluster) refresh(t *testing.T) {
+func (c *testCluster) refresh(t testing.TB) {
 	if err := c.cache.UpdateSnapshot(c.logger, c.snapshot); err != nil {
 		t.Fatal(err)
 	}
