@@ -3,6 +3,12 @@
 // upstream command's. Enable the plugins in a profile of the
 // KubeSchedulerConfiguration passed with --config (see deploy/).
 //
+//	gpusched --config examples/gpusched-config.yaml --kubeconfig ~/.kube/config
+//
+// Unlike kube-scheduler, --kubeconfig (or else $KUBECONFIG) counts together
+// with --config: it fills the file's clientConnection.kubeconfig when the
+// file leaves it empty (see kubeconfig.go).
+//
 // `gpusched simulate` replays a cluster and a workload through the same
 // plugins and configuration, in-process (see docs/simulator.md).
 package main
@@ -10,6 +16,7 @@ package main
 import (
 	"os"
 
+	"github.com/spf13/cobra"
 	"k8s.io/component-base/cli"
 	"k8s.io/kubernetes/cmd/kube-scheduler/app"
 
@@ -18,8 +25,15 @@ import (
 )
 
 func main() {
+	os.Exit(cli.Run(newCommand()))
+}
+
+// newCommand is the gpusched command: kube-scheduler's with gpusched's
+// plugins, --kubeconfig applied beside --config, and `simulate`.
+func newCommand() *cobra.Command {
 	command := app.NewSchedulerCommand(plugins.CommandOptions()...)
 	command.Use = "gpusched"
+	withKubeconfig(command)
 	command.AddCommand(simulator.NewCommand())
-	os.Exit(cli.Run(command))
+	return command
 }

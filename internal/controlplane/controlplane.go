@@ -4,12 +4,16 @@
 // (k8s.io/kubernetes/cmd/kube-scheduler/app). The playground and the
 // end-to-end tests both run on it.
 //
-// Every listener binds to 127.0.0.1. No kubelet, controller-manager or
-// service-account controller runs: nodes and their pods are API objects that
-// something else (a test, or simulated kubelets) keeps up to date.
+// Every listener binds to 127.0.0.1. No kubelet runs: nodes and their pods'
+// status are API objects that something else (a test, or simulated
+// kubelets) keeps up to date. The workload controllers of
+// kube-controller-manager (Deployment, ReplicaSet, Job, StatefulSet, garbage
+// collector, namespace, ServiceAccount and its tokens) run in-process on
+// demand (Options.Controllers); otherwise none does.
 package controlplane
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -53,6 +57,13 @@ type Options struct {
 	// Logf, when set, receives the API server's contextual log output and
 	// etcd's errors. When nil they go to klog (see QuietKlog) and nowhere.
 	Logf func(format string, args ...any)
+	// Controllers runs the kube-controller-manager controllers that
+	// workloads need (see Controllers) beside the API server, so that
+	// Deployments, Jobs and StatefulSets get their pods, and namespaces
+	// their "default" ServiceAccount. Pass ControllerAPIServerFlags instead
+	// of DefaultAPIServerFlags to have ServiceAccount admission on. Off, no
+	// controller runs: callers create Pods themselves.
+	Controllers bool
 }
 
 // ControlPlane is a running etcd and kube-apiserver. The exported fields are
@@ -73,7 +84,8 @@ type ControlPlane struct {
 
 // Start brings up an embedded etcd and a kube-apiserver backed by it, and
 // returns once the API server reports healthy and the "default" namespace
-// exists (about 3 s). On error everything started so far is stopped again.
+// exists (about 3 s), and with Options.Controllers once the controllers run
+// and default/default, the namespace's ServiceAccount, exists. On error everything started so far is stopped again.
 // Call Stop to shut the control plane down.
 func Start(opts Options) (_ *ControlPlane, err error) {
 	c := &ControlPlane{}
@@ -116,6 +128,14 @@ func Start(opts Options) (_ *ControlPlane, err error) {
 	c.RestConfig = rest.CopyConfig(server.ClientConfig)
 	if c.Client, err = kubernetes.NewForConfig(c.RestConfig); err != nil {
 		return nil, fmt.Errorf("creating a client: %w", err)
+	}
+	if opts.Controllers {
+		ctx, cancel := context.WithCancel(context.Background())
+		var wg sync.WaitGroup
+		c.stops = append(c.stops, func() { cancel(); wg.Wait() })
+		if err := startControllers(ctx, c.RestConfig, &wg); err != nil {
+			return nil, fmt.Errorf("starting the controllers: %w", err)
+		}
 	}
 	return c, nil
 }

@@ -11,7 +11,8 @@ import (
 	"k8s.io/kubernetes/cmd/kube-scheduler/app"
 	"k8s.io/kubernetes/cmd/kube-scheduler/app/options"
 	"k8s.io/kubernetes/pkg/scheduler"
-	"sigs.k8s.io/yaml"
+
+	"github.com/gpusched/gpusched/internal/schedconfig"
 )
 
 // SchedulerSyncTimeout bounds how long StartScheduler waits for the new
@@ -152,47 +153,15 @@ func releaseSchedulerSlot() {
 // other field is kept as written. An empty document yields the default
 // configuration.
 func SchedulerConfig(config, kubeconfig string) ([]byte, error) {
-	doc := map[string]any{}
-	if err := yaml.Unmarshal([]byte(config), &doc); err != nil {
-		return nil, fmt.Errorf("parsing KubeSchedulerConfiguration YAML: %w", err)
-	}
-	if doc == nil { // the document was empty or "null"
-		doc = map[string]any{}
-	}
-	if _, ok := doc["apiVersion"]; !ok {
-		doc["apiVersion"] = "kubescheduler.config.k8s.io/v1"
-	}
-	if _, ok := doc["kind"]; !ok {
-		doc["kind"] = "KubeSchedulerConfiguration"
-	}
-	clientConnection, err := childMap(doc, "clientConnection")
+	doc, err := schedconfig.Parse([]byte(config))
 	if err != nil {
 		return nil, err
 	}
-	clientConnection["kubeconfig"] = kubeconfig
-	leaderElection, err := childMap(doc, "leaderElection")
-	if err != nil {
+	if err := doc.SetKubeconfig(kubeconfig); err != nil {
 		return nil, err
 	}
-	leaderElection["leaderElect"] = false
-
-	out, err := yaml.Marshal(doc)
-	if err != nil {
-		return nil, fmt.Errorf("encoding KubeSchedulerConfiguration: %w", err)
+	if err := doc.SetLeaderElect(false); err != nil {
+		return nil, err
 	}
-	return out, nil
-}
-
-// childMap returns doc[key] as a map, creating it when absent or null.
-func childMap(doc map[string]any, key string) (map[string]any, error) {
-	switch v := doc[key].(type) {
-	case nil:
-		m := map[string]any{}
-		doc[key] = m
-		return m, nil
-	case map[string]any:
-		return v, nil
-	default:
-		return nil, fmt.Errorf("%s must be a mapping, got %T", key, v)
-	}
+	return doc.Encode()
 }

@@ -10,18 +10,20 @@ import (
 
 // Flags are the playground command's flags.
 type Flags struct {
-	Demo       bool
-	Nodes      string
-	Kubeconfig string
-	ConfigFile string
-	Verbose    bool
+	Demo        bool
+	Nodes       string
+	Kubeconfig  string
+	ConfigFile  string
+	Controllers bool
+	Verbose     bool
 }
 
 // NewFlags returns the flags' defaults.
 func NewFlags() *Flags {
 	return &Flags{
-		Nodes:      DefaultNodes,
-		Kubeconfig: filepath.Join(os.TempDir(), "gpusched-playground", "kubeconfig"),
+		Nodes:       DefaultNodes,
+		Controllers: true,
+		Kubeconfig:  filepath.Join(os.TempDir(), "gpusched-playground", "kubeconfig"),
 	}
 }
 
@@ -31,6 +33,7 @@ func (f *Flags) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&f.Nodes, "nodes", f.Nodes, "simulated GPU nodes, comma-separated "+NodeShapeForm)
 	fs.StringVar(&f.Kubeconfig, "kubeconfig", f.Kubeconfig, "where to write the playground's kubeconfig (removed on exit)")
 	fs.StringVar(&f.ConfigFile, "config", f.ConfigFile, "a KubeSchedulerConfiguration file for the scheduler (default: examples/gpusched-config.yaml, built in)")
+	fs.BoolVar(&f.Controllers, "controllers", f.Controllers, "run the Deployment, ReplicaSet, Job, StatefulSet, garbage-collector, namespace and ServiceAccount controllers (--controllers=false: bare Pods only, and no example workloads in the demo)")
 	fs.BoolVar(&f.Verbose, "verbose", f.Verbose, "log the control plane, the scheduler and the simulated kubelets on stderr")
 }
 
@@ -41,7 +44,7 @@ func (f *Flags) Options() (Options, error) {
 	if err != nil {
 		return Options{}, err
 	}
-	opts := Options{Shapes: shapes, Demo: f.Demo, Verbose: f.Verbose, Kubeconfig: f.Kubeconfig}
+	opts := Options{Shapes: shapes, Demo: f.Demo, Verbose: f.Verbose, Kubeconfig: f.Kubeconfig, Controllers: f.Controllers}
 	if f.Demo {
 		opts.Kubeconfig = "" // the demo needs none outside its own directory
 	}

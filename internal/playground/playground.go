@@ -54,6 +54,10 @@ type Options struct {
 	SchedulerConfig string
 	// DemoTimeout bounds the wait for the demo's pods; 0 means 2 minutes.
 	DemoTimeout time.Duration
+	// Controllers runs the workload controllers beside the API server
+	// (controlplane.Options.Controllers), with ServiceAccount admission on,
+	// so Deployments, Jobs and StatefulSets get their pods.
+	Controllers bool
 	// Verbose keeps the control plane's, the scheduler's and the simulated
 	// kubelets' logs (on stderr); otherwise only errors are logged.
 	Verbose bool
@@ -75,7 +79,9 @@ func Run(ctx context.Context, opts Options, out io.Writer) error {
 	}
 	config := opts.SchedulerConfig
 	if config == "" {
-		config = DefaultSchedulerConfig
+		if config, err = PlaygroundConfig(); err != nil {
+			return err
+		}
 	}
 	schedulerName, err := firstProfile(config)
 	if err != nil {
@@ -107,8 +113,7 @@ func Run(ctx context.Context, opts Options, out io.Writer) error {
 	}
 
 	fmt.Fprintln(out, "Starting etcd and kube-apiserver on 127.0.0.1 ...")
-	cpOpts := controlplane.Options{Dir: filepath.Join(dir, "controlplane"), APIServerFlags: controlplane.DefaultAPIServerFlags}
-	cp, err := controlplane.Start(cpOpts)
+	cp, err := controlplane.Start(controlPlaneOptions(filepath.Join(dir, "controlplane"), opts.Controllers))
 	if err != nil {
 		return err
 	}
@@ -117,7 +122,18 @@ func Run(ctx context.Context, opts Options, out io.Writer) error {
 		return err
 	}
 	defer os.Remove(kubeconfig)
-	fmt.Fprintf(out, "Control plane up after %s.\n", since(start))
+	apply, err := newApplier(cp.RestConfig)
+	if err != nil {
+		return err
+	}
+	if err := installPodGroupCRD(ctx, apply); err != nil {
+		return err
+	}
+	if opts.Controllers {
+		fmt.Fprintf(out, "Control plane and controllers up, PodGroup CRD installed, after %s.\n", since(start))
+	} else {
+		fmt.Fprintf(out, "Control plane up (no controllers), PodGroup CRD installed, after %s.\n", since(start))
+	}
 
 	kubeletCtx, stopKubelets := context.WithCancel(ctx)
 	defer stopKubelets()
@@ -148,7 +164,7 @@ func Run(ctx context.Context, opts Options, out io.Writer) error {
 	fmt.Fprintf(out, "Scheduler %q running after %s.\n", schedulerName, since(start))
 
 	if opts.Demo {
-		return runDemo(ctx, cp.Client, agents, opts, schedulerName, start, out)
+		return runDemo(ctx, cp.Client, apply, agents, opts, schedulerName, start, out)
 	}
 	fmt.Fprintf(out, `
 The playground is up. In another terminal:
@@ -168,53 +184,24 @@ Press Ctrl-C to stop.
 	return nil
 }
 
-// runDemo submits the demo's pods, waits until every one has settled,
-// creates the bound pods' containers through their nodes' runtimes (where
-// the node agents give them their GPUs), and writes the table.
-func runDemo(ctx context.Context, client kubernetes.Interface, agents agents, opts Options, schedulerName string, start time.Time, out io.Writer) error {
-	pods := DemoPods(opts.Shapes, schedulerName)
-	for _, p := range pods {
-		if _, err := client.CoreV1().Pods(p.Namespace).Create(ctx, p, metav1.CreateOptions{}); err != nil {
-			return fmt.Errorf("creating pod %s: %w", p.Name, err)
-		}
-	}
-	fmt.Fprintf(out, "Submitted %d pods.\n", len(pods))
+// WorkloadAPIFlags are the API server's flags that serve the upstream
+// Workload API (scheduling.k8s.io/v1beta1 PodGroups) and turn its feature
+// gate on; in one process, the scheduler sees the gate too, which
+// GangScheduling needs.
+var WorkloadAPIFlags = []string{"--feature-gates=GenericWorkload=true", "--runtime-config=scheduling.k8s.io/v1beta1=true"}
 
-	timeout := opts.DemoTimeout
-	if timeout == 0 {
-		timeout = 2 * time.Minute
+// controlPlaneOptions are the playground's control plane's: with the
+// controllers and ServiceAccount admission, or neither, and the Workload API.
+func controlPlaneOptions(dir string, controllers bool) controlplane.Options {
+	flags := controlplane.DefaultAPIServerFlags
+	if controllers {
+		flags = controlplane.ControllerAPIServerFlags
 	}
-	var firstPlaced time.Duration
-	current := make([]*v1.Pod, len(pods))
-	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
-		done := true
-		for i, p := range pods {
-			got, err := client.CoreV1().Pods(p.Namespace).Get(ctx, p.Name, metav1.GetOptions{})
-			if err != nil {
-				return false, nil // transient: read again
-			}
-			current[i] = got
-			if got.Spec.NodeName != "" && firstPlaced == 0 {
-				firstPlaced = time.Since(start)
-			}
-			done = done && settled(got)
-		}
-		return done, nil
-	})
-	if err != nil {
-		if ctx.Err() != nil {
-			return fmt.Errorf("interrupted: %w", ctx.Err())
-		}
-		var waiting []string
-		for _, p := range current {
-			if p != nil && !settled(p) {
-				waiting = append(waiting, p.Name)
-			}
-		}
-		return fmt.Errorf("pods %v did not settle within %v", waiting, timeout)
+	return controlplane.Options{
+		Dir:            dir,
+		APIServerFlags: append(append([]string{}, flags...), WorkloadAPIFlags...),
+		Controllers:    controllers,
 	}
-	fmt.Fprintf(out, "First pod placed %s after start; all pods settled after %s.\n\n", firstPlaced.Round(10*time.Millisecond), since(start))
-	return WriteTable(out, current, agents.devices(ctx, current))
 }
 
 // writeSchedulerConfig writes the scheduler's configuration file: config

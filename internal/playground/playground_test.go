@@ -5,6 +5,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strconv"
 	"strings"
@@ -77,12 +78,70 @@ func TestDemo(t *testing.T) {
 			t.Errorf("%s: GPUs %q, want a 250m share with 10 GiB", name, gpus[3])
 		}
 	}
-	checkDevices(t, opts.Shapes, DemoPods(opts.Shapes, "gpusched"), rows)
+	var all []*v1.Pod
+	for name := range rows {
+		if name != "POD" {
+			all = append(all, demoPod(name))
+		}
+	}
+	checkDevices(t, opts.Shapes, all, rows)
 	if row := rows["inference"]; len(row) == 6 && !strings.HasPrefix(row[2], "t4-16gb-") {
 		t.Errorf("inference asks for T4-16GB only, placed on %s", row[2])
 	}
 	if !strings.Contains(out.String(), "too-big: 0/5 nodes are available: 5 too few GPUs on node") {
 		t.Errorf("the output does not say why too-big is pending")
+	}
+	checkWorkloads(t, out.String(), rows)
+}
+
+// checkWorkloads checks the rows of examples/workloads' pods: the shares
+// Job's 4 pods each had a 250m share with 4 GiB and succeeded; the
+// inference Deployment was scaled to 6 replicas, each a 500m share of a T4;
+// each 8-worker gang ran all its workers on the one H100 node, every worker
+// on its own GPU; and one gang was reported waiting while the other held
+// the H100s.
+func checkWorkloads(t *testing.T, out string, rows map[string][]string) {
+	t.Helper()
+	owners := []struct {
+		owner, pattern string
+		count          int
+		node, gpus     string // prefix of NODE, suffix of GPUS
+		phase          string
+	}{
+		{"shares", `^shares-[a-z0-9]{5}$`, 4, "", "(250m, 4 GiB)", "Succeeded"},
+		{"inference", `^inference-[a-z0-9]+-[a-z0-9]{5}$`, DemoInferenceReplicas, "t4-16gb-", "(500m)", "Running"},
+		{"train", `^train-[a-z0-9]{5}$`, 8, "h100-80gb-0", "", "Succeeded"},
+		{"train-workload", `^train-workload-[a-z0-9]{5}$`, 8, "h100-80gb-0", "", "Succeeded"},
+	}
+	for _, o := range owners {
+		re := regexp.MustCompile(o.pattern)
+		gpus := map[string]bool{}
+		n := 0
+		for name, row := range rows {
+			if !re.MatchString(name) {
+				continue
+			}
+			n++
+			node, g, phase := row[2], row[3], row[4]
+			if !strings.HasPrefix(node, o.node) || node == "-" || !strings.HasSuffix(g, o.gpus) || phase != o.phase {
+				t.Errorf("%s: %q, want node %s*, GPUs *%s, %s", o.owner, row, o.node, o.gpus, o.phase)
+			}
+			if o.node == "h100-80gb-0" {
+				if gpus[g] {
+					t.Errorf("%s: two workers on %s", o.owner, g)
+				}
+				gpus[g] = true
+			}
+		}
+		if n != o.count {
+			t.Errorf("%s: %d pods in the table, want %d", o.owner, n, o.count)
+		}
+	}
+	if !strings.Contains(out, "Scaled deployment inference to 6 replicas") {
+		t.Error("the output does not say the inference Deployment was scaled")
+	}
+	if !regexp.MustCompile(`Waiting after [0-9.]+m?s: job train(-workload)? \(pod`).MatchString(out) {
+		t.Error("the output does not say that a gang waited for the H100s")
 	}
 }
 
@@ -90,7 +149,8 @@ func TestDemo(t *testing.T) {
 // NVIDIA_VISIBLE_DEVICES with exactly the UUIDs of the GPUs its GPUS column
 // (its assignment) names on its node, which are the node's mock GPUs
 // nvmlmock.MachineUUID(<node's position>, <GPU index>); no whole GPU goes to
-// two pods; a pod that is not bound gets nothing.
+// two pods at once (a Succeeded pod has given its GPUs back); a pod that is
+// not bound gets nothing.
 func checkDevices(t *testing.T, shapes []NodeShape, pods []*v1.Pod, rows map[string][]string) {
 	t.Helper()
 	nodes, err := Nodes(shapes)
@@ -128,7 +188,7 @@ func checkDevices(t *testing.T, shapes []NodeShape, pods []*v1.Pod, rows map[str
 		if wantDevices := "NVIDIA_VISIBLE_DEVICES=" + strings.Join(want, ","); devices != wantDevices {
 			t.Errorf("%s on %s (%s): DEVICES %q, want %q", name, node, gpus, devices, wantDevices)
 		}
-		if len(fields) == 2 { // whole GPUs
+		if len(fields) == 2 && row[4] != "Succeeded" { // whole GPUs, still held
 			for _, u := range want {
 				if other, taken := holder[u]; taken {
 					t.Errorf("%s and %s both hold GPU %s whole", other, name, u)

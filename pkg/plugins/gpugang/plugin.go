@@ -106,8 +106,13 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	}
 	p.status = newStatusWriter(p)
 	podInformer := h.SharedInformerFactory().Core().V1().Pods().Informer()
-	if err := podInformer.AddIndexers(cache.Indexers{groupIndex: groupOfObject}); err != nil {
-		return nil, fmt.Errorf("%s: indexing pods by PodGroup: %w", Name, err)
+	// Every profile that names GPUGang (its queue sort is shared by all
+	// profiles) makes an instance on the same informer: the first adds the
+	// index, the others use it.
+	if _, ok := podInformer.GetIndexer().GetIndexers()[groupIndex]; !ok {
+		if err := podInformer.AddIndexers(cache.Indexers{groupIndex: groupOfObject}); err != nil {
+			return nil, fmt.Errorf("%s: indexing pods by PodGroup: %w", Name, err)
+		}
 	}
 	p.pods = podInformer.GetIndexer()
 	if _, err := podInformer.AddEventHandler(p.podHandler()); err != nil {

@@ -1,0 +1,200 @@
+package playground
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/yaml"
+)
+
+// TestKubectlWorkloads serves the playground and applies each file of
+// examples/workloads with `kubectl apply -f`, as a user would, then checks
+// the placements: the shares Job's 4 pods each get a 250m share; the
+// inference Deployment's replicas, scaled with `kubectl scale` to 6, land
+// on T4s; the GPUGang gang's 8 workers all run on the H100 node; and the
+// Workload API gang, applied while they hold every H100, binds none of its
+// workers until they are done, then all 8 on that node.
+func TestKubectlWorkloads(t *testing.T) {
+	if _, err := exec.LookPath("kubectl"); err != nil {
+		t.Skip("kubectl not installed")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	flags := NewFlags()
+	flags.Kubeconfig = filepath.Join(t.TempDir(), "kubeconfig")
+	opts, err := flags.Options()
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	var out syncBuffer
+	result := make(chan error, 1)
+	go func() { result <- Run(runCtx, opts, &out) }()
+	defer func() {
+		stop()
+		if err := <-result; err != nil {
+			t.Errorf("Run: %v\n%s", err, out.String())
+		}
+	}()
+	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
+		return strings.Contains(out.String(), "export KUBECONFIG="), nil
+	})
+	if err != nil {
+		t.Fatalf("the playground did not come up: %v\n%s", err, out.String())
+	}
+	config, err := clientcmd.BuildConfigFromFlags("", flags.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := kubernetes.NewForConfigOrDie(config)
+	kubectl := func(args ...string) {
+		t.Helper()
+		cmd := exec.CommandContext(ctx, "kubectl", args...)
+		cmd.Env = append(os.Environ(), "KUBECONFIG="+flags.Kubeconfig)
+		if b, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, b)
+		}
+	}
+	file := func(name string) string { return filepath.Join("..", "..", "examples", "workloads", name) }
+
+	kubectl("apply", "-f", file("shares-job.yaml"))
+	kubectl("apply", "-f", file("inference-deployment.yaml"))
+	kubectl("apply", "-f", file("training-gang.yaml"))
+	for _, p := range waitFor(ctx, t, client, "app.kubernetes.io/name=shares", 4, v1.PodSucceeded) {
+		if a := p.Annotations["gpusched.io/gpu-assigned"]; !strings.Contains(a, "milli=250;memory=4096") {
+			t.Errorf("shares pod %s: assignment %q", p.Name, a)
+		}
+	}
+	waitFor(ctx, t, client, "app.kubernetes.io/name=inference", 2, v1.PodRunning)
+	kubectl("scale", "deployment", "inference", "--replicas", "6")
+	for _, p := range waitFor(ctx, t, client, "app.kubernetes.io/name=inference", 6, v1.PodRunning) {
+		if !strings.HasPrefix(p.Spec.NodeName, "t4-16gb-") {
+			t.Errorf("inference pod %s on %s, want a T4 node", p.Name, p.Spec.NodeName)
+		}
+	}
+	// The workers run 5 s: apply the Workload API gang while they hold the
+	// H100s, then none of it may bind until they have succeeded.
+	train := waitFor(ctx, t, client, "app.kubernetes.io/name=train", 8, v1.PodRunning)
+	kubectl("apply", "-f", file("training-workload.yaml"))
+	waitFor(ctx, t, client, "app.kubernetes.io/name=train", 8, v1.PodSucceeded)
+	workload := waitFor(ctx, t, client, "app.kubernetes.io/name=train-workload", 8, v1.PodSucceeded)
+	var lastTrainFinished time.Time
+	for _, p := range pods(ctx, t, client, "app.kubernetes.io/name=train") {
+		for _, c := range p.Status.ContainerStatuses {
+			if c.State.Terminated != nil && c.State.Terminated.FinishedAt.After(lastTrainFinished) {
+				lastTrainFinished = c.State.Terminated.FinishedAt.Time
+			}
+		}
+	}
+	for _, p := range append(train, workload...) {
+		if p.Spec.NodeName != "h100-80gb-0" {
+			t.Errorf("gang worker %s on %s, want every worker on h100-80gb-0", p.Name, p.Spec.NodeName)
+		}
+	}
+	for _, p := range workload {
+		if c := podCondition(&p, v1.PodScheduled); c == nil || c.LastTransitionTime.Time.Before(lastTrainFinished.Truncate(time.Second)) {
+			t.Errorf("workload gang worker %s scheduled (%v) before the GPUGang gang finished (%v)", p.Name, c, lastTrainFinished)
+		}
+	}
+}
+
+// waitFor polls until n pods match selector, all in phase, and returns them.
+func waitFor(ctx context.Context, t *testing.T, client kubernetes.Interface, selector string, n int, phase v1.PodPhase) []v1.Pod {
+	t.Helper()
+	var got []v1.Pod
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 90*time.Second, true, func(ctx context.Context) (bool, error) {
+		got = pods(ctx, t, client, selector)
+		if len(got) != n {
+			return false, nil
+		}
+		for _, p := range got {
+			if p.Status.Phase != phase {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		var state []string
+		for _, p := range got {
+			state = append(state, p.Name+"="+string(p.Status.Phase)+"@"+p.Spec.NodeName)
+		}
+		t.Fatalf("%s: want %d pods %s: %v; have %v", selector, n, phase, err, state)
+	}
+	return got
+}
+
+func pods(ctx context.Context, t *testing.T, client kubernetes.Interface, selector string) []v1.Pod {
+	list, err := client.CoreV1().Pods(DemoNamespace).List(ctx, metav1.ListOptions{LabelSelector: selector})
+	if err != nil {
+		return nil
+	}
+	return list.Items
+}
+
+func podCondition(p *v1.Pod, typ v1.PodConditionType) *v1.PodCondition {
+	for i := range p.Status.Conditions {
+		if p.Status.Conditions[i].Type == typ {
+			return &p.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+// TestGangProfiles: the playground's gang profiles are those of
+// examples/gpusched-gang-config.yaml and examples/gpusched-workload-config.yaml
+// but for their schedulerName (and the gang example's queueSort, which the
+// playground gives every profile).
+func TestGangProfiles(t *testing.T) {
+	var own struct {
+		Profiles []map[string]any `json:"profiles"`
+	}
+	if err := yaml.Unmarshal([]byte(GangProfiles), &own); err != nil {
+		t.Fatal(err)
+	}
+	if len(own.Profiles) != 2 {
+		t.Fatalf("%d profiles in gang-profiles.yaml, want 2", len(own.Profiles))
+	}
+	for i, tc := range []struct{ example, name string }{
+		{"gpusched-gang-config.yaml", "gpusched-gang"},
+		{"gpusched-workload-config.yaml", "gpusched-workload"},
+	} {
+		raw, err := os.ReadFile(filepath.Join("..", "..", "examples", tc.example))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var example struct {
+			Profiles []map[string]any `json:"profiles"`
+		}
+		if err := yaml.Unmarshal(raw, &example); err != nil {
+			t.Fatal(err)
+		}
+		want := example.Profiles[0]
+		want["schedulerName"] = tc.name
+		delete(want["plugins"].(map[string]any), "queueSort")
+		if got := own.Profiles[i]; !reflect.DeepEqual(got, want) {
+			t.Errorf("profile %s differs from examples/%s's:\n got %v\nwant %v", tc.name, tc.example, got, want)
+		}
+	}
+	config, err := PlaygroundConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"schedulerName: gpusched\n", "schedulerName: gpusched-gang\n", "schedulerName: gpusched-workload\n"} {
+		if !strings.Contains(config, name) {
+			t.Errorf("the playground's configuration has no %q", name)
+		}
+	}
+}
