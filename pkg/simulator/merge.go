@@ -62,7 +62,11 @@ type IncompleteError struct {
 }
 
 func (e *IncompleteError) Error() string {
-	return fmt.Sprintf("merge: the sweep's %d shards cannot be merged:\n  %s", e.Shards, strings.Join(e.Problems, "\n  "))
+	what := fmt.Sprintf("the sweep's %d shards cannot be merged", e.Shards)
+	if e.Shards == 0 {
+		what = "no shard file could be read"
+	}
+	return fmt.Sprintf("merge: %s:\n  %s", what, strings.Join(e.Problems, "\n  "))
 }
 
 // loadedShard is a shard file read from path.
@@ -105,13 +109,14 @@ func Merge(dirs []string) (*Sweep, error) {
 	if len(shards) == 0 {
 		return nil, &IncompleteError{Problems: problems}
 	}
-	ref := shards[0].file
+	refShard := majority(shards)
+	ref := refShard.file
 	byIndex := map[int]loadedShard{}
 	for _, s := range shards {
 		switch {
 		case s.file.Shards != ref.Shards || !s.file.Sweep.equal(&ref.Sweep):
 			problems = append(problems, fmt.Sprintf("%s: shard %d of %d of another sweep than %s (its workloads, policies, seeds, cluster, arrival, tie-break or shard count differ)",
-				s.path, s.file.Shard, s.file.Shards, shards[0].path))
+				s.path, s.file.Shard, s.file.Shards, refShard.path))
 		case byIndex[s.file.Shard].path != "":
 			problems = append(problems, fmt.Sprintf("shard %d: two files, %s and %s", s.file.Shard, byIndex[s.file.Shard].path, s.path))
 		case s.file.Error != "":
@@ -133,6 +138,30 @@ func Merge(dirs []string) (*Sweep, error) {
 		return nil, &IncompleteError{Shards: ref.Shards, Problems: problems}
 	}
 	return assemble(&ref.Sweep, byIndex), nil
+}
+
+// majority is the first shard of the sweep most shard files belong to: the
+// one the others are checked against.
+func majority(shards []loadedShard) loadedShard {
+	key := func(s loadedShard) string {
+		spec, _ := json.Marshal(s.file.Sweep)
+		return fmt.Sprintf("%d %s", s.file.Shards, spec)
+	}
+	count := map[string]int{}
+	best := shards[0]
+	for _, s := range shards {
+		k := key(s)
+		count[k]++
+		if count[k] > count[key(best)] {
+			best = s
+		}
+	}
+	for _, s := range shards { // the first file of that sweep
+		if key(s) == key(best) {
+			return s
+		}
+	}
+	return best
 }
 
 // namedIn reports whether a problem already concerns shard i's file (a

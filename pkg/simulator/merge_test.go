@@ -150,6 +150,9 @@ func TestMergeNamesBrokenShards(t *testing.T) {
 			[]string{f1 + ": corrupt: holds shard 2 of 3, whose file is " + f2}},
 		{"another sweep", edit(f2, func(f map[string]any) { f["sweep"].(map[string]any)["seeds"] = []int{1, 2} }),
 			[]string{f2 + ": shard 2 of 3 of another sweep"}},
+		// The sweep of most files is the one checked against, whichever file comes first.
+		{"another sweep, first", edit(f0, func(f map[string]any) { f["sweep"].(map[string]any)["policies"] = []string{"BestFit"} }),
+			[]string{f0 + ": shard 0 of 3 of another sweep than DIR/" + f1}},
 		{"failed", edit(f0, func(f map[string]any) { f["error"] = "workload pods-1: out of memory"; f["workloads"] = nil }),
 			[]string{"shard 0 failed (" + filepath.Join("DIR", f0) + "): workload pods-1: out of memory"}},
 	}
