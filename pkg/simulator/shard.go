@@ -144,7 +144,11 @@ func writeShardFile(dir string, f *shardFile) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("--out %s: %w", dir, err)
 	}
-	_, err = tmp.Write(append(data, '\n'))
+	// Readable by whoever merges, as os.WriteFile would leave it.
+	err = tmp.Chmod(0o644)
+	if err == nil {
+		_, err = tmp.Write(append(data, '\n'))
+	}
 	if cerr := tmp.Close(); err == nil {
 		err = cerr
 	}
