@@ -1,6 +1,7 @@
 package simulator
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -24,6 +25,11 @@ type flags struct {
 	parallel            int
 	quiet               bool
 	dra                 bool
+	noTimings           bool
+	// shard, shards and out run one shard of the sweep (parseShard).
+	shard  string
+	shards int
+	out    string
 }
 
 // NewCommand is `gpusched simulate`.
@@ -37,10 +43,18 @@ configuration the scheduler runs, in-process, and reports GPU allocation per
 policy: unallocated GPU % at arrived workload = 100% of GPU capacity (mean ± sd
 over seeds), failed pods, the allocation and fragmentation curves, and the
 allocation by GPU model. With no --nodes and --pods it runs a built-in
-synthetic cluster and workload. See docs/simulator.md.`,
+synthetic cluster and workload.
+
+A sweep of several pod lists (--pods a.csv,b.csv) can be split into shards
+run by separate processes — the pods of a Kubernetes Indexed Job with
+--shards N, or anywhere with --shard I/N — each writing its runs into --out;
+"gpusched simulate merge" combines them into the report one process would
+write. See docs/simulator.md.`,
 		Example: `  gpusched simulate --policies BestFit,Packing,GpuPacking --seeds 42..44
   gpusched simulate --nodes openb_node_list_gpu_node.csv --pods openb_pod_list_default.csv \
-      --policies BestFitCPUGPU,DotProd --seeds 42..51 --json out.json --html out.html`,
+      --policies BestFitCPUGPU,DotProd --seeds 42..51 --json out.json --html out.html
+  JOB_COMPLETION_INDEX=3 gpusched simulate --nodes nodes.csv --pods a.csv,b.csv --seeds 42..51 --shards 8 --out results/
+  gpusched simulate merge results/ --json sweep.json --html sweep.html`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runCommand(cmd.Context(), f, cmd.OutOrStdout(), cmd.ErrOrStderr())
@@ -49,7 +63,7 @@ synthetic cluster and workload. See docs/simulator.md.`,
 	}
 	fs := cmd.Flags()
 	fs.StringVar(&f.nodes, "nodes", "", "cluster: Alibaba node CSV (sn,cpu_milli,memory_mib,gpu,model) or YAML of Node objects")
-	fs.StringVar(&f.pods, "pods", "", "workload: Alibaba pod CSV (full or 5-column form) or YAML of Pod objects")
+	fs.StringVar(&f.pods, "pods", "", "workload: Alibaba pod CSV (full or 5-column form) or YAML of Pod objects; several, separated by commas, make a sweep with a report per workload")
 	fs.StringVar(&f.config, "config", "", "a KubeSchedulerConfiguration (the scheduler's own file); default: the built-in simulation profile")
 	fs.StringVar(&f.policies, "policies", "", "comma-separated policies, one profile each, from the first profile of the config; default: the config's profiles")
 	fs.StringVar(&f.seeds, "seeds", "42", "seeds: N, N..M, or a comma-separated list")
@@ -61,6 +75,10 @@ synthetic cluster and workload. See docs/simulator.md.`,
 	fs.IntVar(&f.parallel, "parallel", 0, "runs at once; default one per CPU")
 	fs.BoolVar(&f.quiet, "quiet", false, "no progress bar on stderr")
 	fs.BoolVar(&f.dra, "dra", false, "the DRA path: GPUs published as DRA devices, GPU requests as ResourceClaims that DynamicResources allocates first fit, the policy ranking nodes on its predicted allocation (docs/dra.md)")
+	fs.BoolVar(&f.noTimings, "no-timings", false, "report every wall time as 0, so that reports of the same sweep are equal byte for byte")
+	fs.IntVar(&f.shards, "shards", 0, "run one of N shards of the sweep, the one "+ShardIndexEnv+" names (as an Indexed Job sets it); needs --out")
+	fs.StringVar(&f.shard, "shard", "", "run shard I of N (I/N, 0 ≤ I < N) of the sweep; needs --out")
+	fs.StringVar(&f.out, "out", "", "directory a shard writes its runs to (shard-I-of-N.json), for \"gpusched simulate merge\"")
 	// The scheduler command's help prints its own flag sections, and a
 	// subcommand without help of its own inherits it: print this command's.
 	cmd.SetUsageFunc(func(c *cobra.Command) error {
@@ -72,6 +90,7 @@ synthetic cluster and workload. See docs/simulator.md.`,
 		c.SetOut(c.OutOrStdout())
 		_ = c.Usage()
 	})
+	cmd.AddCommand(newMergeCommand())
 	return cmd
 }
 
@@ -79,72 +98,135 @@ func runCommand(ctx context.Context, f flags, stdout, stderr io.Writer) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	opts, err := optionsFromFlags(f)
+	shard, sharded, err := parseShard(f.shard, f.shards, os.Getenv)
+	if err != nil {
+		return err
+	}
+	switch {
+	case sharded && f.out == "":
+		return fmt.Errorf("--shard %s needs --out DIR: the directory the shard writes its runs to", shard)
+	case !sharded && f.out != "":
+		return fmt.Errorf("--out %s needs --shard I/N or --shards N: a whole sweep writes its report with --json and --html", f.out)
+	case sharded && (f.jsonOut != "" || f.htmlOut != ""):
+		return fmt.Errorf("--shard %s writes its runs to --out only: merge the shards with \"gpusched simulate merge\" for --json and --html", shard)
+	}
+	opts, workloads, err := optionsFromFlags(f)
 	if err != nil {
 		return err
 	}
 	var bar *progressBar
 	if !f.quiet {
 		bar = newProgressBar(stderr)
-		opts.Progress = bar.update
+	}
+	if sharded {
+		spec := sweepSpec{Cluster: syntheticName, Policies: profileNames(opts.Profiles), Seeds: opts.Seeds,
+			Arrival: opts.Arrival, TieBreak: cmp.Or(opts.TieBreak, DefaultTieBreak(opts.Arrival))}
+		if f.nodes != "" {
+			spec.Cluster = WorkloadName(f.nodes)
+		}
+		for _, w := range workloads {
+			spec.Workloads = append(spec.Workloads, w.name)
+		}
+		return runShard(ctx, opts, workloads, &spec, shard, f.out, bar, stdout)
 	}
 	start := time.Now()
-	runs, err := Simulate(ctx, opts)
-	if bar != nil {
+	var reports []*Report
+	for _, w := range workloads {
+		o := opts
+		if o.Workload, o.Pods, err = w.load(); err != nil {
+			return err
+		}
+		o.Progress = bar.start(o.Workload, len(workloads) > 1)
+		t0 := time.Now()
+		runs, err := Simulate(ctx, o)
 		bar.finish()
+		if err != nil {
+			return err
+		}
+		reports = append(reports, NewReport(o, runs, time.Since(t0).Seconds()))
 	}
-	if err != nil {
+	sweep := newSweep(reports, time.Since(start).Seconds())
+	if f.noTimings {
+		sweep.ClearTimings()
+	}
+	return writeSweep(sweep, stdout, f.jsonOut, f.htmlOut)
+}
+
+// writeSweep prints the sweep's table and writes its JSON and HTML reports
+// where asked.
+func writeSweep(sweep *Sweep, stdout io.Writer, jsonOut, htmlOut string) error {
+	if err := sweep.WriteTable(stdout); err != nil {
 		return err
 	}
-	report := NewReport(opts, runs, time.Since(start).Seconds())
-	if err := report.WriteTable(stdout); err != nil {
-		return err
-	}
-	if f.jsonOut != "" {
-		if err := report.WriteJSON(f.jsonOut); err != nil {
+	if jsonOut != "" {
+		if err := sweep.WriteJSON(jsonOut); err != nil {
 			return err
 		}
 	}
-	if f.htmlOut != "" {
-		if err := report.WriteHTML(f.htmlOut); err != nil {
+	if htmlOut != "" {
+		if err := sweep.WriteHTML(htmlOut); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func optionsFromFlags(f flags) (Options, error) {
+// workload is one pod list of a sweep, loaded when its runs start.
+type workload struct {
+	name string
+	// path is the pod list's file; "" is the built-in synthetic workload.
+	path string
+}
+
+func (w workload) load() (string, []TracePod, error) {
+	if w.path == "" {
+		_, pods := Synthetic(SyntheticOptions{})
+		return w.name, pods, nil
+	}
+	pods, err := LoadPods(w.path)
+	return w.name, pods, err
+}
+
+// optionsFromFlags reads the flags into the options shared by the sweep's
+// workloads (Pods and Workload are left to each workload) and the
+// workloads, in order.
+func optionsFromFlags(f flags) (Options, []workload, error) {
 	var opts Options
 	arrival := Arrival(f.arrival)
 	if arrival != ArrivalFGD && arrival != ArrivalReplay {
-		return opts, fmt.Errorf("--arrival %q: want %s or %s", f.arrival, ArrivalFGD, ArrivalReplay)
+		return opts, nil, fmt.Errorf("--arrival %q: want %s or %s", f.arrival, ArrivalFGD, ArrivalReplay)
 	}
 	tieBreak := TieBreak(f.tieBreak)
 	if tieBreak != "" && tieBreak != TieBreakRandom && tieBreak != TieBreakNodeOrder {
-		return opts, fmt.Errorf("--tie-break %q: want %s or %s", f.tieBreak, TieBreakNodeOrder, TieBreakRandom)
+		return opts, nil, fmt.Errorf("--tie-break %q: want %s or %s", f.tieBreak, TieBreakNodeOrder, TieBreakRandom)
 	}
 	seeds, err := ParseSeeds(f.seeds)
 	if err != nil {
-		return opts, err
+		return opts, nil, err
 	}
 	if (f.nodes == "") != (f.pods == "") {
-		return opts, fmt.Errorf("--nodes and --pods go together: give both, or neither for the built-in synthetic cluster and workload")
+		return opts, nil, fmt.Errorf("--nodes and --pods go together: give both, or neither for the built-in synthetic cluster and workload")
 	}
 	var nodes []*v1.Node
-	var pods []TracePod
+	var workloads []workload
 	if f.nodes == "" {
-		nodes, pods = Synthetic(SyntheticOptions{})
+		nodes, _ = Synthetic(SyntheticOptions{})
+		workloads = []workload{{name: syntheticName}}
 	} else {
-		if nodes, err = LoadNodes(f.nodes); err != nil {
-			return opts, err
+		paths, err := splitPodLists(f.pods)
+		if err != nil {
+			return opts, nil, err
 		}
-		if pods, err = LoadPods(f.pods); err != nil {
-			return opts, err
+		for _, p := range paths {
+			workloads = append(workloads, workload{name: WorkloadName(p), path: p})
+		}
+		if nodes, err = LoadNodes(f.nodes); err != nil {
+			return opts, nil, err
 		}
 	}
 	cfg, err := LoadConfig(f.config)
 	if err != nil {
-		return opts, err
+		return opts, nil, err
 	}
 	var policies []string
 	for p := range strings.SplitSeq(f.policies, ",") {
@@ -154,19 +236,22 @@ func optionsFromFlags(f flags) (Options, error) {
 	}
 	profiles, err := ProfilesFor(cfg, policies)
 	if err != nil {
-		return opts, err
+		return opts, nil, err
 	}
 	if f.parallel < 0 {
-		return opts, fmt.Errorf("--parallel %d: want 0 (one run per CPU) or more", f.parallel)
+		return opts, nil, fmt.Errorf("--parallel %d: want 0 (one run per CPU) or more", f.parallel)
 	}
-	opts = Options{Nodes: nodes, Pods: pods, Profiles: profiles, Seeds: seeds, Arrival: arrival, TieBreak: tieBreak, Parallel: f.parallel, DRA: f.dra}
+	opts = Options{Nodes: nodes, Profiles: profiles, Seeds: seeds, Arrival: arrival, TieBreak: tieBreak, Parallel: f.parallel, DRA: f.dra}
 	if f.telemetry != "" {
 		if opts.Telemetry, err = LoadTelemetry(f.telemetry); err != nil {
-			return opts, err
+			return opts, nil, err
 		}
 	}
-	return opts, nil
+	return opts, workloads, nil
 }
+
+// syntheticName names the built-in cluster and workload in reports.
+const syntheticName = "synthetic"
 
 // ParseSeeds reads "42", "42..51" or "1,5,9".
 func ParseSeeds(s string) ([]int64, error) {
@@ -195,12 +280,14 @@ func ParseSeeds(s string) ([]int64, error) {
 }
 
 // progressBar draws the pods scheduled so far on one line of a terminal, or
-// a line per 10% elsewhere (logs).
+// a line per 10% elsewhere (logs), for one workload at a time. A nil
+// progressBar draws nothing.
 type progressBar struct {
 	mu       sync.Mutex
 	w        io.Writer
 	tty      bool
-	start    time.Time
+	label    string
+	began    time.Time
 	last     time.Time
 	lastTens int64
 }
@@ -212,7 +299,22 @@ func newProgressBar(w io.Writer) *progressBar {
 			tty = st.Mode()&os.ModeCharDevice != 0
 		}
 	}
-	return &progressBar{w: w, tty: tty, start: time.Now(), lastTens: -1}
+	return &progressBar{w: w, tty: tty}
+}
+
+// start begins a workload's bar, labelled with its name when named is set,
+// and returns the function that Options.Progress calls.
+func (b *progressBar) start(name string, named bool) func(done, total int64) {
+	if b == nil {
+		return nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.began, b.lastTens, b.label = time.Now(), -1, ""
+	if named {
+		b.label = name + " "
+	}
+	return b.update
 }
 
 func (b *progressBar) update(done, total int64) {
@@ -230,18 +332,18 @@ func (b *progressBar) update(done, total int64) {
 		b.last = time.Now()
 		const width = 40
 		filled := int(width * done / total)
-		fmt.Fprintf(b.w, "\r[%s%s] %3d%% %d/%d pods  %.0fs", strings.Repeat("#", filled), strings.Repeat(".", width-filled),
-			pct, done, total, time.Since(b.start).Seconds())
+		fmt.Fprintf(b.w, "\r%s[%s%s] %3d%% %d/%d pods  %.0fs", b.label, strings.Repeat("#", filled), strings.Repeat(".", width-filled),
+			pct, done, total, time.Since(b.began).Seconds())
 		return
 	}
 	if tens := pct / 10; tens > b.lastTens {
 		b.lastTens = tens
-		fmt.Fprintf(b.w, "simulate: %3d%% (%d/%d pods, %.0fs)\n", pct, done, total, time.Since(b.start).Seconds())
+		fmt.Fprintf(b.w, "simulate: %s%3d%% (%d/%d pods, %.0fs)\n", b.label, pct, done, total, time.Since(b.began).Seconds())
 	}
 }
 
 func (b *progressBar) finish() {
-	if b.tty {
+	if b != nil && b.tty {
 		fmt.Fprintln(b.w)
 	}
 }

@@ -47,7 +47,7 @@ func TestBadFlags(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := optionsFromFlags(tt.f)
+			_, _, err := optionsFromFlags(tt.f)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("error = %v, want it to contain %q", err, tt.want)
 			}

@@ -8,27 +8,28 @@ import (
 	"os"
 )
 
-// reportTemplate is the HTML report: one self-contained page whose script
-// draws the charts as SVG from the report's JSON; it loads nothing from the
-// network. Each chart's <svg> gets data-drawn="true" once drawn, and the
-// page's <body> data-error holds the message of any script error.
+// reportTemplate is the HTML report: one self-contained page with a
+// <section data-report="i"> per workload, whose script draws the charts as
+// SVG from the reports' JSON; it loads nothing from the network. Each
+// chart's <svg> gets data-drawn="true" once drawn, and the page's <body>
+// data-error holds the message of any script error.
 //
 //go:embed report.html.tmpl
 var reportTemplate string
 
 var reportPage = template.Must(template.New("report").Parse(reportTemplate))
 
-// WriteHTML writes the report as a self-contained HTML page to path.
-func (r *Report) WriteHTML(path string) error {
-	data, err := json.Marshal(r)
+// WriteHTML writes the sweep as a self-contained HTML page to path.
+func (s *Sweep) WriteHTML(path string) error {
+	data, err := json.Marshal(s.Reports)
 	if err != nil {
 		return err
 	}
 	var buf bytes.Buffer
 	if err := reportPage.Execute(&buf, struct {
-		*Report
+		*Sweep
 		Data template.JS
-	}{r, template.JS(data)}); err != nil {
+	}{s, template.JS(data)}); err != nil {
 		return err
 	}
 	return os.WriteFile(path, buf.Bytes(), 0o644)

@@ -2,11 +2,9 @@ package simulator
 
 import (
 	"cmp"
-	"encoding/json"
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"strings"
 	"text/tabwriter"
 )
@@ -27,8 +25,10 @@ type Summary struct {
 	Curve               []Point `json:"curve"`
 }
 
-// Report is everything a simulation measured.
+// Report is everything a simulation of one workload measured.
 type Report struct {
+	// Workload names the pod list (Options.Workload).
+	Workload string    `json:"workload,omitempty"`
 	Arrival  Arrival   `json:"arrival"`
 	TieBreak TieBreak  `json:"tie_break"`
 	Nodes    int       `json:"nodes"`
@@ -44,25 +44,60 @@ type Report struct {
 
 // NewReport summarizes runs per policy, in the order the policies ran.
 func NewReport(opts Options, runs []Run, wall float64) *Report {
-	r := &Report{Arrival: opts.Arrival, TieBreak: cmp.Or(opts.TieBreak, DefaultTieBreak(opts.Arrival)), Nodes: len(opts.Nodes), GPUs: capacityMilli(opts.Nodes) / 1000,
-		Pods: len(opts.Pods), Runs: runs, WallSeconds: wall}
-	for _, p := range opts.Profiles {
+	r := reportHead(opts)
+	r.fill(profileNames(opts.Profiles), runs, workloadFloors(opts, capacityMilli(opts.Nodes)))
+	r.WallSeconds = wall
+	return r
+}
+
+// reportHead is the part of a report that describes the cluster and the
+// workload rather than the runs.
+func reportHead(opts Options) *Report {
+	return &Report{Workload: opts.Workload, Arrival: opts.Arrival, TieBreak: cmp.Or(opts.TieBreak, DefaultTieBreak(opts.Arrival)),
+		Nodes: len(opts.Nodes), GPUs: capacityMilli(opts.Nodes) / 1000, Pods: len(opts.Pods)}
+}
+
+// fill sets the runs, one summary per policy in the order given, and the
+// floor summary of the seeds' floors. A sweep merged from shards fills its
+// reports here too, so they equal the reports of one process.
+func (r *Report) fill(policies []string, runs []Run, floors []Floor) {
+	r.Runs = runs
+	for _, p := range policies {
 		var mine []Run
 		for _, run := range runs {
-			if run.Policy == p.Name {
+			if run.Policy == p {
 				mine = append(mine, run)
 			}
 		}
-		r.Summary = append(r.Summary, summarize(p.Name, mine))
+		r.Summary = append(r.Summary, summarize(p, mine))
 	}
-	if floors := workloadFloors(opts, capacityMilli(opts.Nodes)); len(floors) > 0 {
+	if len(floors) > 0 {
 		var large, bfd []float64
 		for _, f := range floors {
 			large, bfd = append(large, f.LargeSharesPct), append(bfd, f.OfflineBFDPct)
 		}
 		r.Floor = &FloorSummary{LargeSharesPct: stat(large), OfflineBFDPct: stat(bfd), Seeds: floors}
 	}
-	return r
+}
+
+func profileNames(profiles []Profile) []string {
+	names := make([]string, len(profiles))
+	for i, p := range profiles {
+		names[i] = p.Name
+	}
+	return names
+}
+
+// ClearTimings zeroes every wall and CPU time in the report, so that two
+// reports of the same sweep compare byte for byte (--no-timings).
+func (r *Report) ClearTimings() {
+	r.WallSeconds = 0
+	for i := range r.Summary {
+		r.Summary[i].WallSeconds = Stat{}
+	}
+	for i := range r.Runs {
+		r.Runs[i].WallSeconds, r.Runs[i].SchedulingSeconds, r.Runs[i].MetricsSeconds = 0, 0, 0
+	}
 }
 
 // FloorSummary is the workload's Floor over the seeds.
@@ -144,8 +179,21 @@ func meanCurve(runs []Run) []Point {
 	return out
 }
 
-// WriteTable prints one line per policy.
+// WriteTable prints the report's header, one line per policy, the floor and
+// the total wall time.
 func (r *Report) WriteTable(w io.Writer) error {
+	if err := r.writeBody(w); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintf(w, "\ntotal wall time %.1f s\n", r.WallSeconds)
+	return err
+}
+
+// writeBody is the table without the total wall time.
+func (r *Report) writeBody(w io.Writer) error {
+	if r.Workload != "" {
+		fmt.Fprintf(w, "%s: ", r.Workload)
+	}
 	fmt.Fprintf(w, "%d nodes, %d GPUs, %d pods, arrival %s, tie-break %s\n\n", r.Nodes, r.GPUs, r.Pods, r.Arrival, r.TieBreak)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "POLICY\tUNALLOCATED GPU % @ ARRIVED 100%\tFAILED PODS\tSEEDS\tWALL s/RUN")
@@ -160,22 +208,13 @@ func (r *Report) WriteTable(w io.Writer) error {
 		return err
 	}
 	if f := r.Floor; f != nil {
-		fmt.Fprintf(w, "\nfloor of the workload, whatever the policy (unallocated GPU %% @ arrived 100%%):\n"+
+		_, err := fmt.Fprintf(w, "\nfloor of the workload, whatever the policy (unallocated GPU %% @ arrived 100%%):\n"+
 			"  %.2f ± %.2f  at least, if every share above 500 milli-GPU is placed\n"+
 			"  %.2f ± %.2f  offline best-fit-decreasing: all pods known, CPU, memory, models and nodes ignored\n",
 			f.LargeSharesPct.Mean, f.LargeSharesPct.SD, f.OfflineBFDPct.Mean, f.OfflineBFDPct.SD)
-	}
-	_, err := fmt.Fprintf(w, "\ntotal wall time %.1f s\n", r.WallSeconds)
-	return err
-}
-
-// WriteJSON writes the report to path.
-func (r *Report) WriteJSON(path string) error {
-	data, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
 		return err
 	}
-	return os.WriteFile(path, append(data, '\n'), 0o644)
+	return nil
 }
 
 // topReasons is the most frequent failure messages of a run, for the report.

@@ -22,6 +22,8 @@ import (
 // Options is one simulation: a cluster, a workload, the profiles to compare
 // and the seeds to run each with.
 type Options struct {
+	// Workload names the pod list in reports; "" leaves it unnamed.
+	Workload string
 	Nodes    []*v1.Node
 	Pods     []TracePod
 	Profiles []Profile
@@ -36,6 +38,10 @@ type Options struct {
 	// GPUPlacement would reject (see fragTracker.screen); results are the
 	// same either way, only slower without it.
 	NoScreen bool
+	// Select, when set, limits the runs to those it returns true for, given
+	// the indices of the run's profile and seed: a shard of a sweep
+	// (Shard.Selects).
+	Select func(profile, seed int) bool
 	// RecordPlacements keeps every pod's placement in Run.Placements.
 	RecordPlacements bool
 	// Progress, when set, is called as pods are scheduled, with the pods
@@ -86,8 +92,8 @@ type PodPlacement struct {
 	Reason string `json:"reason,omitempty"`
 }
 
-// Simulate runs every profile with every seed, in parallel, and returns
-// the runs in profile then seed order.
+// Simulate runs every profile with every seed (those opts.Select selects),
+// in parallel, and returns the runs in profile then seed order.
 func Simulate(ctx context.Context, opts Options) ([]Run, error) {
 	if len(opts.Nodes) == 0 || len(opts.Pods) == 0 || len(opts.Profiles) == 0 || len(opts.Seeds) == 0 {
 		return nil, fmt.Errorf("a simulation needs nodes, pods, profiles and seeds")
@@ -104,8 +110,13 @@ func Simulate(ctx context.Context, opts Options) ([]Run, error) {
 	var jobs []job
 	for p := range opts.Profiles {
 		for s := range opts.Seeds {
-			jobs = append(jobs, job{p, s})
+			if opts.Select == nil || opts.Select(p, s) {
+				jobs = append(jobs, job{p, s})
+			}
 		}
+	}
+	if len(jobs) == 0 {
+		return nil, nil
 	}
 	parallel = min(parallel, len(jobs))
 	// Cores left over by concurrent runs go to each run's Filter and Score.

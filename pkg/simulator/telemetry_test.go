@@ -109,15 +109,15 @@ func TestLoadTelemetryErrors(t *testing.T) {
 // malformed file stops the command with its file and line.
 func TestTelemetryFlag(t *testing.T) {
 	good := writeFile(t, "good.csv", "time,node,gpu,signal,value\n0,n0,0,DCGM_FI_DEV_GPU_UTIL,5\n")
-	opts, err := optionsFromFlags(flags{arrival: "fgd", seeds: "1", telemetry: good})
+	opts, _, err := optionsFromFlags(flags{arrival: "fgd", seeds: "1", telemetry: good})
 	if err != nil || opts.Telemetry == nil || opts.Telemetry.Len() != 1 {
 		t.Errorf("--telemetry %s: options %+v, error %v; want one sample time", good, opts.Telemetry, err)
 	}
 	bad := writeFile(t, "bad.csv", "time,node,gpu,signal,value\n0,n0,0,DCGM_FI_DEV_GPU_UTIL,busy\n")
-	if _, err := optionsFromFlags(flags{arrival: "fgd", seeds: "1", telemetry: bad}); err == nil || !strings.Contains(err.Error(), "bad.csv:2:") {
+	if _, _, err := optionsFromFlags(flags{arrival: "fgd", seeds: "1", telemetry: bad}); err == nil || !strings.Contains(err.Error(), "bad.csv:2:") {
 		t.Errorf("--telemetry %s: error %v, want one naming bad.csv:2", bad, err)
 	}
-	if opts, err := optionsFromFlags(flags{arrival: "fgd", seeds: "1"}); err != nil || opts.Telemetry != nil {
+	if opts, _, err := optionsFromFlags(flags{arrival: "fgd", seeds: "1"}); err != nil || opts.Telemetry != nil {
 		t.Errorf("no --telemetry: telemetry %v, error %v; want none", opts.Telemetry, err)
 	}
 }

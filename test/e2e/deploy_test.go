@@ -98,8 +98,9 @@ func TestDeployManifests(t *testing.T) {
 	covered["deploy/static-pod/rbac.yaml"] = true
 	covered["deploy/extender/scheduler-config.yaml"] = true // the stock scheduler's, with gpusched's extender
 	covered[podGroupCRD] = true                             // installed by rbacCluster
-	// Applied by TestDeployAgentManifests and TestAdmissionPolicy.
-	for _, dir := range []string{"deploy/agent", "deploy/admission"} {
+	covered["deploy/simulate/merge.yaml"] = true            // applied by TestDeploySimulateJob
+	// Applied by TestDeployAgentManifests, TestAdmissionPolicy and TestDeploySimulateJob.
+	for _, dir := range []string{"deploy/agent", "deploy/admission", "deploy/simulate"} {
 		for _, f := range kustomizationFiles(t, dir) {
 			covered[f] = true
 		}
