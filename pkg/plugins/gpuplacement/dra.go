@@ -11,6 +11,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/wait"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/dynamic-resource-allocation/cel"
@@ -32,7 +33,10 @@ const draKey fwk.StateKey = "DRA" + Name
 // because both listings are cluster-wide. Immutable.
 type draCycle struct {
 	nodes map[string]*gpu.DRAInventory
-	alloc *gpu.DRAAllocated
+	// devices are the driver's devices on each node (see allocatedOn).
+	devices map[string][]draDevice
+	// shared are the driver's devices with at least one shared allocation.
+	shared sets.Set[structured.DeviceID]
 	// slices and allocated are what was read, for the structured allocator
 	// (see preScoreClaims).
 	slices    []*resourceapi.ResourceSlice
@@ -65,8 +69,16 @@ type draReader struct {
 
 // memoInventory is a node's inventory and the slices it was read from.
 type memoInventory struct {
-	slices []*resourceapi.ResourceSlice
-	inv    *gpu.DRAInventory
+	slices  []*resourceapi.ResourceSlice
+	inv     *gpu.DRAInventory
+	devices []draDevice
+}
+
+// draDevice is one device of the driver, named as the engine and as the
+// allocated state name it.
+type draDevice struct {
+	id  gpu.DRADeviceID
+	key structured.DeviceID
 }
 
 // newDRAReader returns nil when DRA is disabled in args or the scheduler
@@ -110,14 +122,18 @@ func (r *draReader) read(ctx context.Context) (*draCycle, error) {
 	if len(byNode) == 0 {
 		return nil, nil
 	}
-	cycle := &draCycle{nodes: make(map[string]*gpu.DRAInventory, len(byNode)), slices: all}
+	cycle := &draCycle{nodes: make(map[string]*gpu.DRAInventory, len(byNode)), devices: make(map[string][]draDevice, len(byNode)), slices: all}
 	for node, nodeSlices := range byNode {
-		cycle.nodes[node] = r.inventory(ctx, node, nodeSlices)
+		m := r.inventory(ctx, node, nodeSlices)
+		cycle.nodes[node], cycle.devices[node] = m.inv, m.devices
 	}
 	if cycle.allocated, err = r.gather(ctx); err != nil {
 		return nil, err
 	}
-	cycle.alloc = r.allocated(cycle.allocated)
+	cycle.shared = sets.New[structured.DeviceID]()
+	for id := range cycle.allocated.AllocatedSharedDeviceIDs {
+		cycle.shared.Insert(id.GetDeviceID())
+	}
 	if resolver := r.manager.DeviceClassResolver(); resolver != nil {
 		cycle.gpuMapped = resolver.GetDeviceClass(gpu.ResourceGPU) != nil
 	}
@@ -127,12 +143,22 @@ func (r *draReader) read(ctx context.Context) (*draCycle, error) {
 // inventory reads a node's GPUs from its slices, again only when the slices
 // changed. Each problem is logged, and reported once per slice version in a
 // Warning event on the slice.
-func (r *draReader) inventory(ctx context.Context, node string, nodeSlices []*resourceapi.ResourceSlice) *gpu.DRAInventory {
+func (r *draReader) inventory(ctx context.Context, node string, nodeSlices []*resourceapi.ResourceSlice) *memoInventory {
 	if m, ok := r.inventories.Load(node); ok && slices.Equal(m.(*memoInventory).slices, nodeSlices) {
-		return m.(*memoInventory).inv
+		return m.(*memoInventory)
 	}
 	inv, problems := gpu.InventoryFromSlices(node, nodeSlices, r.src)
-	r.inventories.Store(node, &memoInventory{slices: nodeSlices, inv: inv})
+	m := &memoInventory{slices: nodeSlices, inv: inv}
+	for _, s := range nodeSlices {
+		for i := range s.Spec.Devices {
+			name := s.Spec.Devices[i].Name
+			m.devices = append(m.devices, draDevice{
+				id:  gpu.DRADeviceID{Driver: s.Spec.Driver, Pool: s.Spec.Pool.Name, Device: name},
+				key: structured.MakeDeviceID(s.Spec.Driver, s.Spec.Pool.Name, name),
+			})
+		}
+	}
+	r.inventories.Store(node, m)
 	bySlice := map[string][]string{}
 	for _, p := range problems {
 		logger(ctx).Info("Skipped a GPU device attribute", "node", node, "resourceSlice", p.Slice, "field", p.Field, "reason", p.Reason)
@@ -143,7 +169,7 @@ func (r *draReader) inventory(ctx context.Context, node string, nodeSlices []*re
 			r.recorder(s, "gpusched skipped what it cannot read: "+strings.Join(msgs, "; "))
 		}
 	}
-	return inv
+	return m
 }
 
 // gather is DRA's allocated state. The tracker may report a concurrent
@@ -168,25 +194,22 @@ func (r *draReader) gather(ctx context.Context) (*structured.AllocatedState, err
 	return st, nil
 }
 
-// allocated is the allocated state restricted to the driver's devices.
-func (r *draReader) allocated(st *structured.AllocatedState) *gpu.DRAAllocated {
+// allocatedOn is DRA's allocated state on a node's devices of the driver,
+// as the engine counts it (gpu.NodeGPUs.WithDRA): devices allocated whole,
+// and shared devices with the memory their allocations consume together.
+// It looks up only the node's devices, since Filter and Score ask for one
+// node at a time.
+func (c *draCycle) allocatedOn(node string) *gpu.DRAAllocated {
 	out := &gpu.DRAAllocated{Exclusive: map[gpu.DRADeviceID]bool{}, SharedMemoryMiB: map[gpu.DRADeviceID]int64{}}
-	for id := range st.AllocatedDevices {
-		if id.Driver.String() == r.src.Driver {
-			out.Exclusive[gpu.DRADeviceID{Driver: r.src.Driver, Pool: id.Pool.String(), Device: id.Device.String()}] = true
+	for _, dev := range c.devices[node] {
+		if c.allocated.AllocatedDevices.Has(dev.key) {
+			out.Exclusive[dev.id] = true
 		}
-	}
-	for id := range st.AllocatedSharedDeviceIDs {
-		if id.Driver.String() == r.src.Driver {
-			out.SharedMemoryMiB[gpu.DRADeviceID{Driver: r.src.Driver, Pool: id.Pool.String(), Device: id.Device.String()}] += 0
+		if c.shared.Has(dev.key) {
+			out.SharedMemoryMiB[dev.id] += 0
 		}
-	}
-	for id, consumed := range st.AggregatedCapacity {
-		if id.Driver.String() != r.src.Driver {
-			continue
-		}
-		if q := consumed["memory"]; q != nil && q.Sign() > 0 {
-			out.SharedMemoryMiB[gpu.DRADeviceID{Driver: r.src.Driver, Pool: id.Pool.String(), Device: id.Device.String()}] = ceilMiB(q)
+		if q := c.allocated.AggregatedCapacity[dev.key]["memory"]; q != nil && q.Sign() > 0 {
+			out.SharedMemoryMiB[dev.id] = ceilMiB(q)
 		}
 	}
 	return out
@@ -215,7 +238,7 @@ func draNode(state fwk.CycleState, name string) (*draCycle, *gpu.DRAInventory, *
 	if d == nil {
 		return nil, nil, nil
 	}
-	return cycle, d, gpu.EmptyDRANodeGPUs(name, d).WithDRA(d, cycle.alloc)
+	return cycle, d, gpu.EmptyDRANodeGPUs(name, d).WithDRA(d, cycle.allocatedOn(name))
 }
 
 // servesGPUsByDRA is the rule NodeResourcesFit and DynamicResources apply

@@ -2,6 +2,7 @@ package gpuplacement
 
 import (
 	"context"
+	"sync"
 
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -20,11 +21,15 @@ const claimsKey fwk.StateKey = "PreScoreClaims" + Name
 
 // claimPrediction is a pod's unallocated ResourceClaims and an allocator
 // over the cycle's slices and allocated state: the inputs of the
-// DynamicResources plugin's own Filter. Immutable; the allocator is safe
-// for concurrent use (Score runs in parallel over nodes).
+// DynamicResources plugin's own Filter. Safe for concurrent use (Score runs
+// in parallel over nodes): the allocator is built once and is itself safe.
 type claimPrediction struct {
-	allocator structured.Allocator
-	claims    []*resourceapi.ResourceClaim
+	// newAllocator builds the allocator, once, when a node first needs it:
+	// the common claim is predicted without (simple).
+	newAllocator func() (structured.Allocator, error)
+	once         sync.Once
+	allocator    structured.Allocator
+	claims       []*resourceapi.ResourceClaim
 	// simple, when set, is the claims as one first-fit request of a class,
 	// predicted without the allocator where the class's GPUs on the node
 	// are known (draclass.go).
@@ -100,19 +105,29 @@ func (p *GPUPlacement) predictWith(ctx context.Context, state fwk.CycleState, po
 	if len(claims) == 0 {
 		return
 	}
-	allocator, err := structured.NewAllocator(ctx, p.dra.features, *cycle.allocated, p.dra.manager.DeviceClasses(), cycle.slices, p.dra.celCache)
-	if err != nil {
-		logger(ctx).V(4).Info("Not predicting DRA devices", "pod", klog.KObj(pod), "err", err)
-		return
+	newAllocator := func() (structured.Allocator, error) {
+		return structured.NewAllocator(ctx, p.dra.features, *cycle.allocated, p.dra.manager.DeviceClasses(), cycle.slices, p.dra.celCache)
 	}
-	state.Write(claimsKey, &claimPrediction{allocator: allocator, claims: claims, simple: simpleRequestOf(claims)})
+	state.Write(claimsKey, &claimPrediction{newAllocator: newAllocator, claims: claims, simple: simpleRequestOf(claims)})
+}
+
+// allocatorFor is the prediction's allocator, built on first use; nil when
+// it cannot be built (the pod is then not scored by GPUPlacement).
+func (pred *claimPrediction) allocatorFor(ctx context.Context, pod *v1.Pod) structured.Allocator {
+	pred.once.Do(func() {
+		var err error
+		if pred.allocator, err = pred.newAllocator(); err != nil {
+			logger(ctx).V(4).Info("Not predicting DRA devices", "pod", klog.KObj(pod), "err", err)
+		}
+	})
+	return pred.allocator
 }
 
 // scoreClaims is the policy's score of the devices the structured
 // allocator gives the pod's claims on the node (DRA's own choice, first
 // fit), seen as the engine's demand (gpu.DRAInventory.PlacementOf). 0 when
 // the claims do not fit the node or take none of its GPUs.
-func (p *GPUPlacement) scoreClaims(ctx context.Context, state fwk.CycleState, nodeInfo fwk.NodeInfo, demand *gpu.Demand, pred *claimPrediction, d *gpu.DRAInventory, view *gpu.NodeGPUs) int64 {
+func (p *GPUPlacement) scoreClaims(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeInfo fwk.NodeInfo, demand *gpu.Demand, pred *claimPrediction, d *gpu.DRAInventory, view *gpu.NodeGPUs) int64 {
 	if pred.simple != nil {
 		if class, ok := p.dra.classDevicesOf(ctx, nodeInfo.Node(), d, pred.simple.class); ok {
 			placed := gpu.Demand{Count: pred.simple.count, Milli: gpu.MilliPerGPU, MilliCPU: demand.MilliCPU, HostMemoryMiB: demand.HostMemoryMiB}
@@ -123,7 +138,11 @@ func (p *GPUPlacement) scoreClaims(ctx context.Context, state fwk.CycleState, no
 			return p.policy.Score(view, &gpu.Request{Demand: &placed, Host: hostOf(state, nodeInfo)}, chosen)
 		}
 	}
-	results, err := pred.allocator.Allocate(ctx, nodeInfo.Node(), pred.claims)
+	allocator := pred.allocatorFor(ctx, pod)
+	if allocator == nil {
+		return 0
+	}
+	results, err := allocator.Allocate(ctx, nodeInfo.Node(), pred.claims)
 	if err != nil || results == nil {
 		return 0
 	}

@@ -312,7 +312,7 @@ func (p *GPUPlacement) Score(ctx context.Context, state fwk.CycleState, pod *v1.
 	}
 	if _, d, view := draNode(state, nodeInfo.Node().Name); view != nil {
 		if pred := claimPredictionOf(state); pred != nil {
-			return p.scoreClaims(ctx, state, nodeInfo, demand, pred, d, view), nil
+			return p.scoreClaims(ctx, state, pod, nodeInfo, demand, pred, d, view), nil
 		}
 		if demand.IsZero() {
 			return p.policy.Score(view, &gpu.Request{Demand: demand, Host: hostOf(state, nodeInfo)}, 0), nil
