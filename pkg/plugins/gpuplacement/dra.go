@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -57,6 +58,8 @@ type draReader struct {
 	src     gpu.DRASource
 	// inventories maps a node name to its last *memoInventory.
 	inventories sync.Map
+	// last is the last listing's grouping (see published).
+	last atomic.Pointer[publishedGPUs]
 	// classes maps "node/class" to the node's last *classDevices.
 	classes  sync.Map
 	recorder func(slice *resourceapi.ResourceSlice, message string)
@@ -113,20 +116,11 @@ func (r *draReader) read(ctx context.Context) (*draCycle, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listing ResourceSlices: %w", err)
 	}
-	byNode := map[string][]*resourceapi.ResourceSlice{}
-	for _, s := range all {
-		if s.Spec.Driver == r.src.Driver && s.Spec.NodeName != nil {
-			byNode[*s.Spec.NodeName] = append(byNode[*s.Spec.NodeName], s)
-		}
-	}
-	if len(byNode) == 0 {
+	pub := r.published(ctx, all)
+	if len(pub.nodes) == 0 {
 		return nil, nil
 	}
-	cycle := &draCycle{nodes: make(map[string]*gpu.DRAInventory, len(byNode)), devices: make(map[string][]draDevice, len(byNode)), slices: all}
-	for node, nodeSlices := range byNode {
-		m := r.inventory(ctx, node, nodeSlices)
-		cycle.nodes[node], cycle.devices[node] = m.inv, m.devices
-	}
+	cycle := &draCycle{nodes: pub.nodes, devices: pub.devices, slices: all}
 	if cycle.allocated, err = r.gather(ctx); err != nil {
 		return nil, err
 	}
@@ -138,6 +132,36 @@ func (r *draReader) read(ctx context.Context) (*draCycle, error) {
 		cycle.gpuMapped = resolver.GetDeviceClass(gpu.ResourceGPU) != nil
 	}
 	return cycle, nil
+}
+
+// publishedGPUs is what one listing of the ResourceSlices publishes: the
+// driver's GPUs and devices per node. Immutable; cycles share it.
+type publishedGPUs struct {
+	slices  []*resourceapi.ResourceSlice
+	nodes   map[string]*gpu.DRAInventory
+	devices map[string][]draDevice
+}
+
+// published groups a listing of the slices by node and reads each node's
+// inventory, or returns the last grouping when the listing holds the same
+// slice objects: slices rarely change, and every GPU pod's cycle lists them.
+func (r *draReader) published(ctx context.Context, all []*resourceapi.ResourceSlice) *publishedGPUs {
+	if last := r.last.Load(); last != nil && slices.Equal(last.slices, all) {
+		return last
+	}
+	byNode := map[string][]*resourceapi.ResourceSlice{}
+	for _, s := range all {
+		if s.Spec.Driver == r.src.Driver && s.Spec.NodeName != nil {
+			byNode[*s.Spec.NodeName] = append(byNode[*s.Spec.NodeName], s)
+		}
+	}
+	pub := &publishedGPUs{slices: all, nodes: make(map[string]*gpu.DRAInventory, len(byNode)), devices: make(map[string][]draDevice, len(byNode))}
+	for node, nodeSlices := range byNode {
+		m := r.inventory(ctx, node, nodeSlices)
+		pub.nodes[node], pub.devices[node] = m.inv, m.devices
+	}
+	r.last.Store(pub)
+	return pub
 }
 
 // inventory reads a node's GPUs from its slices, again only when the slices

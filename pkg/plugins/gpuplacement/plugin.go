@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"iter"
 	"sync"
+	"sync/atomic"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -44,6 +45,8 @@ type GPUPlacement struct {
 	// bind plugin, read once the framework is complete (see bindsFirst).
 	bindOrder sync.Once
 	binds     bool
+	// lastMaxima is the last result of maxima.
+	lastMaxima atomic.Pointer[nodeMaxima]
 	// twiceReported maps a node name to the resourceVersion of it whose GPUs
 	// were reported as published both ways (reportPublishedTwice).
 	twiceReported sync.Map
@@ -278,16 +281,47 @@ func (p *GPUPlacement) PreScore(ctx context.Context, state fwk.CycleState, pod *
 	if err != nil {
 		return fwk.AsStatus(fmt.Errorf("%s: listing nodes: %w", Name, err))
 	}
-	var host gpu.Host
-	for _, ni := range nodes {
-		host.MaxMilliCPU = max(host.MaxMilliCPU, ni.GetAllocatable().GetMilliCPU())
-		host.MaxGPUs = max(host.MaxGPUs, p.nodeGPUs(ni).Len())
-		if cycle := draCycleOf(state); cycle != nil && cycle.nodes[ni.Node().Name] != nil {
-			host.MaxGPUs = max(host.MaxGPUs, cycle.nodes[ni.Node().Name].Inventory.Len())
+	host := p.maxima(nodes)
+	if cycle := draCycleOf(state); cycle != nil {
+		for _, d := range cycle.nodes {
+			host.MaxGPUs = max(host.MaxGPUs, d.Inventory.Len())
 		}
 	}
 	state.Write(hostKey, &hostState{host: host})
 	return nil
+}
+
+// maxima is the largest allocatable CPU and GPU inventory of the nodes. They
+// change only with the Node objects, so the last result is kept with the
+// objects it was computed from and reused while the snapshot lists the same
+// ones.
+func (p *GPUPlacement) maxima(nodes []fwk.NodeInfo) gpu.Host {
+	if last := p.lastMaxima.Load(); last != nil && len(last.nodes) == len(nodes) {
+		same := true
+		for i, ni := range nodes {
+			if ni.Node() != last.nodes[i] {
+				same = false
+				break
+			}
+		}
+		if same {
+			return last.host
+		}
+	}
+	m := &nodeMaxima{nodes: make([]*v1.Node, len(nodes))}
+	for i, ni := range nodes {
+		m.nodes[i] = ni.Node()
+		m.host.MaxMilliCPU = max(m.host.MaxMilliCPU, ni.GetAllocatable().GetMilliCPU())
+		m.host.MaxGPUs = max(m.host.MaxGPUs, p.nodeGPUs(ni).Len())
+	}
+	p.lastMaxima.Store(m)
+	return m.host
+}
+
+// nodeMaxima is maxima's result and the Node objects it was computed from.
+type nodeMaxima struct {
+	nodes []*v1.Node
+	host  gpu.Host
 }
 
 // hostKey is where PreScore leaves the cluster's largest capacities.
