@@ -398,7 +398,8 @@ func equalScores(got, want map[string]int64) bool {
 // takes only gpu-2 and gpu-3 of node "dra", and gpu-2 is allocated: a pod
 // asking for two GPUs cannot get them there, though two other GPUs of the
 // node are free. "dra" scores 0, "dp" (device plugin, 4 free A100s) the
-// most, 100 after min-max. First fit over the node's free GPUs (gpu-0 and
+// most, 100 after min-max (Filter would reject "dual", which publishes both
+// ways; scored anyway, it has no GPU of the class: 0). First fit over the node's free GPUs (gpu-0 and
 // gpu-1) would have scored "dra" the fuller node under BestFit.
 func TestDRADeferredPredictionFollowsTheClass(t *testing.T) {
 	_, slices := draNodes()
@@ -412,26 +413,8 @@ func TestDRADeferredPredictionFollowsTheClass(t *testing.T) {
 		DRA: config.DRA{Enabled: true, Driver: gpu.DefaultDRADriver}}
 	c := newDRACluster(t, args, dra)
 	pod := gt.MakeGPUPod("p").GPUs(2).Obj()
-	ctx, state := context.Background(), framework.NewCycleState()
-	if _, status, _ := c.fw.RunPreFilterPlugins(ctx, state, pod); !status.IsSuccess() {
-		t.Fatal(status)
-	}
-	var feasible []fwk.NodeInfo
-	for _, name := range []string{"dra", "dp"} {
-		ni, _ := c.snapshot.NodeInfos().Get(name)
-		feasible = append(feasible, ni)
-	}
-	if status := c.fw.RunPreScorePlugins(ctx, state, pod, feasible); !status.IsSuccess() {
-		t.Fatal(status)
-	}
-	scores, status := c.fw.RunScorePlugins(ctx, state, pod, feasible)
-	if !status.IsSuccess() {
-		t.Fatal(status)
-	}
-	want := map[string]int64{"dra": 0, "dp": 100}
-	for _, s := range scores {
-		if s.TotalScore != want[s.Name] {
-			t.Errorf("node %s: score %d, want %d", s.Name, s.TotalScore, want[s.Name])
-		}
+	// "dual" publishes both ways and none of its GPUs is of the class: 0.
+	if want := map[string]int64{"dra": 0, "dp": 100, "dual": 0}; !equalScores(scoreAll(t, c, pod), want) {
+		t.Errorf("scores %v, want %v", scoreAll(t, c, pod), want)
 	}
 }

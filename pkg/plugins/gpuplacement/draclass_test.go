@@ -1,7 +1,6 @@
 package gpuplacement_test
 
 import (
-	"context"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -11,8 +10,6 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/dynamic-resource-allocation/structured"
-	fwk "k8s.io/kube-scheduler/framework"
-	"k8s.io/kubernetes/pkg/scheduler/framework"
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 
 	"github.com/gpusched/gpusched/pkg/apis/config"
@@ -64,7 +61,7 @@ func TestDRAResourceClaimFirstFitMatchesAllocator(t *testing.T) {
 			c := newClusterBinding(t, args, nodes, nil, false, frameworkruntime.WithSharedDRAManager(dra))
 			got := map[string]map[string]int64{}
 			for _, claim := range []string{"simple", "general"} {
-				got[claim] = scoreClaimPod(t, c, claimPod("p-"+claim, claim))
+				got[claim] = scoreAll(t, c, claimPod("p-"+claim, claim))
 			}
 			for node, s := range got["simple"] {
 				if g := got["general"][node]; g != s {
@@ -73,31 +70,4 @@ func TestDRAResourceClaimFirstFitMatchesAllocator(t *testing.T) {
 			}
 		}
 	}
-}
-
-// scoreClaimPod runs PreFilter, PreScore and Score for pod on every node
-// and returns the scores by node.
-func scoreClaimPod(t *testing.T, c *testCluster, pod *v1.Pod) map[string]int64 {
-	t.Helper()
-	ctx, state := context.Background(), framework.NewCycleState()
-	if _, status, _ := c.fw.RunPreFilterPlugins(ctx, state, pod); !status.IsSuccess() && !status.IsSkip() {
-		t.Fatal(status)
-	}
-	infos, err := c.snapshot.NodeInfos().List()
-	if err != nil {
-		t.Fatal(err)
-	}
-	feasible := append([]fwk.NodeInfo(nil), infos...)
-	if status := c.fw.RunPreScorePlugins(ctx, state, pod, feasible); !status.IsSuccess() {
-		t.Fatal(status)
-	}
-	scores, status := c.fw.RunScorePlugins(ctx, state, pod, feasible)
-	if !status.IsSuccess() {
-		t.Fatal(status)
-	}
-	out := map[string]int64{}
-	for _, s := range scores {
-		out[s.Name] = s.TotalScore
-	}
-	return out
 }
