@@ -36,6 +36,9 @@ type draCycle struct {
 	nodes map[string]*gpu.DRAInventory
 	// devices are the driver's devices on each node (see allocatedOn).
 	devices map[string][]draDevice
+	// onNode and nonLocalSlices are as in publishedGPUs.
+	onNode         map[string][]*resourceapi.ResourceSlice
+	nonLocalSlices bool
 	// shared are the driver's devices with at least one shared allocation.
 	shared sets.Set[structured.DeviceID]
 	// slices and allocated are what was read, for the structured allocator
@@ -120,7 +123,7 @@ func (r *draReader) read(ctx context.Context) (*draCycle, error) {
 	if len(pub.nodes) == 0 {
 		return nil, nil
 	}
-	cycle := &draCycle{nodes: pub.nodes, devices: pub.devices, slices: all}
+	cycle := &draCycle{nodes: pub.nodes, devices: pub.devices, onNode: pub.onNode, nonLocalSlices: pub.nonLocalSlices, slices: all}
 	if cycle.allocated, err = r.gather(ctx); err != nil {
 		return nil, err
 	}
@@ -140,6 +143,10 @@ type publishedGPUs struct {
 	slices  []*resourceapi.ResourceSlice
 	nodes   map[string]*gpu.DRAInventory
 	devices map[string][]draDevice
+	// onNode are every driver's slices local to each node; nonLocalSlices
+	// says that some slice is not local to one node (see classDevicesOf).
+	onNode         map[string][]*resourceapi.ResourceSlice
+	nonLocalSlices bool
 }
 
 // published groups a listing of the slices by node and reads each node's
@@ -150,12 +157,18 @@ func (r *draReader) published(ctx context.Context, all []*resourceapi.ResourceSl
 		return last
 	}
 	byNode := map[string][]*resourceapi.ResourceSlice{}
+	pub := &publishedGPUs{slices: all, onNode: map[string][]*resourceapi.ResourceSlice{}}
 	for _, s := range all {
-		if s.Spec.Driver == r.src.Driver && s.Spec.NodeName != nil {
+		if s.Spec.NodeName == nil || *s.Spec.NodeName == "" {
+			pub.nonLocalSlices = true
+			continue
+		}
+		pub.onNode[*s.Spec.NodeName] = append(pub.onNode[*s.Spec.NodeName], s)
+		if s.Spec.Driver == r.src.Driver {
 			byNode[*s.Spec.NodeName] = append(byNode[*s.Spec.NodeName], s)
 		}
 	}
-	pub := &publishedGPUs{slices: all, nodes: make(map[string]*gpu.DRAInventory, len(byNode)), devices: make(map[string][]draDevice, len(byNode))}
+	pub.nodes, pub.devices = make(map[string]*gpu.DRAInventory, len(byNode)), make(map[string][]draDevice, len(byNode))
 	for node, nodeSlices := range byNode {
 		m := r.inventory(ctx, node, nodeSlices)
 		pub.nodes[node], pub.devices[node] = m.inv, m.devices

@@ -129,7 +129,7 @@ func (pred *claimPrediction) allocatorFor(ctx context.Context, pod *v1.Pod) stru
 // the claims do not fit the node or take none of its GPUs.
 func (p *GPUPlacement) scoreClaims(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeInfo fwk.NodeInfo, demand *gpu.Demand, pred *claimPrediction, d *gpu.DRAInventory, view *gpu.NodeGPUs) int64 {
 	if pred.simple != nil {
-		if class, ok := p.dra.classDevicesOf(ctx, nodeInfo.Node(), d, pred.simple.class); ok {
+		if class, ok := p.dra.classDevicesOf(ctx, draCycleOf(state), nodeInfo.Node(), d, pred.simple.class); ok {
 			placed := gpu.Demand{Count: pred.simple.count, Milli: gpu.MilliPerGPU, MilliCPU: demand.MilliCPU, HostMemoryMiB: demand.HostMemoryMiB}
 			chosen, fits := gpu.PredictFirstFitIn(view, &placed, class)
 			if !fits {

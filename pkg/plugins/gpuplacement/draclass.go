@@ -66,12 +66,16 @@ type classDevices struct {
 // classDevicesOf is which GPUs of the node class selects (see
 // classDevices), from the cache when neither the node's slices nor the
 // class changed.
-func (r *draReader) classDevicesOf(ctx context.Context, node *v1.Node, d *gpu.DRAInventory, class string) (gpu.DeviceSet, bool) {
-	m, found := r.inventories.Load(node.Name)
-	if !found {
+//
+// It reads every driver's slices on the node, so that a class that also
+// selects another driver's devices is seen to (and not predicted); when
+// some slice is not local to one node (nodeSelector, allNodes), no class
+// is predicted, since its devices could come first anywhere.
+func (r *draReader) classDevicesOf(ctx context.Context, cycle *draCycle, node *v1.Node, d *gpu.DRAInventory, class string) (gpu.DeviceSet, bool) {
+	if cycle.nonLocalSlices {
 		return 0, false
 	}
-	nodeSlices := m.(*memoInventory).slices
+	nodeSlices := cycle.onNode[node.Name]
 	dc, err := r.manager.DeviceClasses().Get(class)
 	if err != nil {
 		return 0, false

@@ -71,3 +71,24 @@ func TestDRAResourceClaimFirstFitMatchesAllocator(t *testing.T) {
 		}
 	}
 }
+
+// TestDRAResourceClaimClassOfSeveralDrivers: a class that selects devices
+// of every driver, on a node where another driver's pool comes first in
+// the allocator's order ("a.example.com" before "gpu.nvidia.com"): the
+// allocator gives a claim that driver's device, so the node's GPUs are not
+// what the claim takes, and the common-claim prediction must not assume
+// they are. Both claims score every node alike.
+func TestDRAResourceClaimClassOfSeveralDrivers(t *testing.T) {
+	nodes, slices := draNodes()
+	slices = append(slices, gt.MakeNVIDIASlice("a-dra", "dra").Driver("a.example.com").Pool("a-dra", 1, 1).GPU(0, "A-0", h100Product, 81559, "").Obj())
+	simple, general := gpuClaim("simple", 1), gpuClaim("general", 1)
+	general.Spec.Devices.Requests[0].Exactly.Selectors = []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: "true"}}}
+	dra := &fakeDRA{slices: slices, gpuClass: gpuClass, claims: map[string]*resourceapi.ResourceClaim{"simple": simple, "general": general}}
+	args := &config.GPUPlacementArgs{ScoringStrategy: config.ScoringStrategy{Type: gpu.PolicyBestFit, Resources: []config.ResourceSpec{{Name: config.ResourceGPU, Weight: 1}}},
+		DRA: config.DRA{Enabled: true, Driver: gpu.DefaultDRADriver}}
+	c := newClusterBinding(t, args, nodes, nil, false, frameworkruntime.WithSharedDRAManager(dra))
+	got, want := scoreAll(t, c, claimPod("p-simple", "simple")), scoreAll(t, c, claimPod("p-general", "general"))
+	if !equalScores(got, want) {
+		t.Errorf("common-claim prediction scores %v, the allocator's %v", got, want)
+	}
+}
