@@ -32,7 +32,7 @@ const (
 // containers through their nodes' runtimes (where the node agents give them
 // their GPUs), and writes the table.
 func runDemo(ctx context.Context, client kubernetes.Interface, apply *applier, agents agents, opts Options, schedulerName string, start time.Time, out io.Writer) error {
-	pods := DemoPods(opts.Shapes, schedulerName)
+	pods := DemoPods(demoShapes(opts), schedulerName)
 	for _, p := range pods {
 		if _, err := client.CoreV1().Pods(p.Namespace).Create(ctx, p, metav1.CreateOptions{}); err != nil {
 			return fmt.Errorf("creating pod %s: %w", p.Name, err)
