@@ -32,7 +32,7 @@ func NewFlags() *Flags {
 func (f *Flags) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&f.Demo, "demo", f.Demo, "place a sample GPU workload, print where every pod went, and exit")
 	fs.StringVar(&f.Nodes, "nodes", f.Nodes, "simulated GPU nodes, comma-separated "+NodeShapeForm)
-	fs.StringVar(&f.NodesFrom, "nodes-from", f.NodesFrom, "build the simulated nodes from a node list instead of --nodes: the Alibaba GPU trace's node CSV (sn,cpu_milli,memory_mib,gpu,model; a .csv file) or `kubectl get nodes -o yaml` output (.yaml, .yml or .json)")
+	fs.StringVar(&f.NodesFrom, "nodes-from", f.NodesFrom, "build the simulated nodes from the node list in `FILE` instead of --nodes: the Alibaba GPU trace's node CSV (sn,cpu_milli,memory_mib,gpu,model; a .csv file) or the output of kubectl get nodes -o yaml (.yaml, .yml or .json)")
 	fs.StringVar(&f.Kubeconfig, "kubeconfig", f.Kubeconfig, "where to write the playground's kubeconfig (removed on exit)")
 	fs.StringVar(&f.ConfigFile, "config", f.ConfigFile, "a KubeSchedulerConfiguration file for the scheduler (default: examples/gpusched-config.yaml, built in)")
 	fs.BoolVar(&f.Controllers, "controllers", f.Controllers, "run the Deployment, ReplicaSet, Job, StatefulSet, garbage-collector, namespace and ServiceAccount controllers (--controllers=false: bare Pods only, and no example workloads in the demo)")

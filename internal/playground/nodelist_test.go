@@ -261,3 +261,47 @@ func TestNodesFromTrace(t *testing.T) {
 		t.Errorf("the 8-GPU V100M32 pod went to %s, labels %v", node.Name, node.Labels)
 	}
 }
+
+// TestLoadNodeListYAML reads a `kubectl get nodes -o yaml` List: a GPU node
+// with GPU Feature Discovery's labels and a node without GPUs.
+func TestLoadNodeListYAML(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "nodes.yaml")
+	err := os.WriteFile(path, []byte(`apiVersion: v1
+kind: List
+items:
+- apiVersion: v1
+  kind: Node
+  metadata:
+    name: gpu-a
+    labels: {nvidia.com/gpu.product: NVIDIA-L4, nvidia.com/gpu.memory: "23034", pool: inference}
+  status:
+    allocatable: {cpu: 31850m, memory: 120Gi, pods: "58", nvidia.com/gpu: "2"}
+- apiVersion: v1
+  kind: Node
+  metadata: {name: cpu-b}
+  spec:
+    taints: [{key: node-role.kubernetes.io/control-plane, effect: NoSchedule}]
+  status:
+    capacity: {cpu: "4", memory: 16Gi}
+`), 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := LoadNodeList(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != 2 {
+		t.Fatalf("%d nodes, want 2", len(list))
+	}
+	a, b := list[0], list[1]
+	if a.Node.Name != "gpu-a" || a.GPUs.GPUs != 2 || a.GPUs.Model != "NVIDIA-L4" || a.GPUs.MemoryMiB != 23034 || a.Node.Labels["pool"] != "inference" {
+		t.Errorf("gpu-a: %+v, labels %v", a.GPUs, a.Node.Labels)
+	}
+	if b.Node.Name != "cpu-b" || b.GPUs.GPUs != 0 || len(b.Node.Spec.Taints) != 1 || b.Node.Labels[gpu.LabelCount] != "" {
+		t.Errorf("cpu-b: %+v, labels %v, taints %v", b.GPUs, b.Node.Labels, b.Node.Spec.Taints)
+	}
+	if got := listString(list); got != "1xNVIDIA-L4:2,1 without GPUs" {
+		t.Errorf("listString %q", got)
+	}
+}
