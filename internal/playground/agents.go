@@ -6,8 +6,10 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/gpus"
+	"golang.org/x/sync/errgroup"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -50,51 +52,69 @@ func (s NodeShape) machine(k int) (*nvmlmock.Machine, error) {
 // agents are the node agents of the playground's nodes, by node name.
 type agents map[string]*simnode.Node
 
-// startAgents starts one node agent per node (nodes as Nodes built them from
-// shapes): discovery over the node's mock machine, publishing the Node's
-// gpusched.io/gpu-devices annotation, and the agent's NRI plugin on the
-// node's own in-process container runtime, whose socket is in dir. It
-// returns once every Node carries its annotation; on error the agents
-// already started are stopped.
-func startAgents(ctx context.Context, config *rest.Config, dir string, shapes []NodeShape, nodes []*v1.Node) (agents, error) {
+// agentStarts is how many node agents start at once: each start waits on
+// its NRI plugin's registration and on the API server, so a few in
+// parallel bring up a large node list (--nodes-from) several times faster.
+const agentStarts = 16
+
+// startAgents starts one node agent per node with GPUs: discovery over the
+// node's mock machine, publishing the Node's gpusched.io/gpu-devices
+// annotation, and the agent's NRI plugin on the node's own in-process
+// container runtime, whose socket is in dir/<k>, k the node's position in
+// nodes (which also numbers its GPUs' UUIDs, nvmlmock.MachineUUID). Up to
+// agentStarts start at once. It returns once every Node carries its
+// annotation; on error the agents already started are stopped.
+func startAgents(ctx context.Context, config *rest.Config, dir string, nodes []ListedNode) (agents, error) {
 	config = rest.CopyConfig(config)
 	config.UserAgent = "gpusched-agent"
+	config.QPS, config.Burst = -1, 0 // one client for every agent: no client-side rate limit
 	client, err := kubernetes.NewForConfig(config)
 	if err != nil {
 		return nil, err
 	}
-	var ofNodes []NodeShape
-	for _, s := range shapes {
-		for range s.Count {
-			ofNodes = append(ofNodes, s)
+	started := make([]*simnode.Node, len(nodes))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(agentStarts)
+	for k, l := range nodes {
+		if l.GPUs.GPUs == 0 {
+			continue
+		}
+		g.Go(func() error {
+			m, err := l.GPUs.machine(k)
+			if err != nil {
+				return fmt.Errorf("node %s: %w", l.Node.Name, err)
+			}
+			started[k], err = simnode.Start(gctx, simnode.Config{
+				Name:    l.Node.Name,
+				Machine: m,
+				Nodes:   client.CoreV1().Nodes(),
+				Dir:     filepath.Join(dir, strconv.Itoa(k)),
+			})
+			return err
+		})
+	}
+	err = g.Wait()
+	a := agents{}
+	for k, n := range started {
+		if n != nil {
+			a[nodes[k].Node.Name] = n
 		}
 	}
-	a := agents{}
-	for k, node := range nodes {
-		m, err := ofNodes[k].machine(k)
-		if err != nil {
-			a.stop()
-			return nil, fmt.Errorf("node %s: %w", node.Name, err)
-		}
-		n, err := simnode.Start(ctx, simnode.Config{
-			Name:    node.Name,
-			Machine: m,
-			Nodes:   client.CoreV1().Nodes(),
-			Dir:     filepath.Join(dir, strconv.Itoa(k)),
-		})
-		if err != nil {
-			a.stop()
-			return nil, err
-		}
-		a[node.Name] = n
+	if err != nil {
+		a.stop()
+		return nil, err
 	}
 	return a, nil
 }
 
+// stop stops every agent, all at once: each waits for its goroutines, one
+// of which polls NVML's events every half second.
 func (a agents) stop() {
+	var wg sync.WaitGroup
 	for _, n := range a {
-		n.Stop()
+		wg.Go(n.Stop)
 	}
+	wg.Wait()
 }
 
 // devices creates each bound pod's containers through its node's container

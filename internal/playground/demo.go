@@ -25,21 +25,24 @@ const (
 	DemoInferenceReplicas = 6
 )
 
-// runDemo submits the demo's pods and, with the controllers, the example
-// workloads (examples/workloads); waits until every pod has settled and
+// runDemo submits the demo's pods and, with the controllers and the
+// --nodes shapes, the example workloads (examples/workloads); waits until every pod has settled and
 // every Job has completed, scaling the inference Deployment up on the way;
 // prints which pods waited and why as it goes; creates the bound pods'
 // containers through their nodes' runtimes (where the node agents give them
 // their GPUs), and writes the table.
 func runDemo(ctx context.Context, client kubernetes.Interface, apply *applier, agents agents, opts Options, schedulerName string, start time.Time, out io.Writer) error {
-	pods := DemoPods(opts.Shapes, schedulerName)
+	pods := DemoPods(demoShapes(opts), schedulerName)
 	for _, p := range pods {
 		if _, err := client.CoreV1().Pods(p.Namespace).Create(ctx, p, metav1.CreateOptions{}); err != nil {
 			return fmt.Errorf("creating pod %s: %w", p.Name, err)
 		}
 	}
+	// The example workloads are written for the default nodes (T4s, one
+	// 8-GPU H100 node); a --nodes-from list need not have them.
+	withWorkloads := opts.Controllers && len(opts.NodeList) == 0
 	var applied []string
-	if opts.Controllers {
+	if withWorkloads {
 		names, files, err := workloads.Files()
 		if err != nil {
 			return err
@@ -62,7 +65,7 @@ func runDemo(ctx context.Context, client kubernetes.Interface, apply *applier, a
 		timeout = 2 * time.Minute
 	}
 	w := &demoWait{client: client, out: out, start: start, said: map[string]bool{}, ready: map[string]bool{}}
-	scaled := !opts.Controllers
+	scaled := !withWorkloads
 	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
 		done, err := w.poll(ctx)
 		if err != nil || scaled || !w.ready[DemoInference] {

@@ -12,6 +12,7 @@ import (
 type Flags struct {
 	Demo        bool
 	Nodes       string
+	NodesFrom   string
 	Kubeconfig  string
 	ConfigFile  string
 	Controllers bool
@@ -31,6 +32,7 @@ func NewFlags() *Flags {
 func (f *Flags) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&f.Demo, "demo", f.Demo, "place a sample GPU workload, print where every pod went, and exit")
 	fs.StringVar(&f.Nodes, "nodes", f.Nodes, "simulated GPU nodes, comma-separated "+NodeShapeForm)
+	fs.StringVar(&f.NodesFrom, "nodes-from", f.NodesFrom, "build the simulated nodes from the node list in `FILE` instead of --nodes: the Alibaba GPU trace's node CSV (sn,cpu_milli,memory_mib,gpu,model; a .csv file) or the output of kubectl get nodes -o yaml (.yaml, .yml or .json)")
 	fs.StringVar(&f.Kubeconfig, "kubeconfig", f.Kubeconfig, "where to write the playground's kubeconfig (removed on exit)")
 	fs.StringVar(&f.ConfigFile, "config", f.ConfigFile, "a KubeSchedulerConfiguration file for the scheduler (default: examples/gpusched-config.yaml, built in)")
 	fs.BoolVar(&f.Controllers, "controllers", f.Controllers, "run the Deployment, ReplicaSet, Job, StatefulSet, garbage-collector, namespace and ServiceAccount controllers (--controllers=false: bare Pods only, and no example workloads in the demo)")
@@ -38,13 +40,22 @@ func (f *Flags) AddFlags(fs *pflag.FlagSet) {
 }
 
 // Options validates the flags and turns them into Run's options: the
-// --nodes value parsed, the --config file read.
+// --nodes value parsed or the --nodes-from file read (not both), the
+// --config file read.
 func (f *Flags) Options() (Options, error) {
-	shapes, err := ParseNodeShapes(f.Nodes)
-	if err != nil {
+	opts := Options{Demo: f.Demo, Verbose: f.Verbose, Kubeconfig: f.Kubeconfig, Controllers: f.Controllers}
+	var err error
+	if f.NodesFrom != "" {
+		if f.Nodes != DefaultNodes {
+			return Options{}, fmt.Errorf("--nodes %q and --nodes-from %q: give one of them", f.Nodes, f.NodesFrom)
+		}
+		if opts.NodeList, err = LoadNodeList(f.NodesFrom); err != nil {
+			return Options{}, err
+		}
+		opts.NodesFrom = f.NodesFrom
+	} else if opts.Shapes, err = ParseNodeShapes(f.Nodes); err != nil {
 		return Options{}, err
 	}
-	opts := Options{Shapes: shapes, Demo: f.Demo, Verbose: f.Verbose, Kubeconfig: f.Kubeconfig, Controllers: f.Controllers}
 	if f.Demo {
 		opts.Kubeconfig = "" // the demo needs none outside its own directory
 	}

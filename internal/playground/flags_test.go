@@ -44,4 +44,18 @@ func TestFlags(t *testing.T) {
 	if _, err := f.Options(); err == nil || !strings.Contains(err.Error(), `"8xA100"`) {
 		t.Errorf("bad --nodes: %v", err)
 	}
+
+	list := filepath.Join(t.TempDir(), "nodes.csv")
+	if err := os.WriteFile(list, []byte("sn,cpu_milli,memory_mib,gpu,model\nn0,8000,32768,2,T4\nn1,8000,32768,0,\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f.Nodes, f.NodesFrom = DefaultNodes, list
+	opts, err = f.Options()
+	if err != nil || len(opts.NodeList) != 2 || opts.Shapes != nil || opts.NodesFrom != list || opts.NodeList[0].GPUs.GPUs != 2 {
+		t.Errorf("--nodes-from: %+v, %v", opts, err)
+	}
+	f.Nodes = "1xT4-16GB:4"
+	if _, err := f.Options(); err == nil || !strings.Contains(err.Error(), "give one of them") {
+		t.Errorf("--nodes with --nodes-from: %v", err)
+	}
 }

@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -38,8 +39,14 @@ var DefaultSchedulerConfig string
 
 // Options configure Run.
 type Options struct {
-	// Shapes are the simulated GPU nodes; at least one.
+	// Shapes are the simulated GPU nodes; at least one, unless NodeList is
+	// set.
 	Shapes []NodeShape
+	// NodeList, when not empty, are the simulated nodes instead of Shapes'
+	// (LoadNodeList); NodesFrom is the file they were read from, for
+	// messages.
+	NodeList  []ListedNode
+	NodesFrom string
 	// Demo submits DemoPods, waits until each is placed and running (or
 	// found unschedulable), prints the table and returns. Without it Run
 	// serves until ctx ends.
@@ -70,13 +77,24 @@ type Options struct {
 // ctx ended; an error otherwise, and when ctx ends during a demo.
 func Run(ctx context.Context, opts Options, out io.Writer) error {
 	start := time.Now()
-	if len(opts.Shapes) == 0 {
-		return errors.New("no nodes: give at least one node shape")
+	listed := opts.NodeList
+	if len(listed) == 0 {
+		if len(opts.Shapes) == 0 {
+			return errors.New("no nodes: give at least one node shape")
+		}
+		var err error
+		if listed, err = shapeNodes(opts.Shapes); err != nil {
+			return err
+		}
 	}
-	nodes, err := Nodes(opts.Shapes)
-	if err != nil {
-		return err
+	if opts.Demo && len(demoShapes(opts)) == 0 {
+		return fmt.Errorf("the demo needs GPU nodes; %s lists none", opts.NodesFrom)
 	}
+	nodes := make([]*v1.Node, len(listed))
+	for i, l := range listed {
+		nodes[i] = l.Node
+	}
+	var err error
 	config := opts.SchedulerConfig
 	if config == "" {
 		if config, err = PlaygroundConfig(); err != nil {
@@ -147,14 +165,18 @@ func Run(ctx context.Context, opts Options, out io.Writer) error {
 	if err := createNodes(ctx, cp.Client, nodes); err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "%d simulated GPU nodes (%s) Ready after %s.\n", len(nodes), shapesString(opts.Shapes), since(start))
+	if len(opts.NodeList) > 0 {
+		fmt.Fprintf(out, "%d simulated nodes from %s (%s) Ready after %s.\n", len(nodes), opts.NodesFrom, listString(listed), since(start))
+	} else {
+		fmt.Fprintf(out, "%d simulated GPU nodes (%s) Ready after %s.\n", len(nodes), shapesString(opts.Shapes), since(start))
+	}
 
-	agents, err := startAgents(ctx, cp.RestConfig, filepath.Join(dir, "nri"), opts.Shapes, nodes)
+	agents, err := startAgents(ctx, cp.RestConfig, filepath.Join(dir, "nri"), listed)
 	if err != nil {
 		return err
 	}
 	defer agents.stop()
-	fmt.Fprintf(out, "Node agents published %d GPUs (gpusched.io/gpu-devices, discovered on mock NVML) after %s.\n", countGPUs(opts.Shapes), since(start))
+	fmt.Fprintf(out, "Node agents published %d GPUs (gpusched.io/gpu-devices, discovered on mock NVML) after %s.\n", countGPUs(listed), since(start))
 
 	sched, err := controlplane.StartScheduler(ctx, configPath, plugins.CommandOptions()...)
 	if err != nil {
@@ -217,13 +239,21 @@ func writeSchedulerConfig(path, config, kubeconfig string) error {
 	return nil
 }
 
-// createNodes creates the nodes and waits until the simulated kubelets have
-// marked every one Ready.
+// createNodes creates the nodes, up to agentStarts at once, and waits until
+// the simulated kubelets have marked every one Ready.
 func createNodes(ctx context.Context, client kubernetes.Interface, nodes []*v1.Node) error {
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(agentStarts)
 	for _, n := range nodes {
-		if _, err := client.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
-			return fmt.Errorf("creating node %s: %w", n.Name, err)
-		}
+		g.Go(func() error {
+			if _, err := client.CoreV1().Nodes().Create(gctx, n, metav1.CreateOptions{}); err != nil {
+				return fmt.Errorf("creating node %s: %w", n.Name, err)
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return err
 	}
 	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		list, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
@@ -274,12 +304,58 @@ func shapesString(shapes []NodeShape) string {
 	return s
 }
 
-func countGPUs(shapes []NodeShape) int {
+// listString renders listed nodes as their shapes in the --nodes form,
+// largest group first, and how many have no GPU.
+func listString(listed []ListedNode) string {
+	s := shapesString(NodeListShapes(listed))
+	if cpu := len(listed) - countGPUNodes(listed); cpu > 0 {
+		if s != "" {
+			s += ","
+		}
+		s += fmt.Sprintf("%d without GPUs", cpu)
+	}
+	return s
+}
+
+func countGPUNodes(listed []ListedNode) int {
 	n := 0
-	for _, s := range shapes {
-		n += s.Count * s.GPUs
+	for _, l := range listed {
+		if l.GPUs.GPUs > 0 {
+			n++
+		}
 	}
 	return n
+}
+
+func countGPUs(listed []ListedNode) int {
+	n := 0
+	for _, l := range listed {
+		n += l.GPUs.GPUs
+	}
+	return n
+}
+
+// shapeNodes are the nodes of shapes (Nodes), each with its shape.
+func shapeNodes(shapes []NodeShape) ([]ListedNode, error) {
+	nodes, err := Nodes(shapes)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]ListedNode, 0, len(nodes))
+	for _, s := range shapes {
+		for range s.Count {
+			out = append(out, ListedNode{Node: nodes[len(out)], GPUs: s})
+		}
+	}
+	return out, nil
+}
+
+// demoShapes are the shapes of the nodes the demo's workload is made for.
+func demoShapes(opts Options) []NodeShape {
+	if len(opts.NodeList) > 0 {
+		return NodeListShapes(opts.NodeList)
+	}
+	return opts.Shapes
 }
 
 func since(t time.Time) time.Duration { return time.Since(t).Round(10 * time.Millisecond) }

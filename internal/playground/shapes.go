@@ -138,25 +138,34 @@ func Nodes(shapes []NodeShape) ([]*v1.Node, error) {
 func (s NodeShape) GPUModel() string { return discovery.ModelName(s.MockGPU().Name) }
 
 func gpuNode(name string, s NodeShape) *v1.Node {
-	resources := v1.ResourceList{
-		v1.ResourceCPU:    resource.MustParse("64"),
-		v1.ResourceMemory: resource.MustParse("512Gi"),
-		v1.ResourcePods:   resource.MustParse("110"),
-		gpu.ResourceGPU:   *resource.NewQuantity(int64(s.GPUs), resource.DecimalSI),
-	}
-	return &v1.Node{
+	node := &v1.Node{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: name,
 			Labels: map[string]string{
 				"kubernetes.io/hostname": name,
 				"kubernetes.io/os":       "linux",
 				"kubernetes.io/arch":     "amd64",
-				gpu.LabelProduct:         s.GPUModel(),
-				gpu.LabelMemory:          strconv.FormatInt(s.MemoryMiB, 10),
-				gpu.LabelCount:           strconv.Itoa(s.GPUs),
 			},
 			Annotations: map[string]string{KwokNodeAnnotation: "fake"},
 		},
-		Status: v1.NodeStatus{Allocatable: resources, Capacity: resources.DeepCopy()},
+		Status: v1.NodeStatus{Allocatable: v1.ResourceList{
+			v1.ResourceCPU:    resource.MustParse("64"),
+			v1.ResourceMemory: resource.MustParse("512Gi"),
+			v1.ResourcePods:   resource.MustParse("110"),
+		}},
 	}
+	setGPUs(node, s)
+	node.Status.Capacity = node.Status.Allocatable.DeepCopy()
+	return node
+}
+
+// setGPUs gives a node the shape's GPUs as the device plugin and GPU
+// Feature Discovery would: allocatable nvidia.com/gpu and the labels
+// nvidia.com/gpu.product (the shape's GPUModel), .memory (MiB) and .count.
+// Capacity is left to the caller.
+func setGPUs(node *v1.Node, s NodeShape) {
+	node.Status.Allocatable[gpu.ResourceGPU] = *resource.NewQuantity(int64(s.GPUs), resource.DecimalSI)
+	node.Labels[gpu.LabelProduct] = s.GPUModel()
+	node.Labels[gpu.LabelMemory] = strconv.FormatInt(s.MemoryMiB, 10)
+	node.Labels[gpu.LabelCount] = strconv.Itoa(s.GPUs)
 }
