@@ -10,6 +10,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -42,12 +43,17 @@ func runDemo(ctx context.Context, client kubernetes.Interface, apply *applier, a
 	// 8-GPU H100 node); a --nodes-from list need not have them.
 	withWorkloads := opts.Controllers && len(opts.NodeList) == 0
 	var applied []string
+	var later []byte // the Workload API gang, submitted when the first gang is done
 	if withWorkloads {
 		names, files, err := workloads.Files()
 		if err != nil {
 			return err
 		}
 		for _, name := range names {
+			if name == demoLaterWorkload {
+				later = files[name]
+				continue
+			}
 			if err := apply.create(ctx, "examples/workloads/"+name, files[name]); err != nil {
 				return err
 			}
@@ -68,8 +74,16 @@ func runDemo(ctx context.Context, client kubernetes.Interface, apply *applier, a
 	scaled := !withWorkloads
 	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
 		done, err := w.poll(ctx)
+		if err == nil && later != nil && jobSucceeded(ctx, client, demoFirstGang) {
+			if err := apply.create(ctx, "examples/workloads/"+demoLaterWorkload, later); err != nil {
+				return false, err
+			}
+			fmt.Fprintf(out, "Job %s done; submitted examples/workloads/%s after %s.\n", demoFirstGang, demoLaterWorkload, since(start))
+			later = nil
+			return false, nil
+		}
 		if err != nil || scaled || !w.ready[DemoInference] {
-			return done && scaled, err
+			return done && scaled && later == nil, err
 		}
 		if err := scale(ctx, client, DemoInference, DemoInferenceReplicas); err != nil {
 			return false, err
@@ -87,6 +101,29 @@ func runDemo(ctx context.Context, client kubernetes.Interface, apply *applier, a
 	fmt.Fprintf(out, "First pod placed %s after start; all pods settled after %s.\n\n", w.firstPlaced.Round(10*time.Millisecond), since(start))
 	current := demoOrder(w.pods, pods)
 	return WriteTable(out, current, agents.devices(ctx, current))
+}
+
+// The demo submits the Workload API gang (demoLaterWorkload) once the
+// training Job's gang (demoFirstGang) has finished: both ask for all eight
+// H100s of one node, and two gang mechanisms that know nothing of each
+// other can each hold part of the node until their timeouts.
+const (
+	demoLaterWorkload = "training-workload.yaml"
+	demoFirstGang     = "train"
+)
+
+// jobSucceeded reports whether the Job has completed.
+func jobSucceeded(ctx context.Context, client kubernetes.Interface, name string) bool {
+	job, err := client.BatchV1().Jobs(DemoNamespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return false
+	}
+	for _, c := range job.Status.Conditions {
+		if c.Type == batchv1.JobComplete && c.Status == v1.ConditionTrue {
+			return true
+		}
+	}
+	return false
 }
 
 // demoWait tracks the demo's pods and workloads while the demo waits.
