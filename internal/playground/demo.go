@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/gpusched/gpusched/examples/workloads"
+	"github.com/gpusched/gpusched/pkg/gpu"
 )
 
 // DemoInference is the Deployment of examples/workloads the demo scales
@@ -33,15 +34,19 @@ const (
 // containers through their nodes' runtimes (where the node agents give them
 // their GPUs), and writes the table.
 func runDemo(ctx context.Context, client kubernetes.Interface, apply *applier, agents agents, opts Options, schedulerName string, start time.Time, out io.Writer) error {
-	pods := DemoPods(demoShapes(opts), schedulerName)
+	// The example workloads are written for the default nodes (T4s, one
+	// 8-GPU H100 node); a --nodes-from list need not have them.
+	withWorkloads := opts.Controllers && len(opts.NodeList) == 0
+	shapes := demoShapes(opts)
+	pods := DemoPods(shapes, schedulerName)
+	if withWorkloads {
+		keepOffModel(pods, shapes, demoGangShape)
+	}
 	for _, p := range pods {
 		if _, err := client.CoreV1().Pods(p.Namespace).Create(ctx, p, metav1.CreateOptions{}); err != nil {
 			return fmt.Errorf("creating pod %s: %w", p.Name, err)
 		}
 	}
-	// The example workloads are written for the default nodes (T4s, one
-	// 8-GPU H100 node); a --nodes-from list need not have them.
-	withWorkloads := opts.Controllers && len(opts.NodeList) == 0
 	var applied []string
 	var later []byte // the Workload API gang, submitted when the first gang is done
 	if withWorkloads {
@@ -111,6 +116,42 @@ const (
 	demoLaterWorkload = "training-workload.yaml"
 	demoFirstGang     = "train"
 )
+
+// demoGangShape is the --nodes model of the node the example workloads'
+// gangs fill: each gang needs all eight of its GPUs.
+const demoGangShape = "H100-80GB"
+
+// keepOffModel restricts the demo's GPU pods that can fit somewhere
+// (gpusched.io/gpu-models) to the models of shapes other than shape, so
+// that none of them takes a GPU a gang of the example workloads needs all
+// of: a demo pod that runs for ever on that node would keep the gang
+// pending for ever. too-big, which fits nowhere, is left as it is.
+func keepOffModel(pods []*v1.Pod, shapes []NodeShape, shape string) {
+	var gang string
+	var others []string
+	for _, s := range shapes {
+		switch {
+		case s.Model == shape:
+			gang = s.GPUModel()
+		case !slices.Contains(others, s.GPUModel()):
+			others = append(others, s.GPUModel())
+		}
+	}
+	if gang == "" || len(others) == 0 {
+		return
+	}
+	for _, p := range pods {
+		d, err := gpu.DemandFromPod(p)
+		if err != nil || d.IsZero() || p.Name == "too-big" {
+			continue
+		}
+		allowed := slices.DeleteFunc(slices.Clone(d.Models), func(m string) bool { return m == gang })
+		if len(allowed) == 0 {
+			allowed = others
+		}
+		models(p, allowed...)
+	}
+}
 
 // jobSucceeded reports whether the Job has completed.
 func jobSucceeded(ctx context.Context, client kubernetes.Interface, name string) bool {

@@ -27,7 +27,7 @@ import (
 // its containers (exactly those of its assignment), and why the pod that
 // cannot fit is pending.
 func TestDemo(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	flags := NewFlags()
 	flags.Demo = true
@@ -35,10 +35,6 @@ func TestDemo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The training Job's gang sometimes waits for the scheduler's periodic
-	// retry of unschedulable pods (every 5 minutes) instead of being
-	// retried when its last worker appears: give it that long.
-	opts.DemoTimeout = 6 * time.Minute
 	var out bytes.Buffer
 	if err := Run(ctx, opts, &out); err != nil {
 		t.Fatalf("Run: %v\n%s", err, out.String())

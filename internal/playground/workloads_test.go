@@ -30,7 +30,7 @@ func TestKubectlWorkloads(t *testing.T) {
 	if _, err := exec.LookPath("kubectl"); err != nil {
 		t.Skip("kubectl not installed")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	flags := NewFlags()
 	flags.Kubeconfig = filepath.Join(t.TempDir(), "kubeconfig")
@@ -117,9 +117,7 @@ func TestKubectlWorkloads(t *testing.T) {
 func waitFor(ctx context.Context, t *testing.T, client kubernetes.Interface, selector string, n int, phases ...v1.PodPhase) []v1.Pod {
 	t.Helper()
 	var got []v1.Pod
-	// Six minutes: a Job's gang sometimes waits for the scheduler's periodic
-	// retry of unschedulable pods (every 5 minutes), see TestDemo.
-	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 6*time.Minute, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 90*time.Second, true, func(ctx context.Context) (bool, error) {
 		got = pods(ctx, t, client, selector)
 		if len(got) != n {
 			return false, nil
