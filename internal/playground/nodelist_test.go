@@ -182,24 +182,8 @@ func TestNodesFromTrace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runCtx, stop := context.WithCancel(ctx)
-	defer stop()
-	var out syncBuffer
-	result := make(chan error, 1)
 	start := time.Now()
-	go func() { result <- Run(runCtx, opts, &out) }()
-	defer func() {
-		stop()
-		if err := <-result; err != nil {
-			t.Errorf("Run: %v\n%s", err, out.String())
-		}
-	}()
-	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
-		return strings.Contains(out.String(), "export KUBECONFIG="), nil
-	})
-	if err != nil {
-		t.Fatalf("the playground did not come up: %v\n%s", err, out.String())
-	}
+	out := servePlayground(ctx, t, opts)
 	t.Logf("up after %s:\n%s", time.Since(start).Round(10*time.Millisecond), out.String())
 	for _, want := range []string{
 		"1213 simulated nodes from " + traceNodeList + " (549xG2:8,387xT4:2,131xP100:2,39xG3:8,",

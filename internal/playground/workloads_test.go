@@ -38,23 +38,7 @@ func TestKubectlWorkloads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runCtx, stop := context.WithCancel(ctx)
-	defer stop()
-	var out syncBuffer
-	result := make(chan error, 1)
-	go func() { result <- Run(runCtx, opts, &out) }()
-	defer func() {
-		stop()
-		if err := <-result; err != nil {
-			t.Errorf("Run: %v\n%s", err, out.String())
-		}
-	}()
-	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
-		return strings.Contains(out.String(), "export KUBECONFIG="), nil
-	})
-	if err != nil {
-		t.Fatalf("the playground did not come up: %v\n%s", err, out.String())
-	}
+	servePlayground(ctx, t, opts)
 	config, err := clientcmd.BuildConfigFromFlags("", flags.Kubeconfig)
 	if err != nil {
 		t.Fatal(err)
@@ -200,4 +184,28 @@ func TestGangProfiles(t *testing.T) {
 			t.Errorf("the playground's configuration has no %q", name)
 		}
 	}
+}
+
+// servePlayground runs the playground (without --demo) until the test ends,
+// and returns its output once it says it is up; Run's error, if any, fails
+// the test when it stops.
+func servePlayground(ctx context.Context, t *testing.T, opts Options) *syncBuffer {
+	t.Helper()
+	runCtx, stop := context.WithCancel(ctx)
+	out := &syncBuffer{}
+	result := make(chan error, 1)
+	go func() { result <- Run(runCtx, opts, out) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-result; err != nil {
+			t.Errorf("Run: %v\n%s", err, out.String())
+		}
+	})
+	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
+		return strings.Contains(out.String(), "export KUBECONFIG="), nil
+	})
+	if err != nil {
+		t.Fatalf("the playground did not come up: %v\n%s", err, out.String())
+	}
+	return out
 }
