@@ -109,35 +109,16 @@ func candidates(n *NodeGPUs, d *Demand) (DeviceSet, Reasons) {
 	}
 	var suitable, free DeviceSet
 	var static, short Reasons
-	unhealthy := n.unhealthy
 	for i := range n.Inventory.Devices {
-		dev := &n.Inventory.Devices[i]
-		if !d.AllowsModel(dev.Model) {
-			static |= Reasons(ReasonModelNotAllowed)
-			continue
-		}
-		if dev.MemoryMiB < d.MemoryMiB {
-			static |= Reasons(ReasonMemoryTooSmall)
-			continue
-		}
-		if unhealthy.Has(i) {
-			static |= Reasons(ReasonUnhealthy)
-			continue
-		}
-		suitable |= 1 << uint(i)
-		switch {
-		case !d.IsShare():
-			if n.Used[i].Milli == 0 {
-				free |= 1 << uint(i)
-			} else {
-				short |= Reasons(ReasonInsufficientGPUs)
-			}
-		case n.FreeMilli(i) < d.Milli:
-			short |= Reasons(ReasonInsufficientShare)
-		case n.FreeMemoryMiB(i) < d.MemoryMiB:
-			short |= Reasons(ReasonInsufficientMemory)
-		default:
+		switch r := DeviceReason(n, d, i); {
+		case r == 0:
+			suitable |= 1 << uint(i)
 			free |= 1 << uint(i)
+		case Reasons(r).Unresolvable():
+			static |= Reasons(r)
+		default:
+			suitable |= 1 << uint(i)
+			short |= Reasons(r)
 		}
 	}
 	if suitable.Len() < d.Count {
@@ -150,6 +131,33 @@ func candidates(n *NodeGPUs, d *Demand) (DeviceSet, Reasons) {
 		return free, short
 	}
 	return free, 0
+}
+
+// DeviceReason is why device i of n cannot take the demand now, or 0 when
+// it can: the per-GPU cause behind the reasons Check counts. A reason that
+// freeing cannot cure (model, memory size, health) comes before one that it
+// can. n must have an inventory (n.Err == nil) and i must be one of its
+// devices.
+func DeviceReason(n *NodeGPUs, d *Demand, i int) Reason {
+	dev := &n.Inventory.Devices[i]
+	switch {
+	case !d.AllowsModel(dev.Model):
+		return ReasonModelNotAllowed
+	case dev.MemoryMiB < d.MemoryMiB:
+		return ReasonMemoryTooSmall
+	case n.unhealthy.Has(i):
+		return ReasonUnhealthy
+	case !d.IsShare():
+		if n.Used[i].Milli == 0 {
+			return 0
+		}
+		return ReasonInsufficientGPUs
+	case n.FreeMilli(i) < d.Milli:
+		return ReasonInsufficientShare
+	case n.FreeMemoryMiB(i) < d.MemoryMiB:
+		return ReasonInsufficientMemory
+	}
+	return 0
 }
 
 // Fit is what Check finds for a request on a node.

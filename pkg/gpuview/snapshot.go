@@ -36,6 +36,7 @@ type Snapshot struct {
 
 	byName map[string]int
 	views  []*gpu.NodeGPUs
+	nodes  []*v1.Node
 }
 
 // Node is one node's GPUs and host resources.
@@ -44,6 +45,9 @@ type Node struct {
 	// Pool is the node's pool: the value of the first of PoolLabels it
 	// carries ("" when none).
 	Pool string `json:"pool,omitempty"`
+	// Clique is the node's NVLink clique (GPU Feature Discovery's
+	// nvidia.com/gpu.clique label), "" when it has none.
+	Clique string `json:"clique,omitempty"`
 	// Model is the model of most of the node's GPUs.
 	Model string `json:"model,omitempty"`
 	// InventoryError says why the node's GPUs could not be read.
@@ -212,6 +216,7 @@ func Build(nodes []*v1.Node, pods []*v1.Pod, opts Options) *Snapshot {
 		s.byName[n.Name] = len(s.Nodes)
 		s.Nodes = append(s.Nodes, node)
 		s.views = append(s.views, view)
+		s.nodes = append(s.nodes, n)
 		s.Cluster.GPUCount += node.GPUCount
 		s.Cluster.CapacityMilli += node.CapacityMilli
 		s.Cluster.AllocatedMilli += node.AllocatedMilli
@@ -238,7 +243,7 @@ func (s *Snapshot) Node(name string) (*Node, bool) {
 
 // nodeOf reads one node's GPUs, holders and host resources.
 func nodeOf(n *v1.Node, view *gpu.NodeGPUs, pods []*v1.Pod, poolLabel string) Node {
-	out := Node{Name: n.Name, Pool: poolOf(n, poolLabel), Unschedulable: n.Spec.Unschedulable}
+	out := Node{Name: n.Name, Pool: poolOf(n, poolLabel), Clique: n.Labels[gpu.LabelClique], Unschedulable: n.Spec.Unschedulable}
 	out.AllocatableMilliCPU = n.Status.Allocatable.Cpu().MilliValue()
 	out.AllocatableMemoryMiB = n.Status.Allocatable.Memory().Value() >> 20
 	out.FreeMilliCPU, out.FreeMemoryMiB = out.AllocatableMilliCPU, out.AllocatableMemoryMiB

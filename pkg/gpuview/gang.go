@@ -1,0 +1,165 @@
+package gpuview
+
+import (
+	"cmp"
+	"fmt"
+	"maps"
+	"slices"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/gpusched/gpusched/pkg/gang"
+	"github.com/gpusched/gpusched/pkg/gpu"
+	"github.com/gpusched/gpusched/pkg/podgroup"
+)
+
+// GangAnswer is what a pod's gang lacks as a whole.
+type GangAnswer struct {
+	// Name is the gang's PodGroup, "namespace/name".
+	Name string `json:"name"`
+	// MinMember is how many of its pods must run together.
+	MinMember int `json:"minMember"`
+	// Bound and Pending count its pods; FitNow is how many of the pending
+	// ones the cluster's free GPUs take together right now.
+	Bound   int `json:"bound"`
+	Pending int `json:"pending"`
+	FitNow  int `json:"fitNow"`
+	// Short says what is missing, in a sentence; "" when the gang fits.
+	Short string `json:"short,omitempty"`
+	// Clique says how the gang fares in one NVLink clique, when the
+	// cluster's nodes have cliques.
+	Clique string `json:"clique,omitempty"`
+}
+
+func gangOf(pod *v1.Pod) (string, bool) {
+	name, ok, err := podgroup.NameOf(pod)
+	return name, ok && err == nil
+}
+
+// explainGang places the gang's pending pods together on the cluster's free
+// GPUs, each where it leaves the fewest suitable GPUs free (the engine's
+// fit and choice of GPUs), and says what the rest would need.
+func (s *Snapshot) explainGang(namespace, name string, pods []*v1.Pod, minMember map[string]int) *GangAnswer {
+	key := namespace + "/" + name
+	a := &GangAnswer{Name: key}
+	var pending []gpu.Demand
+	for _, p := range pods {
+		if g, ok := gangOf(p); !ok || g != name || p.Namespace != namespace || finished(p) {
+			continue
+		}
+		if p.Spec.NodeName != "" {
+			a.Bound++
+			continue
+		}
+		d, err := gpu.DemandFromPod(p)
+		if err != nil {
+			continue
+		}
+		d.FillHost(p)
+		pending = append(pending, d)
+	}
+	a.Pending = len(pending)
+	a.MinMember = a.Bound + a.Pending
+	if m, ok := minMember[key]; ok {
+		a.MinMember = m
+	}
+	need := max(0, a.MinMember-a.Bound)
+	if empty := gang.FitEmpty(s.nodes, pending, need); !empty.Fits() {
+		a.Short = "fits nowhere in this cluster: " + empty.Reason()
+		return a
+	}
+	// The largest pods first, as the gang plugin's own check does.
+	slices.SortStableFunc(pending, func(x, y gpu.Demand) int { return cmp.Compare(y.TotalMilli(), x.TotalMilli()) })
+	views := slices.Clone(s.views)
+	cpu := make([]int64, len(s.Nodes))
+	mem := make([]int64, len(s.Nodes))
+	for i := range s.Nodes {
+		cpu[i], mem[i] = s.Nodes[i].FreeMilliCPU, s.Nodes[i].FreeMemoryMiB
+	}
+	var unplaced []gpu.Demand
+	for i := range pending {
+		d := &pending[i]
+		best, bestFree := -1, 0
+		var bestAssignment gpu.Assignment
+		for n := range s.Nodes {
+			if s.Nodes[n].Unschedulable || d.MilliCPU > cpu[n] || d.HostMemoryMiB > mem[n] {
+				continue
+			}
+			fit := gpu.Check(views[n], &gpu.Request{Demand: d})
+			if !fit.OK() {
+				continue
+			}
+			if free := fit.Free.Len(); best < 0 || free < bestFree {
+				if asg, ok := gpu.PlaceClaim(views[n], d); ok {
+					best, bestFree, bestAssignment = n, free, asg
+				}
+			}
+		}
+		if best < 0 {
+			unplaced = append(unplaced, *d)
+			continue
+		}
+		views[best] = views[best].With(&bestAssignment)
+		cpu[best] -= d.MilliCPU
+		mem[best] -= d.HostMemoryMiB
+		a.FitNow++
+	}
+	if a.FitNow < need && len(unplaced) > 0 {
+		d := &unplaced[0]
+		most, where := 0, ""
+		for n := range s.Nodes {
+			if free := gpu.Check(views[n], &gpu.Request{Demand: d}).Free.Len(); free > most {
+				most, where = free, s.Nodes[n].Name
+			}
+		}
+		a.Short = fmt.Sprintf("%d of the %d pods it still needs fit now; the next (%s) does not: ", a.FitNow, need, d.String())
+		if d.IsShare() {
+			a.Short += "no suitable GPU has that much free once the others are placed"
+		} else {
+			a.Short += fmt.Sprintf("it needs %d suitable free GPUs on one node, and the most left on one node is %d", d.Count, most)
+			if where != "" {
+				a.Short += " (" + where + ")"
+			}
+		}
+	}
+	a.Clique = s.cliqueAnswer(pending[:min(need, len(pending))])
+	return a
+}
+
+// cliqueAnswer compares the whole GPUs the gang's pending pods need with the
+// suitable free GPUs of the best NVLink clique. gpusched prefers one clique
+// for a gang; it does not require it.
+func (s *Snapshot) cliqueAnswer(pending []gpu.Demand) string {
+	var needGPUs int
+	for _, d := range pending {
+		if !d.IsShare() {
+			needGPUs += d.Count
+		}
+	}
+	if needGPUs == 0 || len(pending) == 0 {
+		return ""
+	}
+	d := &pending[0]
+	free := map[string]int{}
+	for i := range s.Nodes {
+		n := &s.Nodes[i]
+		if n.Clique == "" || n.Unschedulable || s.views[i].Err != nil {
+			continue
+		}
+		free[n.Clique] += gpu.Check(s.views[i], &gpu.Request{Demand: d}).Free.Len()
+	}
+	if len(free) == 0 {
+		return ""
+	}
+	best, most := "", -1
+	for _, c := range slices.Sorted(maps.Keys(free)) {
+		if free[c] > most {
+			best, most = c, free[c]
+		}
+	}
+	if most >= needGPUs {
+		return fmt.Sprintf("clique %s has %d suitable free GPUs, enough for the %d the gang needs", best, most, needGPUs)
+	}
+	return fmt.Sprintf("no clique holds it: the best, %s, has %d suitable free GPUs of the %d the gang needs; it fits in one clique if %d more are freed there",
+		best, most, needGPUs, needGPUs-most)
+}
