@@ -4,9 +4,16 @@ GO ?= go
 
 .PHONY: build test vet bench bench-engine bench-scheduler fuzz
 
-build: ## the scheduler and extender binaries in bin/
+build: ## the scheduler, extender and kubectl plugin binaries in bin/
 	$(GO) build -o bin/gpusched ./cmd/gpusched
 	$(GO) build -o bin/gpusched-extender ./cmd/gpusched-extender
+	$(GO) build -o bin/kubectl-gpusched ./cmd/kubectl-gpusched
+
+VERSION ?= v0.0.0-dev
+BASE_URL ?= https://github.com/gpusched/gpusched/releases/download
+.PHONY: krew
+krew: ## kubectl-gpusched archives per platform and their krew manifest in bin/krew/
+	deploy/krew/release.sh $(VERSION) $(BASE_URL)
 
 test: ## every test: engine, plugins, and end to end against a real API server
 	$(GO) test ./...

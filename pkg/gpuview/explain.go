@@ -140,6 +140,10 @@ func (s *Snapshot) Explain(pod *v1.Pod, pods []*v1.Pod, gangMinMember map[string
 	e.Verdict = s.verdict(&d, e.Nodes)
 	if g, ok := gangOf(pod); ok {
 		e.Gang = s.explainGang(pod.Namespace, g, pods, gangMinMember)
+		if e.Gang.Short != "" {
+			// A member runs only with its gang: the gang's lack is the answer.
+			e.Verdict = fmt.Sprintf("its gang %s cannot run yet: %s", e.Gang.Name, e.Gang.Short)
+		}
 	}
 	return e
 }

@@ -1,0 +1,63 @@
+package kubectlplugin
+
+import (
+	"context"
+	"fmt"
+
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/gpusched/gpusched/pkg/gpuview"
+	"github.com/gpusched/gpusched/pkg/podgroup"
+)
+
+// cluster is what the subcommands read: every node and pod, and the gangs'
+// minMember where PodGroups are installed.
+type cluster struct {
+	nodes     []*v1.Node
+	pods      []*v1.Pod
+	minMember map[string]int
+}
+
+// readCluster lists nodes, pods and PodGroups. A cluster without the
+// PodGroup CRD, or a user who may not list PodGroups, has gangs sized by
+// their pods.
+func readCluster(ctx context.Context, cs kubernetes.Interface, dyn dynamic.Interface) (*cluster, error) {
+	nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("listing nodes: %w", err)
+	}
+	pods, err := cs.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("listing pods: %w", err)
+	}
+	c := &cluster{minMember: map[string]int{}}
+	for i := range nodes.Items {
+		c.nodes = append(c.nodes, &nodes.Items[i])
+	}
+	for i := range pods.Items {
+		c.pods = append(c.pods, &pods.Items[i])
+	}
+	groups, err := dyn.Resource(podgroup.Resource).Namespace(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+	switch {
+	case apierrors.IsNotFound(err) || apierrors.IsForbidden(err):
+	case err != nil:
+		return nil, fmt.Errorf("listing PodGroups: %w", err)
+	default:
+		for i := range groups.Items {
+			pg, err := podgroup.FromUnstructured(&groups.Items[i])
+			if err != nil {
+				continue // a malformed PodGroup: its gang is sized by its pods
+			}
+			c.minMember[pg.Namespace+"/"+pg.Name] = int(pg.Spec.MinMember)
+		}
+	}
+	return c, nil
+}
+
+func (o *options) snapshot(c *cluster) *gpuview.Snapshot {
+	return gpuview.Build(c.nodes, c.pods, gpuview.Options{SchedulerNames: o.scheduler, PoolLabel: o.poolLabel})
+}
