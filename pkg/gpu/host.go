@@ -14,8 +14,13 @@ import (
 // scheduler scores it (a container without a CPU request counts as 100m)
 // and its memory request.
 func (d *Demand) FillHost(pod *v1.Pod) {
-	d.MilliCPU = scoredMilliCPU(pod)
-	d.HostMemoryMiB = PodMemoryMiB(pod)
+	// One pass: the CPU default for containers without a request leaves
+	// the memory sum unchanged.
+	requests := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{
+		NonMissingContainerRequests: defaultScoredCPU,
+	})
+	d.MilliCPU = requests.Cpu().MilliValue()
+	d.HostMemoryMiB = requests.Memory().Value() >> 20
 }
 
 // PodMilliCPU is the pod's CPU request in milli-CPU.
@@ -33,13 +38,6 @@ func PodMemoryMiB(pod *v1.Pod) int64 {
 // defaultScoredCPU is what the scheduler's scoring counts for a container
 // without a CPU request.
 var defaultScoredCPU = v1.ResourceList{v1.ResourceCPU: *resource.NewMilliQuantity(100, resource.DecimalSI)}
-
-func scoredMilliCPU(pod *v1.Pod) int64 {
-	requests := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{
-		NonMissingContainerRequests: defaultScoredCPU,
-	})
-	return requests.Cpu().MilliValue()
-}
 
 // PodRequests is the pod's CPU (milli-CPU) and memory (bytes) requests as
 // the scheduler sums them on a node (its NodeInfo's requested resources).
