@@ -1,0 +1,315 @@
+package whatif
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+
+	v1 "k8s.io/api/core/v1"
+	resourcehelper "k8s.io/component-helpers/resource"
+	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
+
+	"github.com/gpusched/gpusched/pkg/gpu"
+)
+
+// cluster is the question, read and checked once; every policy starts
+// from its nodes.
+type cluster struct {
+	// nodes are Nodes then ExtraNodes with their live state; a policy's
+	// run works on a copy.
+	nodes []nodeState
+	// rank[i] is nodes[i]'s place in the tie-break order.
+	rank []int
+	// maxMilliCPU and maxGPUs are the largest allocatable CPU and GPU
+	// count of any node: what a host-aware policy normalizes by.
+	maxMilliCPU int64
+	maxGPUs     int
+	// capacityMilli is the GPU capacity of the nodes with a readable inventory.
+	capacityMilli int64
+	// typical are the typical pods of every pod, bound and new (gpu.TypicalPods).
+	typical []gpu.TypicalPod
+	newPods []newPod
+}
+
+// nodeState is one node: its object, its GPUs and what its pods hold.
+type nodeState struct {
+	node  *v1.Node
+	view  *gpu.NodeGPUs
+	alloc resources
+	used  resources
+	// pods is the number of pods on the node.
+	pods int64
+}
+
+// resources are amounts of the resources NodeResourcesFit checks: CPU in
+// milli-CPU, memory and ephemeral storage in bytes, the number of pods
+// (allocatable only) and every other resource by name.
+type resources struct {
+	milliCPU, memory, ephemeral, pods int64
+	// scalar holds the other resources; it is shared between copies of a
+	// node's state and replaced, never changed, when a pod is added.
+	scalar map[v1.ResourceName]int64
+}
+
+// resourcesOf reads a resource list (a node's allocatable, or a pod's
+// requests) as the scheduler's NodeInfo does.
+func resourcesOf(list v1.ResourceList) resources {
+	var r resources
+	for name, q := range list {
+		switch name {
+		case v1.ResourceCPU:
+			r.milliCPU = q.MilliValue()
+		case v1.ResourceMemory:
+			r.memory = q.Value()
+		case v1.ResourceEphemeralStorage:
+			r.ephemeral = q.Value()
+		case v1.ResourcePods:
+			r.pods = q.Value()
+		default:
+			if r.scalar == nil {
+				r.scalar = map[v1.ResourceName]int64{}
+			}
+			r.scalar[name] = q.Value()
+		}
+	}
+	return r
+}
+
+// add is r with a pod's requests added; r's scalar map is not changed.
+func (r resources) add(pod *resources) resources {
+	r.milliCPU += pod.milliCPU
+	r.memory += pod.memory
+	r.ephemeral += pod.ephemeral
+	if len(pod.scalar) > 0 {
+		scalar := make(map[v1.ResourceName]int64, len(r.scalar)+len(pod.scalar))
+		for name, v := range r.scalar {
+			scalar[name] = v
+		}
+		for name, v := range pod.scalar {
+			scalar[name] += v
+		}
+		r.scalar = scalar
+	}
+	return r
+}
+
+// podRequests is a pod's requests as NodeResourcesFit computes them.
+func podRequests(pod *v1.Pod) resources {
+	return resourcesOf(resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{}))
+}
+
+// newPod is one pod to place, read once.
+type newPod struct {
+	pod  *v1.Pod
+	name string
+	// demand is the pod's GPU demand; withHost adds its CPU and memory,
+	// for host-aware policies (gpu.Policy.Demand).
+	demand, withHost gpu.Demand
+	requests         resources
+	affinity         nodeaffinity.RequiredNodeAffinity
+	notModeled       []string
+}
+
+// newCluster reads and checks the input.
+func newCluster(in Input, seed int64) (*cluster, error) {
+	c := &cluster{}
+	index := map[string]int{}
+	var errs []error
+	addNodes := func(field string, nodes []*v1.Node) {
+		for i, n := range nodes {
+			switch {
+			case n == nil:
+				errs = append(errs, fmt.Errorf("%s[%d]: want a Node, found nothing", field, i))
+				continue
+			case n.Name == "":
+				errs = append(errs, fmt.Errorf("%s[%d]: metadata.name is empty: want the node's name", field, i))
+				continue
+			}
+			if _, dup := index[n.Name]; dup {
+				errs = append(errs, fmt.Errorf("%s[%d]: node %q is listed twice: want each node once, in nodes or extra nodes", field, i, n.Name))
+				continue
+			}
+			index[n.Name] = len(c.nodes)
+			ns := nodeState{node: n, view: gpu.EmptyNodeGPUs(n), alloc: resourcesOf(n.Status.Allocatable)}
+			c.nodes = append(c.nodes, ns)
+			c.maxMilliCPU = max(c.maxMilliCPU, ns.alloc.milliCPU)
+			c.maxGPUs = max(c.maxGPUs, ns.view.Len())
+			if ns.view.Err == nil {
+				c.capacityMilli += int64(ns.view.Len()) * gpu.MilliPerGPU
+			}
+		}
+	}
+	addNodes("nodes", in.Nodes)
+	addNodes("extraNodes", in.ExtraNodes)
+	if len(c.nodes) == 0 && len(errs) == 0 {
+		errs = append(errs, errors.New("nodes: want at least one node"))
+	}
+	demands, err := c.bind(in.Pods, index)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	for i, p := range in.NewPods {
+		np, err := readNewPod(p)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("newPods[%d]: %w", i, err))
+			continue
+		}
+		c.newPods = append(c.newPods, np)
+		demands = append(demands, np.withHost)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	c.typical = gpu.TypicalPods(demands)
+	c.rank = tieBreakRank(len(c.nodes), seed)
+	return c, nil
+}
+
+// tieBreakRank is the node order the simulator's node-order tie-break
+// draws for a run with this seed over n nodes (pkg/simulator,
+// newScheduler): the j-th node of rng.Perm(n) gets rank j, rng being the
+// run's generator, PCG seeded with (seed, 0x5deece66d).
+func tieBreakRank(n int, seed int64) []int {
+	rng := rand.New(rand.NewPCG(uint64(seed), 0x5deece66d))
+	rank := make([]int, n)
+	for i, j := range rng.Perm(n) {
+		rank[j] = i
+	}
+	return rank
+}
+
+// bind counts the bound pods on their nodes, as the scheduler's ledger
+// and NodeInfo count them, and returns the demands of the counted pods
+// for the typical pods.
+func (c *cluster) bind(pods []*v1.Pod, index map[string]int) ([]gpu.Demand, error) {
+	var errs []error
+	var demands []gpu.Demand
+	// claims are the bound GPU pods without an assignment, by node: the
+	// ledger counts them after every assignment, on the GPUs best fit
+	// would give them.
+	claims := map[int][]gpu.Demand{}
+	for i, p := range pods {
+		if p == nil {
+			errs = append(errs, fmt.Errorf("pods[%d]: want a Pod, found nothing", i))
+			continue
+		}
+		at, ok := index[p.Spec.NodeName]
+		if p.Spec.NodeName == "" || !ok || terminated(p) {
+			continue
+		}
+		n := &c.nodes[at]
+		req := podRequests(p)
+		n.used = n.used.add(&req)
+		n.pods++
+		d, demandErr := gpu.DemandFromPod(p)
+		if demandErr == nil {
+			d.FillHost(p)
+			demands = append(demands, d)
+		}
+		if raw, has := p.Annotations[gpu.AnnotationAssigned]; has {
+			a, err := gpu.ParseAssignment(raw)
+			switch {
+			case err != nil:
+				errs = append(errs, fmt.Errorf("pods[%d] (%s): %w", i, podName(p), err))
+			case a.Node != p.Spec.NodeName:
+				errs = append(errs, fmt.Errorf("pods[%d] (%s): annotation %s names node %q, but the pod is bound to %q: want the node the pod is bound to",
+					i, podName(p), gpu.AnnotationAssigned, a.Node, p.Spec.NodeName))
+			default:
+				n.view = n.view.With(&a)
+			}
+			continue
+		}
+		switch {
+		case demandErr != nil:
+			errs = append(errs, fmt.Errorf("pods[%d] (%s), bound without %s: %w", i, podName(p), gpu.AnnotationAssigned, demandErr))
+		case !d.IsZero():
+			claims[at] = append(claims[at], d)
+		}
+	}
+	for at, ds := range claims {
+		n := &c.nodes[at]
+		for i := range ds {
+			if a, ok := gpu.PlaceClaim(n.view, &ds[i]); ok {
+				n.view = n.view.With(&a)
+			}
+		}
+	}
+	return demands, errors.Join(errs...)
+}
+
+// terminated: a pod that has succeeded or failed holds nothing.
+func terminated(p *v1.Pod) bool {
+	return p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed
+}
+
+// readNewPod reads a pod to place.
+func readNewPod(p *v1.Pod) (newPod, error) {
+	if p == nil {
+		return newPod{}, errors.New("want a Pod, found nothing")
+	}
+	d, err := gpu.DemandFromPod(p)
+	if err != nil {
+		return newPod{}, fmt.Errorf("pod %s: %w", podName(p), err)
+	}
+	withHost := d
+	withHost.FillHost(p)
+	return newPod{
+		pod: p, name: podName(p), demand: d, withHost: withHost,
+		requests:   podRequests(p),
+		affinity:   nodeaffinity.GetRequiredNodeAffinity(p),
+		notModeled: notModeled(p),
+	}, nil
+}
+
+// notModeled names what the pod asks of the filters what-if does not model.
+func notModeled(p *v1.Pod) []string {
+	var out []string
+	if a := p.Spec.Affinity; a != nil {
+		if a.PodAffinity != nil && len(a.PodAffinity.RequiredDuringSchedulingIgnoredDuringExecution) > 0 {
+			out = append(out, "inter-pod affinity")
+		}
+		if a.PodAntiAffinity != nil && len(a.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution) > 0 {
+			out = append(out, "inter-pod anti-affinity")
+		}
+	}
+	for _, c := range p.Spec.TopologySpreadConstraints {
+		if c.WhenUnsatisfiable == v1.DoNotSchedule {
+			out = append(out, "topology spread")
+			break
+		}
+	}
+	if hasHostPorts(p) {
+		out = append(out, "host ports")
+	}
+	for _, v := range p.Spec.Volumes {
+		if v.PersistentVolumeClaim != nil || v.Ephemeral != nil {
+			out = append(out, "persistent volumes")
+			break
+		}
+	}
+	if len(p.Spec.ResourceClaims) > 0 {
+		out = append(out, "DRA resource claims")
+	}
+	if len(p.Spec.SchedulingGates) > 0 {
+		out = append(out, "scheduling gates")
+	}
+	// labelPodGroup is pkg/podgroup.LabelPodGroup, the coscheduling gang label.
+	const labelPodGroup = "scheduling.x-k8s.io/pod-group"
+	if p.Spec.SchedulingGroup != nil || p.Labels[labelPodGroup] != "" {
+		out = append(out, "gang")
+	}
+	return out
+}
+
+func hasHostPorts(p *v1.Pod) bool {
+	for _, cs := range [][]v1.Container{p.Spec.InitContainers, p.Spec.Containers} {
+		for i := range cs {
+			for _, port := range cs[i].Ports {
+				if port.HostPort > 0 {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
