@@ -144,7 +144,7 @@ func newCluster(in Input, seed int64) (*cluster, error) {
 	if len(c.nodes) == 0 && len(errs) == 0 {
 		errs = append(errs, errors.New("nodes: want at least one node"))
 	}
-	demands, err := c.bind(in.Pods, index)
+	demands, err := c.bind(in.Pods, index, newPodNames(in.NewPods))
 	if err != nil {
 		errs = append(errs, err)
 	}
@@ -178,10 +178,23 @@ func tieBreakRank(n int, seed int64) []int {
 	return rank
 }
 
+// newPodNames is the set of the new pods' namespace/names.
+func newPodNames(pods []*v1.Pod) map[string]bool {
+	out := make(map[string]bool, len(pods))
+	for _, p := range pods {
+		if p != nil {
+			out[podName(p)] = true
+		}
+	}
+	return out
+}
+
 // bind counts the bound pods on their nodes, as the scheduler's ledger
-// and NodeInfo count them, and returns the demands of the counted pods
-// for the typical pods.
-func (c *cluster) bind(pods []*v1.Pod, index map[string]int) ([]gpu.Demand, error) {
+// and NodeInfo count them. It returns the demands of the workload's pods
+// for the typical pods: every pod not terminated, bound or pending, in
+// order, but those that are new pods too (isNew), which are counted as
+// new pods.
+func (c *cluster) bind(pods []*v1.Pod, index map[string]int, isNew map[string]bool) ([]gpu.Demand, error) {
 	var errs []error
 	var demands []gpu.Demand
 	// claims are the bound GPU pods without an assignment, by node: the
@@ -193,19 +206,22 @@ func (c *cluster) bind(pods []*v1.Pod, index map[string]int) ([]gpu.Demand, erro
 			errs = append(errs, fmt.Errorf("pods[%d]: want a Pod, found nothing", i))
 			continue
 		}
+		if terminated(p) {
+			continue
+		}
+		d, demandErr := gpu.DemandFromPod(p)
+		if demandErr == nil && !isNew[podName(p)] {
+			d.FillHost(p)
+			demands = append(demands, d)
+		}
 		at, ok := index[p.Spec.NodeName]
-		if p.Spec.NodeName == "" || !ok || terminated(p) {
+		if p.Spec.NodeName == "" || !ok {
 			continue
 		}
 		n := &c.nodes[at]
 		req := podRequests(p)
 		n.used = n.used.add(&req)
 		n.pods++
-		d, demandErr := gpu.DemandFromPod(p)
-		if demandErr == nil {
-			d.FillHost(p)
-			demands = append(demands, d)
-		}
 		if raw, has := p.Annotations[gpu.AnnotationAssigned]; has {
 			a, err := gpu.ParseAssignment(raw)
 			switch {

@@ -63,7 +63,10 @@ type Input struct {
 	// are the live state: they hold the GPUs of their gpusched.io/gpu-assigned
 	// annotation and their CPU, memory and other requests on their node. A
 	// bound GPU pod without the annotation holds the GPUs best fit would
-	// give it, as the scheduler's ledger counts it. Other pods are ignored.
+	// give it, as the scheduler's ledger counts it. Every pod not
+	// terminated, bound or pending, is part of the workload whose typical
+	// pods fragmentation-aware policies measure against; a pod that is
+	// also among NewPods (by namespace/name) counts once.
 	Pods []*v1.Pod
 	// ExtraNodes are nodes to add to the cluster, after Nodes.
 	ExtraNodes []*v1.Node
@@ -142,8 +145,8 @@ type Summary struct {
 	AllocatedPctAfter    float64 `json:"allocatedPctAfter"`
 	// FragmentedMilliBefore and After are the cluster's fragmented free
 	// milli-GPU (the sum of gpu.NodeGPUs.Fragment over the nodes, measured
-	// against the typical pods of every pod, bound and new, with each
-	// node's free CPU), the measure the simulator's curves report.
+	// against the typical pods of the workload, Pods and NewPods, with
+	// each node's free CPU), the measure the simulator's curves report.
 	FragmentedMilliBefore float64 `json:"fragmentedMilliBefore"`
 	FragmentedMilliAfter  float64 `json:"fragmentedMilliAfter"`
 	FragmentedPctBefore   float64 `json:"fragmentedPctBefore"`
@@ -191,6 +194,10 @@ func resolvePolicies(names []string) ([]namedPolicy, error) {
 	var errs []error
 	out := make([]namedPolicy, 0, len(names))
 	for i, name := range names {
+		if slices.Contains(names[:i], name) {
+			errs = append(errs, fmt.Errorf("policies[%d]: policy %q is listed twice", i, name))
+			continue
+		}
 		if name == DefaultPolicy {
 			out = append(out, namedPolicy{fmt.Sprintf("%s (%s)", DefaultPolicy, gpu.DefaultPolicy), gpu.DefaultPolicy})
 			continue
@@ -198,10 +205,6 @@ func resolvePolicies(names []string) ([]namedPolicy, error) {
 		info, err := gpu.LookupPolicy(name)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("policies[%d]: %w, or %s", i, err, DefaultPolicy))
-			continue
-		}
-		if slices.ContainsFunc(out, func(p namedPolicy) bool { return p.name == name }) {
-			errs = append(errs, fmt.Errorf("policies[%d]: policy %q is listed twice", i, name))
 			continue
 		}
 		out = append(out, namedPolicy{name, info.Type})

@@ -58,8 +58,8 @@ func cordoned(n *v1.Node) *v1.Node {
 	return n
 }
 
-// want is one pod's expected outcome: "node" or "node:0,1" (GPUs), or
-// "!reason" for a pod that fits nowhere.
+// outcome is a placement as the tables write it: "node" or "node:0,1"
+// (with GPUs), or "!reason" for a pod that fits nowhere.
 func outcome(p Placement) string {
 	if !p.Placed() {
 		return "!" + p.Reason

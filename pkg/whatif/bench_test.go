@@ -1,0 +1,79 @@
+package whatif
+
+import (
+	"fmt"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/gpusched/gpusched/pkg/gpu"
+	gt "github.com/gpusched/gpusched/pkg/gpu/gputest"
+)
+
+// benchCluster is a 5000-node cluster about half full: nodes of 8, 4 and
+// 1 GPUs, each node holding a bound whole-GPU pod and a share, and two
+// 8×H100 nodes to add.
+func benchCluster() Input {
+	const nodes = 5000
+	in := Input{}
+	for i := range nodes {
+		name := fmt.Sprintf("node-%04d", i)
+		var w *gt.NodeWrapper
+		switch i % 3 {
+		case 0:
+			w = gt.MakeGPUNode(name).GFD("NVIDIA-A100-SXM4-80GB", 8, 81920)
+		case 1:
+			w = gt.MakeGPUNode(name).GFD("Tesla-V100-SXM2-32GB", 4, 32768)
+		default:
+			w = gt.MakeGPUNode(name).GFD("Tesla-T4", 1, 15360)
+		}
+		in.Nodes = append(in.Nodes, w.Obj())
+		in.Pods = append(in.Pods, gt.MakeGPUPod(name+"-share").Milli(int64(100*(1+i%9))).CPU("2").Node(name).
+			Assigned(gpu.Assignment{Node: name, Devices: []int{0}, Milli: int64(100 * (1 + i%9))}).Obj())
+		if i%3 != 2 {
+			in.Pods = append(in.Pods, gt.MakeGPUPod(name+"-train").GPUs(2).CPU("8").Node(name).
+				Assigned(gpu.Assignment{Node: name, Devices: []int{1, 2}, Milli: 1000}).Obj())
+		}
+	}
+	in.ExtraNodes = []*v1.Node{
+		gt.MakeGPUNode("h100-a").GFD("NVIDIA-H100-80GB-HBM3", 8, 81920).Obj(),
+		gt.MakeGPUNode("h100-b").GFD("NVIDIA-H100-80GB-HBM3", 8, 81920).Obj(),
+	}
+	// 12 pods: 4 of 8 GPUs, 4 of 2 GPUs, 4 shares.
+	for i := range 12 {
+		p := gt.MakeGPUPod(fmt.Sprintf("new-%02d", i)).CPU("4")
+		switch i % 3 {
+		case 0:
+			p = p.GPUs(8)
+		case 1:
+			p = p.GPUs(2)
+		default:
+			p = p.Milli(250)
+		}
+		in.NewPods = append(in.NewPods, p.Obj())
+	}
+	return in
+}
+
+// BenchmarkWhatIf is one what-if of 12 pods on 5000 nodes (about 8400
+// bound pods) plus two extra nodes, per policy: reading the cluster once,
+// then placing the pods. Run it with
+//
+//	go test -run '^$' -bench WhatIf -benchmem ./pkg/whatif
+func BenchmarkWhatIf(b *testing.B) {
+	in := benchCluster()
+	for _, policy := range gpu.PolicyNames() {
+		b.Run(policy, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				results, err := Run(in, Options{Policies: []string{policy}, Seed: DefaultSeed})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if results[0].Summary.Placed == 0 {
+					b.Fatal("nothing placed")
+				}
+			}
+		})
+	}
+}
