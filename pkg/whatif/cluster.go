@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 
 	v1 "k8s.io/api/core/v1"
 	resourcehelper "k8s.io/component-helpers/resource"
@@ -93,6 +94,20 @@ func (r resources) add(pod *resources) resources {
 	return r
 }
 
+// accumulate adds a pod's requests to r in place, for a node's state
+// while it is being read (before any copy shares its scalar map).
+func (r *resources) accumulate(pod *resources) {
+	r.milliCPU += pod.milliCPU
+	r.memory += pod.memory
+	r.ephemeral += pod.ephemeral
+	for name, v := range pod.scalar {
+		if r.scalar == nil {
+			r.scalar = map[v1.ResourceName]int64{}
+		}
+		r.scalar[name] += v
+	}
+}
+
 // podRequests is a pod's requests as NodeResourcesFit computes them.
 func podRequests(pod *v1.Pod) resources {
 	return resourcesOf(resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{}))
@@ -130,13 +145,7 @@ func newCluster(in Input, seed int64) (*cluster, error) {
 				continue
 			}
 			index[n.Name] = len(c.nodes)
-			ns := nodeState{node: n, view: gpu.EmptyNodeGPUs(n), alloc: resourcesOf(n.Status.Allocatable)}
-			c.nodes = append(c.nodes, ns)
-			c.maxMilliCPU = max(c.maxMilliCPU, ns.alloc.milliCPU)
-			c.maxGPUs = max(c.maxGPUs, ns.view.Len())
-			if ns.view.Err == nil {
-				c.capacityMilli += int64(ns.view.Len()) * gpu.MilliPerGPU
-			}
+			c.nodes = append(c.nodes, nodeState{node: n, alloc: resourcesOf(n.Status.Allocatable)})
 		}
 	}
 	addNodes("nodes", in.Nodes)
@@ -189,18 +198,17 @@ func newPodNames(pods []*v1.Pod) map[string]bool {
 	return out
 }
 
-// bind counts the bound pods on their nodes, as the scheduler's ledger
-// and NodeInfo count them. It returns the demands of the workload's pods
-// for the typical pods: every pod not terminated, bound or pending, in
-// order, but those that are new pods too (isNew), which are counted as
-// new pods.
+// bind counts the bound pods on their nodes: their requests as the
+// scheduler's NodeInfo sums them, their GPUs as the scheduler's ledger
+// counts them (gpu.Ledger.Node: the assignment annotations, then the GPUs
+// best fit would give a bound GPU pod without one). It returns the
+// demands of the workload's pods for the typical pods: every pod not
+// terminated, bound or pending, in order, but those that are new pods too
+// (isNew), which are counted as new pods.
 func (c *cluster) bind(pods []*v1.Pod, index map[string]int, isNew map[string]bool) ([]gpu.Demand, error) {
 	var errs []error
 	var demands []gpu.Demand
-	// claims are the bound GPU pods without an assignment, by node: the
-	// ledger counts them after every assignment, on the GPUs best fit
-	// would give them.
-	claims := map[int][]gpu.Demand{}
+	onNode := make([][]*v1.Pod, len(c.nodes))
 	for i, p := range pods {
 		if p == nil {
 			errs = append(errs, fmt.Errorf("pods[%d]: want a Pod, found nothing", i))
@@ -218,10 +226,13 @@ func (c *cluster) bind(pods []*v1.Pod, index map[string]int, isNew map[string]bo
 		if p.Spec.NodeName == "" || !ok {
 			continue
 		}
+		onNode[at] = append(onNode[at], p)
 		n := &c.nodes[at]
 		req := podRequests(p)
-		n.used = n.used.add(&req)
+		n.used.accumulate(&req)
 		n.pods++
+		// The ledger would count a malformed or foreign assignment as
+		// none; here it is the input's mistake, and said so.
 		if raw, has := p.Annotations[gpu.AnnotationAssigned]; has {
 			a, err := gpu.ParseAssignment(raw)
 			switch {
@@ -230,24 +241,19 @@ func (c *cluster) bind(pods []*v1.Pod, index map[string]int, isNew map[string]bo
 			case a.Node != p.Spec.NodeName:
 				errs = append(errs, fmt.Errorf("pods[%d] (%s): annotation %s names node %q, but the pod is bound to %q: want the node the pod is bound to",
 					i, podName(p), gpu.AnnotationAssigned, a.Node, p.Spec.NodeName))
-			default:
-				n.view = n.view.With(&a)
 			}
-			continue
-		}
-		switch {
-		case demandErr != nil:
+		} else if demandErr != nil {
 			errs = append(errs, fmt.Errorf("pods[%d] (%s), bound without %s: %w", i, podName(p), gpu.AnnotationAssigned, demandErr))
-		case !d.IsZero():
-			claims[at] = append(claims[at], d)
 		}
 	}
-	for at, ds := range claims {
-		n := &c.nodes[at]
-		for i := range ds {
-			if a, ok := gpu.PlaceClaim(n.view, &ds[i]); ok {
-				n.view = n.view.With(&a)
-			}
+	ledger := gpu.NewLedger()
+	for i := range c.nodes {
+		n := &c.nodes[i]
+		n.view = ledger.Node(n.node, 0, slices.Values(onNode[i]))
+		c.maxMilliCPU = max(c.maxMilliCPU, n.alloc.milliCPU)
+		c.maxGPUs = max(c.maxGPUs, n.view.Len())
+		if n.view.Err == nil {
+			c.capacityMilli += int64(n.view.Len()) * gpu.MilliPerGPU
 		}
 	}
 	return demands, errors.Join(errs...)
