@@ -53,6 +53,21 @@ func selecting(p *v1.Pod, key, value string) *v1.Pod {
 	return p
 }
 
+func noExecute(n *v1.Node) *v1.Node {
+	n.Spec.Taints = []v1.Taint{{Key: "maintenance", Effect: v1.TaintEffectNoExecute}}
+	return n
+}
+
+// avoiding requires, by node affinity, nodes whose label key is not value.
+func avoiding(p *v1.Pod, key, value string) *v1.Pod {
+	p.Spec.Affinity = &v1.Affinity{NodeAffinity: &v1.NodeAffinity{
+		RequiredDuringSchedulingIgnoredDuringExecution: &v1.NodeSelector{NodeSelectorTerms: []v1.NodeSelectorTerm{{
+			MatchExpressions: []v1.NodeSelectorRequirement{{Key: key, Operator: v1.NodeSelectorOpNotIn, Values: []string{value}}},
+		}}},
+	}}
+	return p
+}
+
 func cordoned(n *v1.Node) *v1.Node {
 	n.Spec.Unschedulable = true
 	return n
@@ -168,6 +183,17 @@ func TestWhatIfPlacements(t *testing.T) {
 			NewPods: []*v1.Pod{selecting(gt.MakeGPUPod("p").GPUs(1).Obj(), "pool", "y"), selecting(gt.MakeGPUPod("q").GPUs(1).Obj(), "pool", "z")},
 		},
 		want: []string{"b:0", "!0/2 nodes are available: 2 node(s) didn't match Pod's node affinity/selector."},
+	}, {
+		// p requires pool not in [x] by node affinity: a does not match, and
+		// b has a NoExecute taint p does not tolerate, so p fits nowhere.
+		// q, without the affinity, can go to a only.
+		name: "required node affinity and NoExecute", policy: "BestFit", seed: DefaultSeed,
+		in: Input{
+			Nodes:   []*v1.Node{a100("a", 4).Label("pool", "x").Obj(), noExecute(a100("b", 4).Label("pool", "y").Obj())},
+			Pods:    []*v1.Pod{live("train", "a", 1000, 0, 1).Obj()},
+			NewPods: []*v1.Pod{avoiding(gt.MakeGPUPod("p").GPUs(1).Obj(), "pool", "x"), gt.MakeGPUPod("q").GPUs(1).Obj()},
+		},
+		want: []string{"!0/2 nodes are available: 1 node(s) didn't match Pod's node affinity/selector, 1 node(s) had untolerated taint(s).", "a:2"},
 	}, {
 		// The GPU check comes first: a has too few GPUs, b is cordoned.
 		name: "cordoned nodes and GPU reasons first", policy: "BestFit", seed: DefaultSeed,
