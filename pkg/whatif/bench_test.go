@@ -56,10 +56,11 @@ func benchCluster() Input {
 }
 
 // BenchmarkWhatIf is one what-if of 12 pods on 5000 nodes (about 8300
-// bound pods) plus two extra nodes: per policy, reading the cluster and
-// placing the pods; "read" reads the cluster and measures it, placing
-// nothing; "all" compares every policy in one Run, which reads the
-// cluster once. Run it with
+// bound pods) plus two extra nodes. "read" reads the cluster and measures
+// it, placing nothing; "run/<policy>" is a whole Run with one policy;
+// "place/<policy>" only places the pods on a cluster already read; "all"
+// compares every policy in one Run, which reads the cluster once. Run it
+// with
 //
 //	go test -run '^$' -bench WhatIf -benchmem ./pkg/whatif
 func BenchmarkWhatIf(b *testing.B) {
@@ -80,7 +81,25 @@ func BenchmarkWhatIf(b *testing.B) {
 	readOnly.NewPods = nil
 	b.Run("read", func(b *testing.B) { run(b, readOnly, []string{string(gpu.PolicyBestFit)}) })
 	for _, policy := range gpu.PolicyNames() {
-		b.Run(policy, func(b *testing.B) { run(b, in, []string{policy}) })
+		b.Run("run/"+policy, func(b *testing.B) { run(b, in, []string{policy}) })
+	}
+	c, err := newCluster(in, DefaultSeed)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, name := range gpu.PolicyNames() {
+		b.Run("place/"+name, func(b *testing.B) {
+			policy, err := c.newPolicy(gpu.PolicyType(name))
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				if r := c.run(name, policy); r.Summary.Placed == 0 {
+					b.Fatal("nothing placed")
+				}
+			}
+		})
 	}
 	b.Run("all", func(b *testing.B) { run(b, in, nil) })
 }

@@ -25,6 +25,13 @@ const (
 	reasonTooManyPods = "Too many pods"
 )
 
+// The reasons as reject returns them, allocated once.
+var (
+	rejectUnschedulable = []string{reasonUnschedulable}
+	rejectTaint         = []string{reasonTaint}
+	rejectAffinity      = []string{reasonAffinity}
+)
+
 // noLog discards what the component helpers log.
 var noLog = klog.Logger{}
 
@@ -32,32 +39,33 @@ var noLog = klog.Logger{}
 // cordoned node (NodeUnschedulable).
 var unschedulableTaint = v1.Taint{Key: v1.TaintNodeUnschedulable, Effect: v1.TaintEffectNoSchedule}
 
-// reject returns why the node cannot take the pod, nil when it can. The
+// reject returns why the node cannot take the pod: the engine's GPU
+// reasons, or else the other filters' reasons; neither when it can. The
 // checks run in the order the simulator applies them, and the first that
 // fails gives the reasons: the GPU screen (GPUPlacement's check, run
 // before the Filter plugins for a pod with GPUs), then NodeUnschedulable,
 // TaintToleration, NodeAffinity and NodeResourcesFit, in the framework's
-// order of the default filters.
-func reject(p *newPod, n *nodeState) []string {
+// order of the default filters. The returned slice must not be changed.
+func reject(p *newPod, n *nodeState) (gpu.Reasons, []string) {
 	if !p.demand.IsZero() {
 		if fit := gpu.Check(n.view, &gpu.Request{Demand: &p.demand}); fit.Reasons != 0 {
-			return fit.Reasons.Strings()
+			return fit.Reasons, nil
 		}
 	}
 	node := n.node
 	tolerations := p.pod.Spec.Tolerations
 	// The comparison operators of tolerations are alpha and off in 1.37.
 	if node.Spec.Unschedulable && !corev1helpers.TolerationsTolerateTaint(noLog, tolerations, &unschedulableTaint, false) {
-		return []string{reasonUnschedulable}
+		return 0, rejectUnschedulable
 	}
 	if _, untolerated := corev1helpers.FindMatchingUntoleratedTaint(noLog, node.Spec.Taints, tolerations, doNotSchedule, false); untolerated {
-		return []string{reasonTaint}
+		return 0, rejectTaint
 	}
 	// A selector that does not parse matches nothing, as NodeAffinity has it.
 	if match, _ := p.affinity.Match(node); !match {
-		return []string{reasonAffinity}
+		return 0, rejectAffinity
 	}
-	return insufficient(&p.requests, n)
+	return 0, insufficient(&p.requests, n)
 }
 
 // doNotSchedule selects the taints TaintToleration filters on.

@@ -1,6 +1,7 @@
 package whatif
 
 import (
+	"maps"
 	"math"
 	"slices"
 
@@ -48,14 +49,18 @@ type placer struct {
 	// hostAware: the policy weighs CPU and memory (gpu.PolicyInfo.HostAware).
 	hostAware bool
 	nodes     []nodeState
-	// feasible and scores are scratch space for one pod.
-	feasible []int
-	scores   []int64
+	// feasible, scores and the counts of nodes rejected by reason (the
+	// engine's by set) are scratch space for one pod.
+	feasible    []int
+	scores      []int64
+	rejected    map[string]int
+	gpuRejected map[gpu.Reasons]int
 }
 
 // run places the new pods one at a time with the policy.
 func (c *cluster) run(name string, policy *gpu.Policy) Result {
-	p := &placer{c: c, policy: policy, hostAware: policy.Info().HostAware, nodes: slices.Clone(c.nodes)}
+	p := &placer{c: c, policy: policy, hostAware: policy.Info().HostAware, nodes: slices.Clone(c.nodes),
+		rejected: map[string]int{}, gpuRejected: map[gpu.Reasons]int{}}
 	out := Result{Policy: name, Type: policy.Type(), Placements: make([]Placement, 0, len(c.newPods))}
 	out.Summary.CapacityMilli = c.capacityMilli
 	out.Summary.AllocatedMilliBefore, out.Summary.FragmentedMilliBefore = p.measure()
@@ -85,26 +90,35 @@ func (p *placer) place(np *newPod) Placement {
 	if p.hostAware {
 		d = &np.withHost
 	}
-	// Filter: every node, the first failing check's reasons counted.
+	// Filter: every node, the first failing check's reasons counted (the
+	// engine's by set, spelled out only if the pod fits nowhere).
 	p.feasible = p.feasible[:0]
-	var rejected map[string]int
+	clear(p.gpuRejected)
 	for i := range p.nodes {
-		reasons := reject(np, &p.nodes[i])
-		if len(reasons) == 0 {
+		gpuReasons, reasons := reject(np, &p.nodes[i])
+		switch {
+		case gpuReasons != 0:
+			p.gpuRejected[gpuReasons]++
+		case len(reasons) > 0:
+			for _, r := range reasons {
+				p.rejected[r]++
+			}
+		default:
 			p.feasible = append(p.feasible, i)
-			continue
-		}
-		if rejected == nil {
-			rejected = map[string]int{}
-		}
-		for _, r := range reasons {
-			rejected[r]++
 		}
 	}
 	if len(p.feasible) == 0 {
+		rejected := maps.Clone(p.rejected)
+		for rs, nodes := range p.gpuRejected {
+			for _, r := range rs.Strings() {
+				rejected[r] += nodes
+			}
+		}
+		clear(p.rejected)
 		out.Reason, out.Rejected = fitMessage(len(p.nodes), rejected), rejected
 		return out
 	}
+	clear(p.rejected)
 	// Score: skipped for a single feasible node, as the framework skips
 	// it; then GPUPlacement's PreScore records no capacities either.
 	best := p.feasible[0]
