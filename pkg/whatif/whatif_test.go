@@ -140,6 +140,8 @@ func TestWhatIfPlacements(t *testing.T) {
 		// Live state: GPU 0 by annotation; a bound GPU pod without one holds
 		// what best fit gives it, GPU 1; so 1 GPU of 3 is free. And 60 of
 		// 64 CPUs are requested: a 1-GPU pod asking 8 CPUs does not fit.
+		// Terminated pods, pending pods and pods on nodes not listed hold
+		// nothing.
 		name: "live pods hold GPUs and CPU", policy: "BestFit", seed: DefaultSeed,
 		in: Input{
 			Nodes: []*v1.Node{a100("a", 3).Obj()},
@@ -148,6 +150,7 @@ func TestWhatIfPlacements(t *testing.T) {
 				gt.MakeGPUPod("unannotated").GPUs(1).CPU("30").Node("a").Obj(),
 				gt.MakeGPUPod("done").GPUs(3).Node("a").Phase(v1.PodSucceeded).Obj(),
 				gt.MakeGPUPod("pending").GPUs(3).Obj(),
+				gt.MakeGPUPod("elsewhere").GPUs(3).CPU("64").Node("not-listed").Obj(),
 			},
 			NewPods: []*v1.Pod{gt.MakeGPUPod("two").GPUs(2).Obj(), gt.MakeGPUPod("cpu").GPUs(1).CPU("8").Obj(), gt.MakeGPUPod("one").GPUs(1).CPU("4").Obj()},
 		},
