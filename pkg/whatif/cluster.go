@@ -108,9 +108,19 @@ func (r *resources) accumulate(pod *resources) {
 	}
 }
 
-// podRequests is a pod's requests as NodeResourcesFit computes them.
+// podRequests is a new pod's requests as NodeResourcesFit computes them.
 func podRequests(pod *v1.Pod) resources {
 	return resourcesOf(resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{}))
+}
+
+// boundRequests is a bound pod's requests as the scheduler's NodeInfo sums
+// them on 1.37 (PodInfo.CalculateResource): a container resized in place
+// counts with the larger of its spec and its status.
+func boundRequests(pod *v1.Pod) resources {
+	return resourcesOf(resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{
+		UseStatusResources: true,
+		InPlacePodLevelResourcesVerticalScalingEnabled: true,
+	}))
 }
 
 // newPod is one pod to place, read once.
@@ -228,7 +238,7 @@ func (c *cluster) bind(pods []*v1.Pod, index map[string]int, isNew map[string]bo
 		}
 		onNode[at] = append(onNode[at], p)
 		n := &c.nodes[at]
-		req := podRequests(p)
+		req := boundRequests(p)
 		n.used.accumulate(&req)
 		n.pods++
 		// The ledger would count a malformed or foreign assignment as

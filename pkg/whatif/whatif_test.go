@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/gpusched/gpusched/pkg/gpu"
 	gt "github.com/gpusched/gpusched/pkg/gpu/gputest"
@@ -64,6 +65,16 @@ func avoiding(p *v1.Pod, key, value string) *v1.Pod {
 		RequiredDuringSchedulingIgnoredDuringExecution: &v1.NodeSelector{NodeSelectorTerms: []v1.NodeSelectorTerm{{
 			MatchExpressions: []v1.NodeSelectorRequirement{{Key: key, Operator: v1.NodeSelectorOpNotIn, Values: []string{value}}},
 		}}},
+	}}
+	return p
+}
+
+// resized records in the pod's status that its container was given cpu.
+func resized(p *v1.Pod, cpu string) *v1.Pod {
+	p.Status.ContainerStatuses = []v1.ContainerStatus{{
+		Name:               p.Spec.Containers[0].Name,
+		AllocatedResources: v1.ResourceList{v1.ResourceCPU: resource.MustParse(cpu)},
+		Resources:          &v1.ResourceRequirements{Requests: v1.ResourceList{v1.ResourceCPU: resource.MustParse(cpu)}},
 	}}
 	return p
 }
@@ -155,6 +166,17 @@ func TestWhatIfPlacements(t *testing.T) {
 			NewPods: []*v1.Pod{gt.MakeGPUPod("two").GPUs(2).Obj(), gt.MakeGPUPod("cpu").GPUs(1).CPU("8").Obj(), gt.MakeGPUPod("one").GPUs(1).CPU("4").Obj()},
 		},
 		want: []string{"!0/1 nodes are available: 1 insufficient free GPUs.", "!0/1 nodes are available: 1 Insufficient cpu.", "a:2"},
+	}, {
+		// A pod resized in place from 4 CPUs to 40 holds 40 (the larger of
+		// its spec and its status, as the scheduler counts it): of 64, 24
+		// are left, too few for 30, enough for 24.
+		name: "a pod resized in place", policy: "BestFit", seed: DefaultSeed,
+		in: Input{
+			Nodes:   []*v1.Node{a100("a", 2).Obj()},
+			Pods:    []*v1.Pod{resized(live("grown", "a", 1000, 0).CPU("4").Obj(), "40")},
+			NewPods: []*v1.Pod{gt.MakeGPUPod("big").GPUs(1).CPU("30").Obj(), gt.MakeGPUPod("fits").GPUs(1).CPU("24").Obj()},
+		},
+		want: []string{"!0/1 nodes are available: 1 Insufficient cpu.", "a:1"},
 	}, {
 		// A share goes beside a live share: a's GPU 0 has 500 free, the
 		// tightest fitting GPU; b is idle. BestFit a = 10⁶×(500+300)/1000.
