@@ -23,7 +23,8 @@ import (
 // groups, CPU-only nodes, taints, labels, cordons, a malformed inventory)
 // and random workloads (whole GPUs 1–8, shares with and without GPU
 // memory, model lists, CPU and memory requests, node selectors,
-// tolerations, pods without GPUs), the real simulator — the built-in
+// tolerations, required node affinity by label and by node name, pods
+// without GPUs), the real simulator — the built-in
 // profile through the scheduling framework, replay arrival in file order
 // with no departures, node-order tie-break, placements recorded — and
 // what-if must place every pod on the same node and GPUs, and fail the
@@ -240,6 +241,32 @@ func randomNodes(rng *rand.Rand) string {
 	return b.String()
 }
 
+// randomNodeAffinity is a required node affinity of one or two terms,
+// each naming nodes (some not in the cluster) by metadata.name, once in a
+// while with a second, conflicting list, or selecting a pool by label.
+func randomNodeAffinity(rng *rand.Rand) string {
+	names := func() string {
+		var out []string
+		for range 1 + rng.IntN(3) {
+			out = append(out, fmt.Sprintf("node-%d", rng.IntN(12)))
+		}
+		return strings.Join(out, ", ")
+	}
+	var b strings.Builder
+	b.WriteString("  affinity:\n    nodeAffinity:\n      requiredDuringSchedulingIgnoredDuringExecution:\n        nodeSelectorTerms:\n")
+	for range 1 + rng.IntN(2) {
+		switch rng.IntN(4) {
+		case 0:
+			b.WriteString("        - matchExpressions:\n          - {key: pool, operator: In, values: [a]}\n")
+		case 1:
+			fmt.Fprintf(&b, "        - matchFields:\n          - {key: metadata.name, operator: In, values: [%s]}\n          - {key: metadata.name, operator: In, values: [%s]}\n", names(), names())
+		default:
+			fmt.Fprintf(&b, "        - matchFields:\n          - {key: metadata.name, operator: In, values: [%s]}\n", names())
+		}
+	}
+	return b.String()
+}
+
 // randomPods is 10–60 YAML Pod objects with one creation time.
 func randomPods(rng *rand.Rand) string {
 	var b strings.Builder
@@ -271,6 +298,9 @@ func randomPods(rng *rand.Rand) string {
 		}
 		if rng.IntN(4) == 0 {
 			b.WriteString("  tolerations:\n  - key: dedicated\n    operator: Exists\n    effect: NoSchedule\n")
+		}
+		if rng.IntN(10) == 0 {
+			b.WriteString(randomNodeAffinity(rng))
 		}
 		b.WriteString("  containers:\n  - name: main\n    image: registry.k8s.io/pause:3.10\n    resources:\n")
 		requests := ""

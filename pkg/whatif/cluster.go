@@ -132,7 +132,12 @@ type newPod struct {
 	demand, withHost gpu.Demand
 	requests         resources
 	affinity         nodeaffinity.RequiredNodeAffinity
-	notModeled       []string
+	// only, when not nil, names the nodes the pod's required node affinity
+	// lists by metadata.name: NodeAffinity's PreFilter limits the cycle to
+	// them; conflict is set when its terms name no node at all.
+	only       map[string]bool
+	conflict   bool
+	notModeled []string
 }
 
 // newCluster reads and checks the input.
@@ -285,12 +290,52 @@ func readNewPod(p *v1.Pod) (newPod, error) {
 	}
 	withHost := d
 	withHost.FillHost(p)
-	return newPod{
+	np := newPod{
 		pod: p, name: podName(p), demand: d, withHost: withHost,
 		requests:   podRequests(p),
 		affinity:   nodeaffinity.GetRequiredNodeAffinity(p),
 		notModeled: notModeled(p),
-	}, nil
+	}
+	np.only, np.conflict = namedNodes(p)
+	return np, nil
+}
+
+// namedNodes is NodeAffinity's PreFilter: when every term of the pod's
+// required node affinity names nodes (matchFields metadata.name In), the
+// union of the nodes each term names; nil when any term does not. conflict
+// is set when the terms name nodes and their union is empty.
+func namedNodes(p *v1.Pod) (only map[string]bool, conflict bool) {
+	a := p.Spec.Affinity
+	if a == nil || a.NodeAffinity == nil || a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil {
+		return nil, false
+	}
+	terms := a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+	if len(terms) == 0 {
+		return nil, false
+	}
+	union := map[string]bool{}
+	for _, t := range terms {
+		var names map[string]bool // the intersection of the term's lists
+		for _, r := range t.MatchFields {
+			if r.Key != "metadata.name" || r.Operator != v1.NodeSelectorOpIn {
+				continue
+			}
+			listed := map[string]bool{}
+			for _, v := range r.Values {
+				if names == nil || names[v] {
+					listed[v] = true
+				}
+			}
+			names = listed
+		}
+		if names == nil {
+			return nil, false // a term that names no node allows every node
+		}
+		for n := range names {
+			union[n] = true
+		}
+	}
+	return union, len(union) == 0
 }
 
 // notModeled names what the pod asks of the filters what-if does not model.

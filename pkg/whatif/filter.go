@@ -21,6 +21,9 @@ const (
 	reasonTaint = "node(s) had untolerated taint(s)"
 	// reasonAffinity is NodeAffinity's ErrReasonPod.
 	reasonAffinity = "node(s) didn't match Pod's node affinity/selector"
+	// reasonConflict is NodeAffinity's PreFilter reason when the terms of
+	// a pod's required node affinity name no node in common.
+	reasonConflict = "pod affinity terms conflict"
 	// reasonTooManyPods and "Insufficient <resource>" are NodeResourcesFit's.
 	reasonTooManyPods = "Too many pods"
 )

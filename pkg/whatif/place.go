@@ -90,11 +90,22 @@ func (p *placer) place(np *newPod) Placement {
 	if p.hostAware {
 		d = &np.withHost
 	}
+	// PreFilter: NodeAffinity may limit the cycle to the nodes the pod
+	// names, or reject it outright.
+	if np.conflict {
+		out.Reason = reasonConflict
+		return out
+	}
 	// Filter: every node, the first failing check's reasons counted (the
 	// engine's by set, spelled out only if the pod fits nowhere).
 	p.feasible = p.feasible[:0]
 	clear(p.gpuRejected)
+	total := 0
 	for i := range p.nodes {
+		if np.only != nil && !np.only[p.nodes[i].node.Name] {
+			continue
+		}
+		total++
 		gpuReasons, reasons := reject(np, &p.nodes[i])
 		switch {
 		case gpuReasons != 0:
@@ -115,7 +126,7 @@ func (p *placer) place(np *newPod) Placement {
 			}
 		}
 		clear(p.rejected)
-		out.Reason, out.Rejected = fitMessage(len(p.nodes), rejected), rejected
+		out.Reason, out.Rejected = fitMessage(total, rejected), rejected
 		return out
 	}
 	clear(p.rejected)

@@ -69,6 +69,19 @@ func avoiding(p *v1.Pod, key, value string) *v1.Pod {
 	return p
 }
 
+// naming requires, by node affinity, the nodes named in every list (one
+// term whose matchFields are the lists, ANDed).
+func naming(p *v1.Pod, lists ...[]string) *v1.Pod {
+	var term v1.NodeSelectorTerm
+	for _, names := range lists {
+		term.MatchFields = append(term.MatchFields, v1.NodeSelectorRequirement{Key: "metadata.name", Operator: v1.NodeSelectorOpIn, Values: names})
+	}
+	p.Spec.Affinity = &v1.Affinity{NodeAffinity: &v1.NodeAffinity{
+		RequiredDuringSchedulingIgnoredDuringExecution: &v1.NodeSelector{NodeSelectorTerms: []v1.NodeSelectorTerm{term}},
+	}}
+	return p
+}
+
 // resized records in the pod's status that its container was given cpu.
 func resized(p *v1.Pod, cpu string) *v1.Pod {
 	p.Status.ContainerStatuses = []v1.ContainerStatus{{
@@ -219,6 +232,22 @@ func TestWhatIfPlacements(t *testing.T) {
 			NewPods: []*v1.Pod{avoiding(gt.MakeGPUPod("p").GPUs(1).Obj(), "pool", "x"), gt.MakeGPUPod("q").GPUs(1).Obj()},
 		},
 		want: []string{"!0/2 nodes are available: 1 node(s) didn't match Pod's node affinity/selector, 1 node(s) had untolerated taint(s).", "a:2"},
+	}, {
+		// Nodes named by metadata.name: NodeAffinity's PreFilter limits the
+		// cycle to them, so p goes to b though best fit prefers a, and q
+		// (8 GPUs) is told about b alone: "0/1 nodes". r's two lists have
+		// no node in common.
+		name: "nodes named by affinity", policy: "BestFit", seed: DefaultSeed,
+		in: Input{
+			Nodes: []*v1.Node{a100("a", 4).Obj(), a100("b", 4).Obj()},
+			Pods:  []*v1.Pod{live("train", "a", 1000, 0, 1).Obj()},
+			NewPods: []*v1.Pod{
+				naming(gt.MakeGPUPod("p").GPUs(1).Obj(), []string{"b"}),
+				naming(gt.MakeGPUPod("q").GPUs(8).Obj(), []string{"b"}),
+				naming(gt.MakeGPUPod("r").GPUs(1).Obj(), []string{"a"}, []string{"b"}),
+			},
+		},
+		want: []string{"b:0", "!0/1 nodes are available: 1 too few GPUs on node.", "!pod affinity terms conflict"},
 	}, {
 		// The GPU check comes first: a has too few GPUs, b is cordoned.
 		name: "cordoned nodes and GPU reasons first", policy: "BestFit", seed: DefaultSeed,
