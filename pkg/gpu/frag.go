@@ -46,13 +46,7 @@ func TypicalPods(demands []Demand) []TypicalPod {
 // shape: CPU, then milli-GPU, then count, then models), keeps them until
 // they cover TypicalCoverage of total, and renormalizes their weights.
 func topShapes(shapes []TypicalPod, total float64) []TypicalPod {
-	slices.SortFunc(shapes, func(a, b TypicalPod) int {
-		ka, kb := keyOf(&a.Demand), keyOf(&b.Demand)
-		return cmp.Or(
-			cmp.Compare(b.Weight, a.Weight),
-			cmp.Compare(kb.MilliCPU, ka.MilliCPU), cmp.Compare(kb.Milli, ka.Milli),
-			cmp.Compare(kb.Count, ka.Count), cmp.Compare(kb.Models, ka.Models))
-	})
+	sortShapes(shapes)
 	var covered float64
 	n := 0
 	for n < len(shapes) && covered < TypicalCoverage*total {
@@ -64,6 +58,19 @@ func topShapes(shapes []TypicalPod, total float64) []TypicalPod {
 		typical[i].Weight /= covered
 	}
 	return typical
+}
+
+// sortShapes sorts shapes by weight, heaviest first, ties to the larger
+// shape: CPU, then milli-GPU, then count, then models. Shapes have
+// distinct keys, so the order is total.
+func sortShapes(shapes []TypicalPod) {
+	slices.SortFunc(shapes, func(a, b TypicalPod) int {
+		ka, kb := keyOf(&a.Demand), keyOf(&b.Demand)
+		return cmp.Or(
+			cmp.Compare(b.Weight, a.Weight),
+			cmp.Compare(kb.MilliCPU, ka.MilliCPU), cmp.Compare(kb.Milli, ka.Milli),
+			cmp.Compare(kb.Count, ka.Count), cmp.Compare(kb.Models, ka.Models))
+	})
 }
 
 // Fragment is the node's expected unusable GPU capacity in milli-GPU: Σ over

@@ -122,20 +122,29 @@ func (w *ShapeWindow) recompute() {
 // recomputeLocked rebuilds the typical pods: the heaviest shapes covering
 // TypicalCoverage of the weight, renormalized. Shapes whose weight has
 // decayed to nothing are forgotten. Callers hold w.mu.
+//
+// The total weight is summed in the shapes' sorted order, not the map's:
+// floating-point addition depends on the order, and where the heaviest
+// shapes cover just TypicalCoverage of the weight (a seed of shapes of
+// equal weight does), a total that differs in its last bit from one call
+// to the next would keep a shape in one and drop it in the other, so that
+// the same seed gave different typical pods, and a seeded simulation
+// different placements.
 func (w *ShapeWindow) recomputeLocked() {
 	w.pending = 0
-	var total float64
+	weighted := make([]TypicalPod, 0, len(w.counts))
 	for k, c := range w.counts {
 		if c < w.scale*1e-9 {
 			delete(w.counts, k)
 			delete(w.examples, k)
 			continue
 		}
-		total += c
-	}
-	weighted := make([]TypicalPod, 0, len(w.counts))
-	for k, c := range w.counts {
 		weighted = append(weighted, TypicalPod{Demand: w.examples[k], Weight: c})
+	}
+	sortShapes(weighted)
+	var total float64
+	for _, s := range weighted {
+		total += s.Weight
 	}
 	typical := topShapes(weighted, total)
 	w.typical.Store(&typical)
