@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -14,6 +16,7 @@ import (
 	"github.com/gpusched/gpusched/internal/kubectlplugin"
 	"github.com/gpusched/gpusched/pkg/gpu"
 	gt "github.com/gpusched/gpusched/pkg/gpu/gputest"
+	"github.com/gpusched/gpusched/pkg/whatif"
 	"github.com/gpusched/gpusched/test/testcluster"
 )
 
@@ -75,7 +78,7 @@ func TestExplainAgainstTheAPIServer(t *testing.T) {
 		testcluster.WaitForPodEvent(ctx, t, c.Client, "default", name, "FailedScheduling", timeout)
 	}
 
-	run := func(args ...string) string {
+	run := func(t *testing.T, args ...string) string {
 		t.Helper()
 		var out bytes.Buffer
 		cmd := kubectlplugin.NewCommand(ctx, &out)
@@ -86,7 +89,7 @@ func TestExplainAgainstTheAPIServer(t *testing.T) {
 		t.Logf("kubectl gpusched %s:\n%s", strings.Join(args, " "), out.String())
 		return out.String()
 	}
-	expect := func(out string, wants ...string) {
+	expect := func(t *testing.T, out string, wants ...string) {
 		t.Helper()
 		for _, w := range wants {
 			if !strings.Contains(out, w) {
@@ -98,21 +101,21 @@ func TestExplainAgainstTheAPIServer(t *testing.T) {
 	t.Run("memory held by named pods", func(t *testing.T) {
 		// 14 GiB asked, 8 free: 6 GiB short. x (priority 0) frees 16 GiB
 		// alone; y has priority 10.
-		expect(run("explain", "mem"),
+		expect(t, run(t, "explain", "mem"),
 			"Verdict: nothing fits now; nearest: fits on a GPU 0 if 6 GiB are freed — held by pod default/x (priority 0)",
 			"Scheduler's last attempt: 0/4 nodes are available",
 			gpu.ReasonInsufficientMemory.String())
 	})
 	t.Run("model mismatch", func(t *testing.T) {
-		expect(run("explain", "h200"),
+		expect(t, run(t, "explain", "h200"),
 			"Verdict: fits nowhere in this cluster: no GPU model matches [NVIDIA-H200] (the cluster has 1× "+a100+", 16× "+h100+", 4× "+t4+")",
 			gpu.ReasonModelNotAllowed.String())
 	})
 	t.Run("gang short of a clique", func(t *testing.T) {
 		// Three members of 4 H100s: h2 has 6 free (one member), h1 has 2.
 		// 12 GPUs needed; c2 has 6: 6 more must be freed there.
-		out := run("explain", "train-0")
-		expect(out, "Verdict: its gang default/train cannot run yet: 1 of the 3 pods it still needs fit now",
+		out := run(t, "explain", "train-0")
+		expect(t, out, "Verdict: its gang default/train cannot run yet: 1 of the 3 pods it still needs fit now",
 			"Gang default/train (minMember 3): 0 bound, 3 pending, 1 of them fit now together",
 			"it needs 4 suitable free GPUs on one node, and the most left on one node is 2",
 			"no clique holds it: the best, c2, has 6 suitable free GPUs of the 12 the gang needs; it fits in one clique if 6 more are freed there")
@@ -126,7 +129,7 @@ func TestExplainAgainstTheAPIServer(t *testing.T) {
 			m.Annotations = map[string]string{gpu.AnnotationModels: h100}
 			createPod(ctx, t, c, m)
 		}
-		expect(run("explain", "huge-0"), "Verdict: its gang default/huge cannot run yet: fits nowhere in this cluster: gang needs 5 pods placed together but even with every GPU free only 4 fit")
+		expect(t, run(t, "explain", "huge-0"), "Verdict: its gang default/huge cannot run yet: fits nowhere in this cluster: gang needs 5 pods placed together but even with every GPU free only 4 fit")
 	})
 	t.Run("nodes and gpus", func(t *testing.T) {
 		var got struct {
@@ -139,7 +142,7 @@ func TestExplainAgainstTheAPIServer(t *testing.T) {
 				Name string `json:"name"`
 			} `json:"nodes"`
 		}
-		if err := json.Unmarshal([]byte(run("nodes", "-o", "json")), &got); err != nil {
+		if err := json.Unmarshal([]byte(run(t, "nodes", "-o", "json")), &got); err != nil {
 			t.Fatal(err)
 		}
 		// 1 + 4 + 8 + 8 GPUs; 300 + 300 + 6000 + 2000 milli held.
@@ -150,7 +153,37 @@ func TestExplainAgainstTheAPIServer(t *testing.T) {
 		if got.Cluster.PendingGPUPods != 10 {
 			t.Errorf("pending GPU pods = %d, want 10", got.Cluster.PendingGPUPods)
 		}
-		expect(run("gpus", "--node", "a"), "default/x 300m, default/y 300m")
+		expect(t, run(t, "gpus", "--node", "a"), "default/x 300m, default/y 300m")
+	})
+	t.Run("what-if", func(t *testing.T) {
+		// Two pods of 8 H100s: no node has 8 free (h1 2, h2 6); a copy of
+		// h2 with nothing on it takes one, and the second fits nowhere.
+		file := filepath.Join(t.TempDir(), "pods.yaml")
+		pod := gt.MakeGPUPod("train").GPUs(8).Models(h100).Obj()
+		pod.UID, pod.Kind, pod.APIVersion = "", "Pod", "v1"
+		data, err := json.Marshal(pod)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(file, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		var results []whatif.Result
+		out := run(t, "what-if", "--pods", file, "--count", "2", "--add-like", "h2=1", "--policies", "BestFit,default", "-o", "json")
+		if err := json.Unmarshal([]byte(out), &results); err != nil {
+			t.Fatal(err)
+		}
+		if len(results) != 2 {
+			t.Fatalf("results for %d policies, want 2", len(results))
+		}
+		for _, r := range results {
+			p := r.Placements
+			if len(p) != 2 || p[0].Node != "h2-whatif-1" || len(p[0].GPUs) != 8 || p[1].Placed() ||
+				!strings.Contains(p[1].Reason, "0/5 nodes are available") {
+				t.Errorf("%s: placements = %+v, want train-0 on h2-whatif-1 with 8 GPUs and train-1 nowhere", r.Policy, p)
+			}
+		}
+		expect(t, run(t, "what-if", "--pods", file, "--policies", "BestFit"), "train", "0/4 nodes are available")
 	})
 	t.Run("bad input", func(t *testing.T) {
 		var out bytes.Buffer
