@@ -64,6 +64,11 @@ reach it through kubectl port-forward, or put kube-rbac-proxy in front of it
 			return s.Serve(cmd.Context(), ln)
 		},
 	}
+	// Cobra's own help and usage, not those a parent command (kube-scheduler's)
+	// would pass down, which list the parent's flags instead of these.
+	plain := &cobra.Command{}
+	cmd.SetUsageFunc(plain.UsageFunc())
+	cmd.SetHelpFunc(plain.HelpFunc())
 	fs := cmd.Flags()
 	fs.StringVar(&f.kubeconfig, "kubeconfig", f.kubeconfig, "kubeconfig file of the cluster (default $KUBECONFIG, then ~/.kube/config, then the in-cluster configuration)")
 	fs.StringVar(&f.listen, "listen", f.listen, "address to serve on; the dashboard has no authentication of its own, so keep it on loopback unless a proxy in the same pod guards it")
