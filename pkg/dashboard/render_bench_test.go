@@ -136,6 +136,9 @@ func BenchmarkDashboardRender(b *testing.B) {
 			v, _ := strconv.ParseFloat(m[1], 64)
 			sums[a] += v
 		}
+		if m := regexp.MustCompile(`data-phases-ms="([^"]*)"`).FindStringSubmatch(dom); m != nil {
+			b.Logf("phases of the last draw (ms): %s", m[1])
+		}
 		if !regexp.MustCompile(`data-drawn-nodes="5000"`).MatchString(dom) {
 			b.Fatal("the map did not draw 5000 nodes")
 		}

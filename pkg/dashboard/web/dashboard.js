@@ -16,14 +16,22 @@
   const bench = params.get('bench') === '1';
   const body = document.body;
   const MAX_ROWS = 200;   // pending pods listed; the count covers all
-  const FRAG_RATIO = 0.5; // a node's free GPU part is drawn fragmented when at least this share of it is
+  // The free part of a node's GPUs is hatched when a tenth or more of the node's
+  // free milli-GPU is fragmented; the more, the denser (one pixel in step).
+  const hatchStep = (ratio) => ratio >= 0.75 ? 3 : ratio >= 0.5 ? 4 : ratio >= 0.25 ? 6 : ratio >= 0.1 ? 9 : 0;
 
   const css = getComputedStyle(document.documentElement);
   const color = (name) => css.getPropertyValue(name).trim();
   const C = { free: color('--free'), frag: color('--frag'), sick: color('--sick'), text: '#374151', muted: '#9ca3af', full: color('--full') };
   // Allocated milli-GPU, in steps of 50, from a light to a deep blue.
   const allocColors = Array.from({ length: 21 }, (_, i) => `hsl(217, 78%, ${80 - i * 2.1}%)`);
-  const allocColor = (m) => allocColors[Math.min(20, Math.max(1, Math.round(m / 50)))];
+  // The same colours as pixels of an ImageData (RGBA bytes, little-endian words).
+  const probe = document.createElement('canvas').getContext('2d', { willReadFrequently: true });
+  const pixel = (css) => {
+    probe.fillStyle = css; probe.fillRect(0, 0, 1, 1);
+    return new Uint32Array(probe.getImageData(0, 0, 1, 1).data.buffer)[0];
+  };
+  const P = { free: pixel(C.free), frag: pixel(C.frag), sick: pixel(C.sick), muted: pixel(C.muted), alloc: allocColors.map(pixel) };
 
   let snap = null; // the current Wire snapshot
   let history = []; // Samples, oldest first
@@ -34,15 +42,6 @@
 
   const map = $('gpu-map');
   const ctx = map.getContext('2d');
-  const hatch = (() => {
-    const c = document.createElement('canvas');
-    c.width = c.height = 4;
-    const x = c.getContext('2d');
-    x.fillStyle = C.free; x.fillRect(0, 0, 4, 4);
-    x.fillStyle = C.frag;
-    for (let i = 0; i < 4; i++) x.fillRect(i, 3 - i, 1, 1);
-    return ctx.createPattern(c, 'repeat');
-  })();
 
   function banner(msg) {
     const b = $('banner');
@@ -101,12 +100,19 @@
 
   function apply(s) {
     snap = s;
+    const phases = [];
+    let t = performance.now();
+    const phase = (name) => { const now = performance.now(); phases.push(`${name}:${(now - t).toFixed(1)}`); t = now; };
     fillSelect($('filter-model'), s.models, s.nodes, (n) => n.gm ? n.gm : [n.m]);
     fillSelect($('filter-pool'), s.pools, s.nodes, (n) => [n.p]);
     summary();
+    phase('filters');
     drawMap();
+    phase('map');
     pending();
     problems();
+    phase('lists');
+    body.dataset.phasesMs = phases.join(' ');
     if (selected) details(selected);
     body.dataset.version = String(s.version);
     body.dataset.state = 'ready';
@@ -115,7 +121,10 @@
   // fillSelect lists names (with their node counts) as options, keeping the choice.
   function fillSelect(sel, names, nodes, of) {
     const counts = new Array(names.length).fill(0);
-    for (const n of nodes) for (const i of new Set(of(n))) counts[i]++;
+    for (const n of nodes) {
+      const idx = of(n);
+      for (let k = 0; k < idx.length; k++) if (idx.indexOf(idx[k]) === k) counts[idx[k]]++;
+    }
     const keep = sel.value;
     const opts = [new Option('all', '')];
     names.forEach((name, i) => { if (counts[i]) opts.push(new Option(`${name || '(none)'} (${counts[i]})`, name)); });
@@ -162,34 +171,43 @@
     const height = Math.max(bh, Math.ceil(nodes.length / cols) * bh);
     map.width = width; map.height = height;
     map.style.width = width + 'px'; map.style.height = height + 'px';
-    ctx.font = '10px system-ui, sans-serif';
-    ctx.textBaseline = 'top';
+    // The cells are written as pixels into one image, put on the canvas at
+    // once: a canvas call per cell costs far more at 40000 GPUs.
+    const img = ctx.createImageData(width, height);
+    const px = new Uint32Array(img.data.buffer);
+    const rect = (x, y, w, h, c) => { for (let r = y; r < y + h; r++) px.fill(c, r * width + x, r * width + x + w); };
+    const hatched = (x, y, w, h, step) => {
+      for (let r = y; r < y + h; r++) for (let q = x; q < x + w; q++) px[r * width + q] = (q + r) % step === 0 ? P.frag : P.free;
+    };
+    const inner = perRow * (cell + gap) - gap, innerH = gpuRows * (cell + gap) - gap;
     for (let i = 0; i < nodes.length; i++) {
       const n = nodes[i];
-      const x0 = (i % cols) * bw, y0 = Math.floor(i / cols) * bh;
-      if (labels) {
-        ctx.fillStyle = n.e ? C.sick : n.c ? C.muted : C.text;
-        ctx.fillText(n.n.length > 28 ? n.n.slice(0, 27) + '…' : n.n, x0, y0, bw - 4);
-      }
-      const gy = y0 + labelH;
+      const x0 = (i % cols) * bw, gy = Math.floor(i / cols) * bh + labelH;
       if (n.e) { // unreadable inventory: an outlined block
-        ctx.strokeStyle = C.sick; ctx.lineWidth = 1;
-        ctx.strokeRect(x0 + 0.5, gy + 0.5, perRow * (cell + gap) - gap - 1, gpuRows * (cell + gap) - gap - 1);
-        ctx.fillStyle = C.sick; ctx.fillRect(x0 + 2, gy + 2, Math.max(2, cell / 3), Math.max(2, cell / 3));
+        rect(x0, gy, inner, 1, P.sick); rect(x0, gy + innerH - 1, inner, 1, P.sick);
+        rect(x0, gy, 1, innerH, P.sick); rect(x0 + inner - 1, gy, 1, innerH, P.sick);
+        rect(x0 + 2, gy + 2, Math.max(2, cell >> 1), Math.max(2, cell >> 1), P.sick);
         continue;
       }
-      const fragmented = n.fr > 0 && n.f >= FRAG_RATIO * n.fr;
+      const step = hatchStep(n.fr > 0 ? n.f / n.fr : 0);
       for (let j = 0; j < n.a.length; j++) {
         const x = x0 + (j % perRow) * (cell + gap), y = gy + Math.floor(j / perRow) * (cell + gap);
-        if (n.x && n.x[j] !== undefined) { ctx.fillStyle = C.sick; ctx.fillRect(x, y, cell, cell); continue; }
+        if (n.x && n.x[j] !== undefined) { rect(x, y, cell, cell, P.sick); continue; }
         const a = Math.min(1000, n.a[j]);
-        if (a < 1000) { ctx.fillStyle = fragmented ? hatch : C.free; ctx.fillRect(x, y, cell, cell); }
-        if (a > 0) {
-          const h = Math.max(1, Math.round(cell * a / 1000));
-          ctx.fillStyle = allocColor(a); ctx.fillRect(x, y + cell - h, cell, h);
-        }
+        const h = a > 0 ? Math.max(1, Math.round(cell * a / 1000)) : 0;
+        if (h < cell) { if (step) hatched(x, y, cell, cell - h, step); else rect(x, y, cell, cell - h, P.free); }
+        if (h > 0) rect(x, y + cell - h, cell, h, P.alloc[Math.min(20, Math.max(1, Math.round(a / 50)))]);
       }
-      if (n.c) { ctx.fillStyle = C.muted; ctx.fillRect(x0, gy + gpuRows * (cell + gap), perRow * (cell + gap) - gap, 1); }
+      if (n.c) rect(x0, gy + innerH + 1, inner, 1, P.muted);
+    }
+    ctx.putImageData(img, 0, 0);
+    if (labels) {
+      ctx.font = '10px system-ui, sans-serif';
+      ctx.textBaseline = 'top';
+      nodes.forEach((n, i) => {
+        ctx.fillStyle = n.e ? C.sick : n.c ? C.muted : C.text;
+        ctx.fillText(n.n.length > 28 ? n.n.slice(0, 27) + '…' : n.n, (i % cols) * bw, Math.floor(i / cols) * bh, bw - 4);
+      });
     }
     layout = { nodes, cell, gap, perRow, bw, bh, cols, labelH };
     map.dataset.drawnNodes = String(nodes.length);
@@ -320,11 +338,11 @@
     const w = cv.width = cv.clientWidth || 420, h = cv.height = 140;
     const pad = { l: 30, r: 6, t: 6, b: 16 };
     g.clearRect(0, 0, w, h);
-    g.font = '10px system-ui, sans-serif'; g.fillStyle = C.muted; g.strokeStyle = '#eef0f3';
+    g.font = '10px system-ui, sans-serif'; g.fillStyle = C.muted; g.strokeStyle = '#eef0f3'; g.textBaseline = 'middle';
     for (const v of [0, 50, 100]) {
       const y = pad.t + (h - pad.t - pad.b) * (1 - v / 100);
       g.beginPath(); g.moveTo(pad.l, y); g.lineTo(w - pad.r, y); g.stroke();
-      g.fillText(v + '%', 2, y - 5);
+      g.fillText(v + '%', 2, y);
     }
     cv.dataset.samples = String(history.length);
     if (!history.length) return;
@@ -339,7 +357,7 @@
       g.stroke();
     }
     g.fillStyle = C.muted;
-    g.fillText(`${Math.round(span / 60000)} min`, w - 40, h - 12);
+    g.fillText(`last ${Math.round(span / 60000)} min`, w - 60, h - 7);
   }
 
   async function loadHistory() {
