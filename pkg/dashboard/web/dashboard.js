@@ -34,8 +34,11 @@
   const P = { free: pixel(C.free), frag: pixel(C.frag), sick: pixel(C.sick), muted: pixel(C.muted), alloc: allocColors.map(pixel) };
 
   let snap = null; // the current Wire snapshot
+  let phase = () => {}; // marks the end of a step of apply, timed into data-phases-ms
   let history = []; // Samples, oldest first
   let layout = null; // how the map was drawn, for hit testing
+  let mapWidth = 0; // the map's width in pixels; 0: measure it
+  let image = null; // the map's pixels, kept between draws of the same size
   let selected = ''; // the node whose details are shown
   let fetching = false;
   let wanted = 0; // the newest version the server announced
@@ -102,13 +105,13 @@
     snap = s;
     const phases = [];
     let t = performance.now();
-    const phase = (name) => { const now = performance.now(); phases.push(`${name}:${(now - t).toFixed(1)}`); t = now; };
+    phase = (name) => { const now = performance.now(); phases.push(`${name}:${(now - t).toFixed(1)}`); t = now; };
     fillSelect($('filter-model'), s.models, s.nodes, (n) => n.gm ? n.gm : [n.m]);
     fillSelect($('filter-pool'), s.pools, s.nodes, (n) => [n.p]);
     summary();
     phase('filters');
     drawMap();
-    phase('map');
+    phase('put');
     pending();
     problems();
     phase('lists');
@@ -166,15 +169,21 @@
     const labelH = labels ? 13 : 0;
     const bw = perRow * (cell + gap) + (labels ? 14 : 5);
     const bh = gpuRows * (cell + gap) + labelH + (labels ? 8 : 4);
-    const width = Math.max(bw, $('map-scroll').clientWidth || 800);
+    if (!mapWidth) mapWidth = $('map-scroll').clientWidth || 800; // measured once, and again on resize
+    const width = Math.max(bw, mapWidth);
     const cols = Math.max(1, Math.floor(width / bw));
     const height = Math.max(bh, Math.ceil(nodes.length / cols) * bh);
-    map.width = width; map.height = height;
-    map.style.width = width + 'px'; map.style.height = height + 'px';
+    if (map.width !== width || map.height !== height) { // a new size reallocates the canvas: only when it changes
+      map.width = width; map.height = height;
+      map.style.width = width + 'px'; map.style.height = height + 'px';
+    }
     // The cells are written as pixels into one image, put on the canvas at
     // once: a canvas call per cell costs far more at 40000 GPUs.
-    const img = ctx.createImageData(width, height);
+    phase('layout');
+    if (!image || image.width !== width || image.height !== height) image = ctx.createImageData(width, height);
+    const img = image;
     const px = new Uint32Array(img.data.buffer);
+    px.fill(0);
     const rect = (x, y, w, h, c) => { for (let r = y; r < y + h; r++) px.fill(c, r * width + x, r * width + x + w); };
     const hatched = (x, y, w, h, step) => {
       for (let r = y; r < y + h; r++) for (let q = x; q < x + w; q++) px[r * width + q] = (q + r) % step === 0 ? P.frag : P.free;
@@ -200,6 +209,7 @@
       }
       if (n.c) rect(x0, gy + innerH + 1, inner, 1, P.muted);
     }
+    phase('pixels');
     ctx.putImageData(img, 0, 0);
     if (labels) {
       ctx.font = '10px system-ui, sans-serif';
@@ -260,7 +270,10 @@
   $('filter-model').addEventListener('change', drawMap);
   $('filter-pool').addEventListener('change', drawMap);
   let resizeTimer = 0;
-  window.addEventListener('resize', () => { clearTimeout(resizeTimer); resizeTimer = setTimeout(() => snap && drawMap(), 150); });
+  window.addEventListener('resize', () => {
+    clearTimeout(resizeTimer);
+    resizeTimer = setTimeout(() => { mapWidth = 0; if (snap) drawMap(); }, 150);
+  });
 
   // details shows a node's GPUs and the pods holding them.
   async function details(name) {
@@ -312,9 +325,11 @@
       tr.dataset.class = p.class;
       const pod = el('td', 'pod', p.name);
       pod.append(el('small', '', p.ns + (p.gang ? ' · gang ' + p.gang : '') + (p.prio ? ' · prio ' + p.prio : '')));
-      const asks = p.error ? el('td', 'err', p.error) : el('td', '', p.demand || '');
+      const asks = p.error ? el('td', 'err', 'invalid request') : el('td', '', p.demand || '');
       const why = el('td', 'why');
-      why.append(el('span', 'class ' + p.class, p.class), el('small', 'reason', p.reason || 'not yet tried by the scheduler'));
+      why.append(el('span', 'class ' + p.class, p.class));
+      if (p.error) why.append(el('small', 'err', p.error));
+      why.append(el('small', 'reason', p.reason || 'not yet tried by the scheduler'));
       tr.append(el('td', 'pos', String(p.pos)), pod, asks, why);
       rows.push(tr);
     }
@@ -357,7 +372,7 @@
       g.stroke();
     }
     g.fillStyle = C.muted;
-    g.fillText(`last ${Math.round(span / 60000)} min`, w - 60, h - 7);
+    g.fillText(`last ${span < 120000 ? Math.round(span / 1000) + ' s' : Math.round(span / 60000) + ' min'}`, w - 60, h - 7);
   }
 
   async function loadHistory() {
