@@ -3,6 +3,9 @@ package dashboard
 import (
 	"fmt"
 	"net"
+	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -61,7 +64,10 @@ reach it through kubectl port-forward, or put kube-rbac-proxy in front of it
 			fmt.Fprintf(cmd.OutOrStdout(), "Serving the GPU dashboard on http://%s/\n", ln.Addr())
 			s := New(client, Options{SchedulerNames: f.schedulerNames, PoolLabel: f.poolLabel,
 				PerGPUMetrics: f.perGPUMetrics, MinInterval: f.minInterval, SampleEvery: f.sampleEvery})
-			return s.Serve(cmd.Context(), ln)
+			// SIGINT or SIGTERM shuts the server down and returns nil.
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return s.Serve(ctx, ln)
 		},
 	}
 	// Cobra's own help and usage, not those a parent command (kube-scheduler's)
