@@ -22,16 +22,18 @@ import (
 
 	"github.com/gpusched/gpusched/pkg/dashboard"
 	"github.com/gpusched/gpusched/pkg/gpu"
+	gt "github.com/gpusched/gpusched/pkg/gpu/gputest"
 )
 
 // updateScreenshots writes the dashboard's screenshot to docs/images too.
 var updateScreenshots = flag.Bool("update-screenshots", false, "write the dashboard screenshot to docs/images/dashboard.png")
 
 // TestDashboardShowsThePlayground serves the playground, places the demo's
-// pods and one whose GPU request is malformed, serves the dashboard against
-// the playground's kubeconfig, and has headless Chromium render the page:
-// it must show the 5 nodes, the pod that cannot fit with the scheduler's
-// reason, and the malformed pod with the error naming its annotation. The
+// pods and one whose GPU request is malformed, adds a node whose GPU
+// annotation is malformed, serves the dashboard against the playground's
+// kubeconfig, and has headless Chromium render the page: it must show the 6
+// GPU nodes, the pod that cannot fit with the scheduler's reason, and the
+// malformed pod and node each with the error naming its annotation. The
 // screenshot is kept in $GPUSCHED_ARTIFACTS (else the test's temporary
 // directory); -update-screenshots also writes docs/images/dashboard.png.
 func TestDashboardShowsThePlayground(t *testing.T) {
@@ -51,6 +53,10 @@ func TestDashboardShowsThePlayground(t *testing.T) {
 	}
 	client := kubernetes.NewForConfigOrDie(config)
 
+	broken := gt.MakeGPUNode("broken-gpus").Annotation(gpu.AnnotationDevices, "[{not json").AllocatableGPUs(8).Obj()
+	if _, err := client.CoreV1().Nodes().Create(ctx, broken, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating the node %s: %v", broken.Name, err)
+	}
 	bad := annotate(demoPod("bad-request"), gpu.AnnotationMilli, "lots")
 	bad.Spec.SchedulerName = "gpusched"
 	for _, p := range append(DemoPods(opts.Shapes, "gpusched"), bad) {
@@ -95,7 +101,7 @@ func TestDashboardShowsThePlayground(t *testing.T) {
 			classes[p.Name] = p.Class
 		}
 		return classes["too-big"] == "too-few-gpus-on-node" && classes["bad-request"] == dashboard.ClassInvalidRequest &&
-			snap.Cluster.AllocatedMilli >= 11250, nil
+			snap.Cluster.AllocatedMilli >= 11250 && snap.Cluster.InvalidNodes == 1, nil
 	})
 	if err != nil {
 		t.Fatalf("the dashboard never showed the demo placed: %v; last snapshot: %+v pending %+v", err, snap.Cluster, snap.Pending)
@@ -106,9 +112,9 @@ func TestDashboardShowsThePlayground(t *testing.T) {
 		t.Fatalf("the page did not render a snapshot (body state %v):\n%.3000s", m, dom)
 	}
 	want := []string{
-		`id="node-count" data-nodes="5">5<`,
-		`id="gpu-count" data-gpus="32">32<`,
-		`id="gpu-map" width=`, `data-drawn-nodes="5"`,
+		`id="node-count" data-nodes="6">6<`, // the 5 simulated nodes and broken-gpus
+		`id="gpu-count" data-gpus="32">32<`, // 2×8 A100 + 8 H100 + 2×4 T4; broken-gpus' cannot be read
+		`id="gpu-map" width=`, `data-drawn-nodes="6"`,
 	}
 	for _, w := range want {
 		if !strings.Contains(dom, w) {
@@ -122,6 +128,10 @@ func TestDashboardShowsThePlayground(t *testing.T) {
 	row = regexp.MustCompile(`<tr data-pod="default/bad-request" data-class="invalid-request">.*?</tr>`).FindString(dom)
 	if !strings.Contains(row, `class="err"`) || !strings.Contains(row, gpu.AnnotationMilli) || !strings.Contains(row, "lots") {
 		t.Errorf("the pending list shows bad-request as %q, want the error naming %s and its value", row, gpu.AnnotationMilli)
+	}
+	item := regexp.MustCompile(`<li data-node="broken-gpus">[^<]*</li>`).FindString(dom)
+	if !strings.Contains(item, gpu.AnnotationDevices) {
+		t.Errorf("the page lists broken-gpus as %q, want the error naming %s", item, gpu.AnnotationDevices)
 	}
 	if m := regexp.MustCompile(`id="banner"[^>]*>([^<]+)<`).FindStringSubmatch(dom); m != nil {
 		t.Errorf("the page shows an error: %s", m[1])

@@ -5,6 +5,7 @@ import (
 	"compress/gzip"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -313,4 +314,48 @@ func TestDashboardHistory(t *testing.T) {
 	if _, v := s.Current(); v != 3 {
 		t.Errorf("version %d after 3 publishes", v)
 	}
+}
+
+// TestDashboardEventsReportAFailedRebuild: a failed rebuild keeps the last
+// snapshot and is announced as a "rebuild" event with the error, and its
+// end (a new snapshot) as one with no error.
+func TestDashboardEventsReportAFailedRebuild(t *testing.T) {
+	s := New(nil, Options{})
+	nodes, pods := fixture()
+	s.Publish(nodes, pods)
+	srv := httptest.NewServer(s.Handler())
+	defer srv.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/api/events", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	events := readEvents(resp.Body)
+	if v := nextSnapshotEvent(t, events, 10*time.Second); v != 1 {
+		t.Fatalf("first snapshot event: version %d, want 1", v)
+	}
+
+	expect := func(want ...event) {
+		t.Helper()
+		for _, w := range want {
+			select {
+			case e := <-events:
+				if e != w {
+					t.Errorf("event %+v, want %+v", e, w)
+				}
+			case <-ctx.Done():
+				t.Fatalf("no event %+v", w)
+			}
+		}
+	}
+	s.State().Failed(errors.New("listing pods: connection refused"))
+	expect(event{"rebuild", `{"error":"listing pods: connection refused"}`})
+	if _, v := s.State().Current(); v != 1 {
+		t.Errorf("version %d after a failed rebuild, want the last snapshot (1) kept", v)
+	}
+	s.Publish(nodes, pods)
+	expect(event{"snapshot", `{"version":2}`}, event{"rebuild", `{"error":""}`})
 }
