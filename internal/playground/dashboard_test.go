@@ -7,6 +7,7 @@ import (
 	"flag"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -135,6 +136,18 @@ func TestDashboardShowsThePlayground(t *testing.T) {
 	}
 	if m := regexp.MustCompile(`id="banner"[^>]*>([^<]+)<`).FindStringSubmatch(dom); m != nil {
 		t.Errorf("the page shows an error: %s", m[1])
+	}
+
+	// A filter given in the URL: the A100 model draws its 2 nodes only.
+	a100 := ""
+	for _, m := range snap.Models {
+		if strings.Contains(m, "A100") {
+			a100 = m
+		}
+	}
+	dom = runChromium(ctx, t, chromium, "--dump-dom", base+"?live=0&model="+url.QueryEscape(a100))
+	if !strings.Contains(dom, `data-drawn-nodes="2"`) || !strings.Contains(dom, ">2 of 6 nodes shown<") {
+		t.Errorf("filtered by model %q, the map does not draw 2 of 6 nodes:\n%.3000s", a100, dom)
 	}
 
 	dir := os.Getenv("GPUSCHED_ARTIFACTS")

@@ -121,6 +121,17 @@
     body.dataset.state = 'ready';
   }
 
+  // The filters' first values come from the URL (?model=...&pool=...), so a
+  // filtered view can be linked to; choosing one puts it in the URL.
+  const initial = { 'filter-model': params.get('model') || '', 'filter-pool': params.get('pool') || '' };
+  function filtersToURL() {
+    const u = new URL(location.href);
+    for (const [id, key] of [['filter-model', 'model'], ['filter-pool', 'pool']]) {
+      if ($(id).value) u.searchParams.set(key, $(id).value); else u.searchParams.delete(key);
+    }
+    history.replaceState(null, '', u);
+  }
+
   // fillSelect lists names (with their node counts) as options, keeping the choice.
   function fillSelect(sel, names, nodes, of) {
     const counts = new Array(names.length).fill(0);
@@ -128,7 +139,8 @@
       const idx = of(n);
       for (let k = 0; k < idx.length; k++) if (idx.indexOf(idx[k]) === k) counts[idx[k]]++;
     }
-    const keep = sel.value;
+    const keep = initial[sel.id] ?? sel.value;
+    delete initial[sel.id];
     const opts = [new Option('all', '')];
     names.forEach((name, i) => { if (counts[i]) opts.push(new Option(`${name || '(none)'} (${counts[i]})`, name)); });
     sel.replaceChildren(...opts);
@@ -267,8 +279,7 @@
   map.addEventListener('mouseleave', () => { $('tip').hidden = true; });
   map.addEventListener('click', (ev) => { const h = hit(ev); if (h) details(h.n.n); });
   $('details-close').addEventListener('click', () => { selected = ''; $('details').hidden = true; });
-  $('filter-model').addEventListener('change', drawMap);
-  $('filter-pool').addEventListener('change', drawMap);
+  for (const id of ['filter-model', 'filter-pool']) $(id).addEventListener('change', () => { filtersToURL(); drawMap(); });
   let resizeTimer = 0;
   window.addEventListener('resize', () => {
     clearTimeout(resizeTimer);
