@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -165,6 +166,30 @@ func TestDashboardShowsThePlayground(t *testing.T) {
 		if err := os.WriteFile(filepath.Join("..", "..", "docs", "images", "dashboard.png"), png, 0o644); err != nil {
 			t.Fatal(err)
 		}
+	}
+
+	// Live: the page follows the dashboard's event stream, so a pod created
+	// while it is open shows up without a reload, in a newer snapshot.
+	page := openPage(ctx, t, chromium, base)
+	page.waitFor(ctx, t, `document.body.dataset.state === 'ready' && document.getElementById('status').dataset.live === 'true'`, 30*time.Second)
+	var before string
+	page.eval(t, "document.body.dataset.version", &before)
+	late := wholeGPUs(demoPod("late-arrival"), 9)
+	late.Spec.SchedulerName = "gpusched"
+	if _, err := client.CoreV1().Pods(DemoNamespace).Create(ctx, late, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	page.waitFor(ctx, t, `!!document.querySelector('tr[data-pod="default/late-arrival"]')`, time.Minute)
+	var after string
+	page.eval(t, "document.body.dataset.version", &after)
+	b, _ := strconv.Atoi(before)
+	if a, err := strconv.Atoi(after); err != nil || a <= b {
+		t.Errorf("the page shows late-arrival in snapshot %q, not newer than %q", after, before)
+	}
+	var pending string
+	page.eval(t, "document.getElementById('pending-count').dataset.pending", &pending)
+	if pending != "3" {
+		t.Errorf("the page counts %s pending GPU pods after late-arrival, want 3", pending)
 	}
 }
 
