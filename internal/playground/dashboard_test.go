@@ -135,6 +135,9 @@ func TestDashboardShowsThePlayground(t *testing.T) {
 	if !strings.Contains(item, gpu.AnnotationDevices) {
 		t.Errorf("the page lists broken-gpus as %q, want the error naming %s", item, gpu.AnnotationDevices)
 	}
+	if m := regexp.MustCompile(`<body[^>]* data-error="([^"]*)"`).FindStringSubmatch(dom); m != nil {
+		t.Errorf("the page's script failed: %s", m[1])
+	}
 	if m := regexp.MustCompile(`id="banner"[^>]*>([^<]+)<`).FindStringSubmatch(dom); m != nil {
 		t.Errorf("the page shows an error: %s", m[1])
 	}
@@ -186,7 +189,11 @@ func TestDashboardShowsThePlayground(t *testing.T) {
 	if a, err := strconv.Atoi(after); err != nil || a <= b {
 		t.Errorf("the page shows late-arrival in snapshot %q, not newer than %q", after, before)
 	}
-	var pending string
+	var pending, scriptError string
+	page.eval(t, "document.body.dataset.error || ''", &scriptError)
+	if scriptError != "" {
+		t.Errorf("the page's script failed while live: %s", scriptError)
+	}
 	page.eval(t, "document.getElementById('pending-count').dataset.pending", &pending)
 	if pending != "3" {
 		t.Errorf("the page counts %s pending GPU pods after late-arrival, want 3", pending)

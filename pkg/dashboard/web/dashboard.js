@@ -15,6 +15,9 @@
   const live = params.get('live') !== '0';
   const bench = params.get('bench') === '1';
   const body = document.body;
+  // A script error is kept on <body> (data-error), where tests look for it.
+  window.addEventListener('error', (e) => { body.dataset.error = String(e.message); });
+  window.addEventListener('unhandledrejection', (e) => { body.dataset.error = String(e.reason); });
   const MAX_ROWS = 200;   // pending pods listed; the count covers all
   // The free part of a node's GPUs is hatched when a tenth or more of the node's
   // free milli-GPU is fragmented; the more, the denser (one pixel in step).
