@@ -125,6 +125,16 @@ func TestDashboardHandlers(t *testing.T) {
 		t.Errorf("/api/snapshot with the current ETag: %d, want 304", resp.StatusCode)
 	}
 
+	resp, raw = get(t, srv, "/api/snapshot?full=1")
+	var full gpuview.Snapshot
+	if err := json.Unmarshal(raw, &full); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("/api/snapshot?full=1: %d %v", resp.StatusCode, err)
+	}
+	if len(full.Nodes) != 3 || len(full.Pending) != 3 || full.Cluster.AllocatedMilli != 1250 {
+		t.Errorf("/api/snapshot?full=1: %d nodes, %d pending, %d milli allocated; want 3, 3, 1250",
+			len(full.Nodes), len(full.Pending), full.Cluster.AllocatedMilli)
+	}
+
 	resp, raw = get(t, srv, "/api/node?name=a100-0")
 	var node gpuview.Node
 	if err := json.Unmarshal(raw, &node); err != nil || resp.StatusCode != http.StatusOK {
