@@ -11,6 +11,10 @@
 //
 // `gpusched simulate` replays a cluster and a workload through the same
 // plugins and configuration, in-process (see docs/simulator.md).
+//
+// `gpusched dashboard` serves a live, read-only view of the cluster's GPUs:
+// a web page, JSON, Server-Sent Events and Prometheus metrics (see
+// docs/dashboard.md).
 package main
 
 import (
@@ -20,6 +24,7 @@ import (
 	"k8s.io/component-base/cli"
 	"k8s.io/kubernetes/cmd/kube-scheduler/app"
 
+	"github.com/gpusched/gpusched/pkg/dashboard"
 	"github.com/gpusched/gpusched/pkg/plugins"
 	"github.com/gpusched/gpusched/pkg/simulator"
 )
@@ -29,11 +34,11 @@ func main() {
 }
 
 // newCommand is the gpusched command: kube-scheduler's with gpusched's
-// plugins, --kubeconfig applied beside --config, and `simulate`.
+// plugins, --kubeconfig applied beside --config, `simulate` and `dashboard`.
 func newCommand() *cobra.Command {
 	command := app.NewSchedulerCommand(plugins.CommandOptions()...)
 	command.Use = "gpusched"
 	withKubeconfig(command)
-	command.AddCommand(simulator.NewCommand())
+	command.AddCommand(simulator.NewCommand(), dashboard.NewCommand())
 	return command
 }

@@ -62,10 +62,10 @@ func TestDeployManifests(t *testing.T) {
 	covered := map[string]bool{}
 
 	withPreemption := preemptionOverlay(t)
-	for _, dir := range []string{"deploy/scheduler", "deploy/extender", withPreemption} {
+	for _, dir := range []string{"deploy/scheduler", "deploy/extender", withPreemption, "deploy/dashboard"} {
 		command(t, nil, kubectl, kc, "apply", "--dry-run=server", "-k", dir)
 	}
-	for _, dir := range []string{"deploy/scheduler", "deploy/extender", "deploy/scheduler/preemption"} {
+	for _, dir := range []string{"deploy/scheduler", "deploy/extender", "deploy/scheduler/preemption", "deploy/dashboard"} {
 		for _, f := range kustomizationFiles(t, dir) {
 			covered[f] = true
 		}
@@ -130,6 +130,20 @@ func TestDeployManifests(t *testing.T) {
 
 	command(t, nil, kubectl, kc, "apply", "-f", "deploy/scheduler/preemption/rbac.yaml")
 	assertAccess(t, kubectl, kc, schedulerServiceAccount, slices.Concat(schedulerNeeds, preemptionNeeds), schedulerMustNot)
+
+	// The dashboard reads nodes and pods; its kube-rbac-proxy sidecar reviews
+	// tokens and access. Nothing in the cluster is written.
+	command(t, nil, kubectl, kc, "apply", "-f", "deploy/dashboard/serviceaccount.yaml", "-f", "deploy/dashboard/rbac.yaml")
+	assertAccess(t, kubectl, kc, "system:serviceaccount:kube-system:gpusched-dashboard", []access{
+		{"get", "nodes", "", ""}, {"list", "nodes", "", ""}, {"watch", "nodes", "", ""},
+		{"get", "pods", "", "default"}, {"list", "pods", "", ""}, {"watch", "pods", "", ""},
+		{"create", "tokenreviews.authentication.k8s.io", "", ""},
+		{"create", "subjectaccessreviews.authorization.k8s.io", "", ""},
+	}, slices.Concat(schedulerMustNot, []access{
+		{"patch", "pods", "", "default"}, {"create", "pods", "binding", "default"}, {"patch", "nodes", "", ""},
+		{"delete", "pods", "", "default"}, {"list", "podgroups.scheduling.x-k8s.io", "", ""},
+		{"create", "events.events.k8s.io", "", "default"},
+	}))
 }
 
 // preemptionOverlay writes a kustomization of deploy/scheduler/ with the
