@@ -170,6 +170,21 @@ func TestDashboardShowsThePlayground(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// A pod's explanation, opened from the URL as a click on its row opens it.
+	dom = runChromium(ctx, t, chromium, "--dump-dom", base+"?live=0&explain=default/too-big")
+	if !strings.Contains(dom, `data-verdict="fits nowhere in this cluster: no schedulable node has 9 suitable GPUs`) {
+		t.Errorf("?explain=default/too-big shows no verdict for too-big:\n%.3000s", dom)
+	}
+	shot = filepath.Join(dir, "dashboard-explain.png")
+	runChromium(ctx, t, chromium, "--screenshot="+shot, "--window-size=1500,760", base+"?live=0&explain=default/too-big")
+	if png, err = os.ReadFile(shot); err != nil || !bytes.HasPrefix(png, []byte("\x89PNG")) {
+		t.Fatalf("no screenshot at %s: %v", shot, err)
+	}
+	if *updateScreenshots {
+		if err := os.WriteFile(filepath.Join("..", "..", "docs", "images", "dashboard-explain.png"), png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 
 	// Live: the page follows the dashboard's event stream, so a pod created
 	// while it is open shows up without a reload, in a newer snapshot.
@@ -197,6 +212,20 @@ func TestDashboardShowsThePlayground(t *testing.T) {
 	page.eval(t, "document.getElementById('pending-count').dataset.pending", &pending)
 	if pending != "3" {
 		t.Errorf("the page counts %s pending GPU pods after late-arrival, want 3", pending)
+	}
+
+	// A click on a pending pod explains it, as kubectl gpusched explain
+	// does: too-big asks for one GPU more than the largest node has.
+	var clicked bool
+	page.eval(t, `(() => { const r = document.querySelector('tr[data-pod="default/too-big"]'); if (r) r.click(); return !!r; })()`, &clicked)
+	if !clicked {
+		t.Fatal("no row for too-big to click")
+	}
+	page.waitFor(ctx, t, `!!document.querySelector('#details-body [data-verdict]')`, 30*time.Second)
+	var verdict string
+	page.eval(t, `document.querySelector('#details-body [data-verdict]').dataset.verdict`, &verdict)
+	if !strings.Contains(verdict, "fits nowhere in this cluster: no schedulable node has 9 suitable GPUs (the most on one node is 8)") {
+		t.Errorf("too-big explained as %q, want fits nowhere: no node has 9 GPUs", verdict)
 	}
 }
 

@@ -19,6 +19,9 @@ import (
 //	                Snapshot, with every holder); ETag is the version
 //	/api/node       ?name=N: one node of the snapshot with its holders
 //	/api/history    the fragmentation and allocation samples (?after=SEQ)
+//	/api/explain    ?pod=NAMESPACE/NAME: why the pod waits and what would
+//	                let it run (gpuview.Explanation, as kubectl gpusched
+//	                explain computes it), against the current snapshot
 //	/api/events     Server-Sent Events: "snapshot" {"version":N} at each new
 //	                snapshot, "sample" (a Sample) at each new sample,
 //	                "rebuild" {"error":...} when a rebuild failed ("" once
@@ -34,6 +37,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /api/snapshot", s.serveSnapshot)
 	mux.HandleFunc("GET /api/node", s.serveNode)
 	mux.HandleFunc("GET /api/history", s.serveHistory)
+	mux.HandleFunc("GET /api/explain", s.serveExplain)
 	mux.HandleFunc("GET /api/events", s.serveEvents)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", s.serveHealth)
@@ -97,6 +101,26 @@ func (s *Server) serveNode(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, n)
+}
+
+func (s *Server) serveExplain(w http.ResponseWriter, r *http.Request) {
+	snap, _ := s.state.Current()
+	if snap == nil {
+		writeError(w, http.StatusServiceUnavailable, "no snapshot yet: the informers have not synced")
+		return
+	}
+	key := r.URL.Query().Get("pod")
+	namespace, name, ok := strings.Cut(key, "/")
+	if !ok || namespace == "" || name == "" {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("pod: %q is not NAMESPACE/NAME", key))
+		return
+	}
+	e, found := snap.ExplainPod(namespace, name, nil)
+	if !found {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no pod %s in the snapshot", key))
+		return
+	}
+	writeJSON(w, e)
 }
 
 func (s *Server) serveHistory(w http.ResponseWriter, r *http.Request) {

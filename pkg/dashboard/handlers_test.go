@@ -369,3 +369,36 @@ func TestDashboardEventsReportAFailedRebuild(t *testing.T) {
 	s.Publish(nodes, pods)
 	expect(event{"snapshot", `{"version":2}`}, event{"rebuild", `{"error":""}`})
 }
+
+// TestDashboardExplain: /api/explain answers as kubectl gpusched explain.
+func TestDashboardExplain(t *testing.T) {
+	s := New(nil, Options{})
+	srv := httptest.NewServer(s.Handler())
+	defer srv.Close()
+	nodes, pods := fixture()
+	s.Publish(nodes, pods)
+
+	resp, raw := get(t, srv, "/api/explain?pod=default/big")
+	var e gpuview.Explanation
+	if err := json.Unmarshal(raw, &e); resp.StatusCode != http.StatusOK || err != nil {
+		t.Fatalf("/api/explain: %d %v %s", resp.StatusCode, err, raw)
+	}
+	// big asks for 2 GPUs: a100-0's two are held by whole-1 (1000m) and
+	// share-1 (250m), both priority 0; t4-0 has one healthy T4 of two.
+	want := "nothing fits now; nearest: fits on a100-0 if GPUs 0, 1 are freed — held by pods default/whole-1, default/share-1 (priority 0)"
+	if e.Verdict != want {
+		t.Errorf("verdict = %q, want %q", e.Verdict, want)
+	}
+	if e.QueuePosition != 1 || e.QueueLength != 3 {
+		t.Errorf("queue %d of %d, want 1 of 3", e.QueuePosition, e.QueueLength)
+	}
+	for path, code := range map[string]int{
+		"/api/explain?pod=big":          http.StatusBadRequest,
+		"/api/explain":                  http.StatusBadRequest,
+		"/api/explain?pod=default/nope": http.StatusNotFound,
+	} {
+		if resp, body := get(t, srv, path); resp.StatusCode != code || !strings.Contains(string(body), "error") {
+			t.Errorf("%s: %d %s, want %d with an error", path, resp.StatusCode, body, code)
+		}
+	}
+}

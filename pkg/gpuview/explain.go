@@ -148,6 +148,17 @@ func (s *Snapshot) Explain(pod *v1.Pod, pods []*v1.Pod, gangMinMember map[string
 	return e
 }
 
+// ExplainPod is Explain for the snapshot's pod namespace/name, against the
+// snapshot's own pods; false when the snapshot has no such pod.
+func (s *Snapshot) ExplainPod(namespace, name string, gangMinMember map[string]int) (Explanation, bool) {
+	for _, p := range s.pods {
+		if p.Namespace == namespace && p.Name == name {
+			return s.Explain(p, s.pods, gangMinMember), true
+		}
+	}
+	return Explanation{}, false
+}
+
 // answer is node i's answer for the demand.
 func (s *Snapshot) answer(i int, d *gpu.Demand) NodeAnswer {
 	node, view := &s.Nodes[i], s.views[i]

@@ -37,6 +37,7 @@ type Snapshot struct {
 	byName map[string]int
 	views  []*gpu.NodeGPUs
 	nodes  []*v1.Node
+	pods   []*v1.Pod
 }
 
 // Node is one node's GPUs and host resources.
@@ -179,7 +180,7 @@ type Options struct {
 // not listed, and finished pods, are ignored; nodes without GPUs are left
 // out unless their GPU inventory is malformed.
 func Build(nodes []*v1.Node, pods []*v1.Pod, opts Options) *Snapshot {
-	s := &Snapshot{byName: map[string]int{}}
+	s := &Snapshot{byName: map[string]int{}, pods: pods}
 	onNode := map[string][]*v1.Pod{}
 	var demands []gpu.Demand
 	for _, p := range pods {

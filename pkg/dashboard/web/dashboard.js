@@ -1,7 +1,8 @@
 // The dashboard page: reads api/snapshot (Wire JSON) and api/history, follows
 // api/events, and draws every GPU on one canvas (no element per GPU, so 5000
 // nodes of 8 GPUs stay responsive). Query parameters: live=0 reads once and
-// does not follow events; bench=1 loads the snapshot, then again as an
+// does not follow events; explain=NS/NAME opens that pod's explanation;
+// bench=1 loads the snapshot, then again as an
 // update, and times both, with synchronous requests so that both are done
 // before the page's load event (when headless Chromium's --dump-dom reads the
 // DOM, on the real clock). Timings land in data attributes of <body>:
@@ -292,6 +293,7 @@
   // details shows a node's GPUs and the pods holding them.
   async function details(name) {
     selected = name;
+    $('details-kind').textContent = 'Node';
     $('details-name').textContent = name;
     $('details').hidden = false;
     const out = $('details-body');
@@ -313,6 +315,42 @@
       out.replaceChildren(el('p', 'err', 'Cannot read the node: ' + e.message));
     }
   }
+
+  // explain shows why a pending pod waits and the nearest ways it would
+  // run, as kubectl gpusched explain answers.
+  async function explain(key) {
+    selected = '';
+    $('details-kind').textContent = 'Pod';
+    $('details-name').textContent = key;
+    $('details').hidden = false;
+    const out = $('details-body');
+    try {
+      const r = await fetch('api/explain?pod=' + encodeURIComponent(key), { cache: 'no-store' });
+      const e = await r.json();
+      if (!r.ok) throw new Error(e.error || r.statusText);
+      const verdict = el('p', 'verdict', e.verdict);
+      verdict.dataset.verdict = e.verdict;
+      const parts = [verdict];
+      if (e.queuePosition) parts.push(el('p', '', `queue: ${e.queuePosition} of ${e.queueLength} pending GPU pods`));
+      if (e.fixes && e.fixes.length) {
+        const ol = el('ol', 'fixes');
+        for (const f of e.fixes) ol.append(el('li', '', f.text));
+        parts.push(el('p', '', 'Nearest ways it would run:'), ol);
+      }
+      if (e.gang) {
+        parts.push(el('p', '', `gang ${e.gang.name} (minMember ${e.gang.minMember}): ${e.gang.bound} bound, ${e.gang.pending} pending, ${e.gang.fitNow} fit now together`));
+        if (e.gang.clique) parts.push(el('p', '', e.gang.clique));
+      }
+      if (e.schedulerSays) parts.push(el('p', 'reason', "scheduler's last attempt: " + e.schedulerSays));
+      out.replaceChildren(...parts);
+    } catch (err) {
+      out.replaceChildren(el('p', 'err', 'Cannot explain the pod: ' + err.message));
+    }
+  }
+  $('pending').tBodies[0].addEventListener('click', (ev) => {
+    const tr = ev.target.closest('tr[data-pod]');
+    if (tr) explain(tr.dataset.pod);
+  });
 
   function el(tag, cls, text) {
     const e = document.createElement(tag);
@@ -424,6 +462,7 @@
   } else {
     loadHistory();
     load('first');
+    if (params.get('explain')) explain(params.get('explain'));
     if (live && window.EventSource) follow();
   }
 })();
