@@ -226,3 +226,25 @@ func TestExplainGang(t *testing.T) {
 		t.Errorf("short = %q, want fits nowhere", e.Gang.Short)
 	}
 }
+
+// TestExplainWorkloadGang: pods of an upstream Workload API PodGroup
+// (spec.schedulingGroup) are a gang too, sized by their pods.
+func TestExplainWorkloadGang(t *testing.T) {
+	group := "train"
+	member := func(name string) *v1.Pod {
+		p := gt.MakeGPUPod(name).Namespace("ml").GPUs(4).Obj()
+		p.Spec.SchedulingGroup = &v1.PodSchedulingGroup{PodGroupName: &group}
+		return p
+	}
+	// Two 4-GPU nodes, b's held: one member of two fits now.
+	pods := []*v1.Pod{member("w0"), member("w1"), bound("x", whole("b", 0, 1, 2, 3), 0)}
+	nodes := []*v1.Node{gt.MakeGPUNode("a").GFD("A100", 4, 40960).Obj(), gt.MakeGPUNode("b").GFD("A100", 4, 40960).Obj()}
+	s := gpuview.Build(nodes, pods, gpuview.Options{})
+	e := s.Explain(pods[0], pods, nil)
+	if e.Gang == nil || e.Gang.Name != "ml/workload:train" || e.Gang.MinMember != 2 || e.Gang.FitNow != 1 {
+		t.Fatalf("gang = %+v, want ml/workload:train, minMember 2 (its pods), 1 fits now", e.Gang)
+	}
+	if s.Pending[0].Gang != "workload:train" {
+		t.Errorf("pending gang = %q", s.Pending[0].Gang)
+	}
+}

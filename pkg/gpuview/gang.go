@@ -31,9 +31,18 @@ type GangAnswer struct {
 	Clique string `json:"clique,omitempty"`
 }
 
+// gangOf names the gang a pod belongs to: the PodGroup of its
+// scheduling.x-k8s.io/pod-group label, or the upstream Workload API's
+// PodGroup of its spec.schedulingGroup (prefixed "workload:", as the two
+// are different objects that may share a name).
 func gangOf(pod *v1.Pod) (string, bool) {
-	name, ok, err := podgroup.NameOf(pod)
-	return name, ok && err == nil
+	if name, ok, err := podgroup.NameOf(pod); ok && err == nil {
+		return name, true
+	}
+	if g := pod.Spec.SchedulingGroup; g != nil && g.PodGroupName != nil && *g.PodGroupName != "" {
+		return "workload:" + *g.PodGroupName, true
+	}
+	return "", false
 }
 
 // explainGang places the gang's pending pods together on the cluster's free

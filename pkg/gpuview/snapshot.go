@@ -17,7 +17,6 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/gpusched/gpusched/pkg/gpu"
-	"github.com/gpusched/gpusched/pkg/podgroup"
 )
 
 // Snapshot is a cluster's GPUs at one moment. It is immutable once built.
@@ -144,7 +143,8 @@ type PendingPod struct {
 	DemandError string    `json:"demandError,omitempty"`
 	Priority    int32     `json:"priority"`
 	Created     time.Time `json:"created"`
-	// Gang is the PodGroup the pod belongs to, if any.
+	// Gang is the gang the pod belongs to, if any: its PodGroup's name, or
+	// "workload:" and the name of its Workload API PodGroup.
 	Gang string `json:"gang,omitempty"`
 	// Reason is the scheduler's last word on it: the message of its
 	// PodScheduled=False condition.
@@ -295,7 +295,7 @@ func pendingOf(p *v1.Pod, d gpu.Demand, err error) PendingPod {
 	} else {
 		out.Demand = d.String()
 	}
-	if g, ok, _ := podgroup.NameOf(p); ok {
+	if g, ok := gangOf(p); ok {
 		out.Gang = g
 	}
 	for _, c := range p.Status.Conditions {

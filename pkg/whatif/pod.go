@@ -8,6 +8,7 @@ import (
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 
 	"github.com/gpusched/gpusched/pkg/gpu"
+	"github.com/gpusched/gpusched/pkg/podgroup"
 )
 
 // newPod is one pod to place, read once.
@@ -118,9 +119,7 @@ func notModeled(p *v1.Pod) []string {
 	if len(p.Spec.SchedulingGates) > 0 {
 		out = append(out, "scheduling gates")
 	}
-	// labelPodGroup is pkg/podgroup.LabelPodGroup, the coscheduling gang label.
-	const labelPodGroup = "scheduling.x-k8s.io/pod-group"
-	if p.Spec.SchedulingGroup != nil || p.Labels[labelPodGroup] != "" {
+	if p.Spec.SchedulingGroup != nil || p.Labels[podgroup.LabelPodGroup] != "" {
 		out = append(out, "gang")
 	}
 	return out
