@@ -149,11 +149,18 @@ func TestExplainAgainstTheAPIServer(t *testing.T) {
 		if got.Cluster.GPUCount != 21 || got.Cluster.AllocatedMilli != 8600 || len(got.Nodes) != 4 {
 			t.Errorf("cluster = %+v with %d nodes, want 21 GPUs, 8600 milli allocated, 4 nodes", got.Cluster, len(got.Nodes))
 		}
-		// mem, h200, train-0..2, huge-0..4.
-		if got.Cluster.PendingGPUPods != 10 {
-			t.Errorf("pending GPU pods = %d, want 10", got.Cluster.PendingGPUPods)
+		// Every pod not bound asks for GPUs: mem, h200, train-0..2 and, after
+		// the subtest before, huge-0..4.
+		all, err := c.Client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName="})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Cluster.PendingGPUPods != len(all.Items) || len(all.Items) < 5 {
+			t.Errorf("pending GPU pods = %d, want the %d pods not bound", got.Cluster.PendingGPUPods, len(all.Items))
 		}
 		expect(t, run(t, "gpus", "--node", "a"), "default/x 300m, default/y 300m")
+		// 8600 of 21000 milli allocated: 41.0%.
+		expect(t, run(t, "nodes"), "Cluster: 4 nodes, 21 GPUs; allocated 41.0%")
 	})
 	t.Run("what-if", func(t *testing.T) {
 		// Two pods of 8 H100s: no node has 8 free (h1 2, h2 6); a copy of
