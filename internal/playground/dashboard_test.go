@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -22,6 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/gpusched/gpusched/internal/chromiumtest"
 	"github.com/gpusched/gpusched/pkg/dashboard"
 	"github.com/gpusched/gpusched/pkg/gpu"
 	gt "github.com/gpusched/gpusched/pkg/gpu/gputest"
@@ -39,7 +39,7 @@ var updateScreenshots = flag.Bool("update-screenshots", false, "write the dashbo
 // screenshot is kept in $GPUSCHED_ARTIFACTS (else the test's temporary
 // directory); -update-screenshots also writes docs/images/dashboard.png.
 func TestDashboardShowsThePlayground(t *testing.T) {
-	chromium := findChromium(t)
+	chromium := chromiumtest.Path(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	flags := NewFlags()
@@ -109,7 +109,7 @@ func TestDashboardShowsThePlayground(t *testing.T) {
 		t.Fatalf("the dashboard never showed the demo placed: %v; last snapshot: %+v pending %+v", err, snap.Cluster, snap.Pending)
 	}
 
-	dom := runChromium(ctx, t, chromium, "--dump-dom", base+"?live=0")
+	dom := chromiumtest.Run(ctx, t, chromium, "--virtual-time-budget=10000", "--dump-dom", base+"?live=0")
 	if m := regexp.MustCompile(`<body[^>]*data-state="([^"]*)"`).FindStringSubmatch(dom); m == nil || m[1] != "ready" {
 		t.Fatalf("the page did not render a snapshot (body state %v):\n%.3000s", m, dom)
 	}
@@ -149,7 +149,7 @@ func TestDashboardShowsThePlayground(t *testing.T) {
 			a100 = m
 		}
 	}
-	dom = runChromium(ctx, t, chromium, "--dump-dom", base+"?live=0&model="+url.QueryEscape(a100))
+	dom = chromiumtest.Run(ctx, t, chromium, "--virtual-time-budget=10000", "--dump-dom", base+"?live=0&model="+url.QueryEscape(a100))
 	if !strings.Contains(dom, `data-drawn-nodes="2"`) || !strings.Contains(dom, ">2 of 6 nodes shown<") {
 		t.Errorf("filtered by model %q, the map does not draw 2 of 6 nodes:\n%.3000s", a100, dom)
 	}
@@ -159,7 +159,7 @@ func TestDashboardShowsThePlayground(t *testing.T) {
 		dir = t.TempDir()
 	}
 	shot := filepath.Join(dir, "dashboard.png")
-	runChromium(ctx, t, chromium, "--screenshot="+shot, "--window-size=1500,760", base+"?live=0")
+	chromiumtest.Run(ctx, t, chromium, "--virtual-time-budget=10000", "--screenshot="+shot, "--window-size=1500,760", base+"?live=0")
 	png, err := os.ReadFile(shot)
 	if err != nil || !bytes.HasPrefix(png, []byte("\x89PNG")) {
 		t.Fatalf("no screenshot at %s: %v", shot, err)
@@ -171,12 +171,12 @@ func TestDashboardShowsThePlayground(t *testing.T) {
 		}
 	}
 	// A pod's explanation, opened from the URL as a click on its row opens it.
-	dom = runChromium(ctx, t, chromium, "--dump-dom", base+"?live=0&explain=default/too-big")
+	dom = chromiumtest.Run(ctx, t, chromium, "--virtual-time-budget=10000", "--dump-dom", base+"?live=0&explain=default/too-big")
 	if !strings.Contains(dom, `data-verdict="fits nowhere in this cluster: no schedulable node has 9 suitable GPUs`) {
 		t.Errorf("?explain=default/too-big shows no verdict for too-big:\n%.3000s", dom)
 	}
 	shot = filepath.Join(dir, "dashboard-explain.png")
-	runChromium(ctx, t, chromium, "--screenshot="+shot, "--window-size=1500,760", base+"?live=0&explain=default/too-big")
+	chromiumtest.Run(ctx, t, chromium, "--virtual-time-budget=10000", "--screenshot="+shot, "--window-size=1500,760", base+"?live=0&explain=default/too-big")
 	if png, err = os.ReadFile(shot); err != nil || !bytes.HasPrefix(png, []byte("\x89PNG")) {
 		t.Fatalf("no screenshot at %s: %v", shot, err)
 	}
@@ -227,37 +227,4 @@ func TestDashboardShowsThePlayground(t *testing.T) {
 	if !strings.Contains(verdict, "fits nowhere in this cluster: no schedulable node has 9 suitable GPUs (the most on one node is 8)") {
 		t.Errorf("too-big explained as %q, want fits nowhere: no node has 9 GPUs", verdict)
 	}
-}
-
-// findChromium returns Chromium's path. .ci/run installs it; elsewhere a
-// test that needs it is skipped without it, unless CI is set.
-func findChromium(t *testing.T) string {
-	t.Helper()
-	path, err := exec.LookPath("chromium")
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatal("chromium is not installed; .ci/run installs Debian's chromium package")
-		}
-		t.Skip("chromium is not installed (apt-get install chromium)")
-	}
-	return path
-}
-
-// runChromium runs headless Chromium on a URL, letting the page's scripts
-// run for up to 10 s of virtual time (the page's fetches included), and
-// returns its standard output.
-func runChromium(ctx context.Context, t *testing.T, chromium string, args ...string) string {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	all := append([]string{"--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-		"--user-data-dir=" + t.TempDir(), "--virtual-time-budget=10000"}, args...)
-	cmd := exec.CommandContext(ctx, chromium, all...)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("chromium %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
-	}
-	return string(out)
 }

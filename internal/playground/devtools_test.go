@@ -15,6 +15,8 @@ import (
 
 	"github.com/gorilla/websocket"
 	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/gpusched/gpusched/internal/chromiumtest"
 )
 
 // browserPage is a page of a headless Chromium that the test drives over
@@ -31,8 +33,7 @@ type browserPage struct {
 func openPage(ctx context.Context, t *testing.T, chromium, url string) *browserPage {
 	t.Helper()
 	dir := t.TempDir()
-	cmd := exec.Command(chromium, "--headless", "--no-sandbox", "--disable-gpu", "--user-data-dir="+dir,
-		"--remote-debugging-address=127.0.0.1", "--remote-debugging-port=0", "--window-size=1400,900", url)
+	cmd := exec.Command(chromium, append(chromiumtest.Flags(dir), "--remote-debugging-address=127.0.0.1", "--remote-debugging-port=0", "--window-size=1400,900", url)...)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -1,14 +1,11 @@
 package dashboard
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"math/rand/v2"
 	"net"
 	"net/http"
-	"os"
-	"os/exec"
 	"regexp"
 	"strconv"
 	"sync/atomic"
@@ -17,6 +14,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/gpusched/gpusched/internal/chromiumtest"
 	"github.com/gpusched/gpusched/pkg/gpu"
 	gt "github.com/gpusched/gpusched/pkg/gpu/gputest"
 )
@@ -95,12 +93,9 @@ func BenchmarkDashboardSnapshot(b *testing.B) {
 // drawing parts; update-ms and update-draw-ms the same for an update in
 // which every node changed (the server publishes it after serving the
 // first snapshot). Each iteration is a fresh browser. Needs chromium on
-// PATH; skipped without it.
+// PATH (chromiumtest.Path).
 func BenchmarkDashboardRender(b *testing.B) {
-	chromium, err := exec.LookPath("chromium")
-	if err != nil {
-		b.Skip("chromium is not installed (apt-get install chromium)")
-	}
+	chromium := chromiumtest.Path(b)
 	nodes, pods := syntheticCluster(5000, 1, 0)
 	nodes2, pods2 := syntheticCluster(5000, 1, 1)
 	s := New(nil, Options{})
@@ -127,7 +122,7 @@ func BenchmarkDashboardRender(b *testing.B) {
 	for b.Loop() {
 		served.Store(0)
 		s.state.Publish(first, time.Now())
-		dom := dumpDOM(b, chromium, url)
+		dom := chromiumtest.Run(context.Background(), b, chromium, "--window-size=1600,1000", "--dump-dom", url)
 		for _, a := range attrs {
 			m := regexp.MustCompile(`<body[^>]* data-` + a + `="([0-9.]+)"`).FindStringSubmatch(dom)
 			if m == nil {
@@ -146,25 +141,4 @@ func BenchmarkDashboardRender(b *testing.B) {
 	for _, a := range attrs {
 		b.ReportMetric(sums[a]/float64(b.N), a)
 	}
-}
-
-// dumpDOM runs headless Chromium on url and returns the DOM after the load
-// event.
-func dumpDOM(b *testing.B, chromium, url string) string {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	dir, err := os.MkdirTemp("", "dashboard-bench-")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	cmd := exec.CommandContext(ctx, chromium, "--headless", "--no-sandbox", "--disable-gpu",
-		"--window-size=1600,1000", "--user-data-dir="+dir, "--dump-dom", url)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		b.Fatalf("chromium: %v\n%s", err, stderr.String())
-	}
-	return string(out)
 }

@@ -6,12 +6,12 @@ import (
 	"encoding/json"
 	"math"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
-	"time"
+
+	"github.com/gpusched/gpusched/internal/chromiumtest"
 )
 
 // TestTraceSlice runs a slice of the public Alibaba trace — its first 200
@@ -155,27 +155,9 @@ func TestCommandSynthetic(t *testing.T) {
 }
 
 // renderHTML loads a page in headless Chromium and returns its DOM after
-// scripts ran. .ci/run installs Chromium; elsewhere the test is skipped
-// without it, unless CI is set.
+// scripts ran.
 func renderHTML(t *testing.T, path string) string {
 	t.Helper()
-	chromium, err := exec.LookPath("chromium")
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("chromium is not installed; .ci/run installs Debian's chromium package")
-		}
-		t.Skip("chromium is not installed (apt-get install chromium); skipping the HTML rendering check")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
 	abs, _ := filepath.Abs(path)
-	cmd := exec.CommandContext(ctx, chromium, "--headless", "--no-sandbox", "--disable-gpu",
-		"--user-data-dir="+t.TempDir(), "--dump-dom", "file://"+abs)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("chromium: %v\n%s", err, stderr.String())
-	}
-	return string(out)
+	return chromiumtest.Run(context.Background(), t, chromiumtest.Path(t), "--dump-dom", "file://"+abs)
 }
