@@ -75,6 +75,7 @@ type GPUGang struct {
 var (
 	_ fwk.QueueSortPlugin   = &GPUGang{}
 	_ fwk.PreFilterPlugin   = &GPUGang{}
+	_ fwk.FilterPlugin      = &GPUGang{}
 	_ fwk.PostFilterPlugin  = &GPUGang{}
 	_ fwk.PreScorePlugin    = &GPUGang{}
 	_ fwk.ScorePlugin       = &GPUGang{}
@@ -188,6 +189,9 @@ type gangState struct {
 	object    *unstructured.Unstructured
 	minMember int
 	timeout   time.Duration
+	// models are the GPU models the gang's pods may run on (Filter); nil
+	// for any.
+	models []string
 }
 
 // Clone implements fwk.StateData; gangState is never modified.
