@@ -92,12 +92,36 @@ func (f ModelFit) Reason() string {
 func FitEmptyByModel(nodes []*v1.Node, demands []gpu.Demand, minMember int) ModelFit {
 	var models []string
 	for _, n := range nodes {
-		for _, m := range NodeModels(n) {
-			if !containsFold(models, m) {
-				models = append(models, m)
-			}
+		models = addModels(models, NodeModels(n))
+	}
+	return byModel(models, demands, minMember, func(held []gpu.Demand) EmptyFit { return FitEmpty(nodes, held, minMember) })
+}
+
+// FitFreeByModel is FitEmptyByModel on the nodes as they are (FitFree):
+// per model, how many of the demands fit in the GPUs free now.
+func FitFreeByModel(views []*gpu.NodeGPUs, demands []gpu.Demand, minMember int) ModelFit {
+	var models []string
+	for _, v := range views {
+		if v == nil || v.Inventory == nil {
+			continue
+		}
+		for _, d := range v.Inventory.Devices {
+			models = addModels(models, []string{d.Model})
 		}
 	}
+	return byModel(models, demands, minMember, func(held []gpu.Demand) EmptyFit { return FitFree(views, held, minMember) })
+}
+
+func addModels(models, more []string) []string {
+	for _, m := range more {
+		if m != "" && !containsFold(models, m) {
+			models = append(models, m)
+		}
+	}
+	return models
+}
+
+func byModel(models []string, demands []gpu.Demand, minMember int, fit func([]gpu.Demand) EmptyFit) ModelFit {
 	slices.Sort(models)
 	f := ModelFit{Needed: minMember, Models: make([]ModelCount, 0, len(models))}
 	for _, model := range models {
@@ -113,7 +137,43 @@ func FitEmptyByModel(nodes []*v1.Node, demands []gpu.Demand, minMember int) Mode
 			d.Models = []string{model}
 			held = append(held, d)
 		}
-		f.Models = append(f.Models, ModelCount{Model: model, Placed: FitEmpty(nodes, held, minMember).Placed})
+		f.Models = append(f.Models, ModelCount{Model: model, Placed: fit(held).Placed})
 	}
 	return f
+}
+
+// ChooseModels decides the GPU models the next pod of a one-model gang may
+// run on; nil means any. empty is the gang's FitEmptyByModel, free its
+// unplaced pods' FitFreeByModel (needed only while placed is empty), placed
+// the models of the nodes its pods with GPUs are reserved or bound on.
+//
+//  1. No model holds the whole gang even with every GPU free: any model
+//     (noneHolds is true when the cluster has more than one model, for the
+//     caller to report).
+//  2. Pods are placed on models that hold the gang: those models.
+//  3. None is placed: the models that hold the gang and hold its pods in
+//     what is free now, so that the first pod goes where the rest fit.
+//  4. Otherwise the models that hold the gang: it waits for one of them.
+func ChooseModels(empty, free ModelFit, placed []string) (models []string, noneHolds bool) {
+	holding := empty.Holding()
+	if len(holding) == 0 {
+		return nil, len(empty.Models) > 1
+	}
+	if used := intersectFold(placed, holding); len(used) > 0 {
+		return used, false
+	}
+	if now := intersectFold(free.Holding(), holding); len(placed) == 0 && len(now) > 0 {
+		return now, false
+	}
+	return holding, false
+}
+
+func intersectFold(a, b []string) []string {
+	var out []string
+	for _, m := range a {
+		if containsFold(b, m) {
+			out = append(out, m)
+		}
+	}
+	return out
 }

@@ -108,3 +108,78 @@ func TestOneModelNodeModels(t *testing.T) {
 		t.Error("SharesModel: wrong answer")
 	}
 }
+
+// TestOneModelFitFreeByModel: with what is allocated now, per model.
+func TestOneModelFitFreeByModel(t *testing.T) {
+	views := make([]*gpu.NodeGPUs, 0, 5)
+	for _, n := range playground() {
+		v := gpu.EmptyNodeGPUs(n)
+		if n.Name == "a100-0" || n.Name == "t4-0" {
+			// a100-0 full (8 of 8 used), t4-0 has 2 of 4 used.
+			used := 8
+			if n.Name == "t4-0" {
+				used = 2
+			}
+			devices := make([]int, used)
+			for i := range devices {
+				devices[i] = i
+			}
+			v = v.With(&gpu.Assignment{Node: n.Name, Devices: devices, Milli: gpu.MilliPerGPU})
+		}
+		views = append(views, v)
+	}
+	// Two pods of 4: A100 has 8 free on a100-1 → 2. H100 8 → 2.
+	// T4: t4-0 has 2 free (none), t4-1 has 4 → 1.
+	got := FitFreeByModel(views, repeat(whole(4), 2), 2)
+	want := []ModelCount{{a100, 2}, {h100, 2}, {t4, 1}}
+	if !slices.Equal(got.Models, want) {
+		t.Errorf("models %v, want %v", got.Models, want)
+	}
+	// Three pods of 4: A100 → 2, H100 → 2, T4 → 1; none holds 3.
+	if h := FitFreeByModel(views, repeat(whole(4), 3), 3).Holding(); h != nil {
+		t.Errorf("holding %q, want none", h)
+	}
+}
+
+// TestOneModelChooseModels: the models a gang's next pod may use.
+func TestOneModelChooseModels(t *testing.T) {
+	fit := func(needed int, counts ...ModelCount) ModelFit { return ModelFit{Needed: needed, Models: counts} }
+	// The gang of the playground case: 3 pods of 4 GPUs; only A100 holds it empty.
+	onlyA100 := fit(3, ModelCount{a100, 3}, ModelCount{h100, 2}, ModelCount{t4, 2})
+	// A gang of 2 pods of 4: every model holds it empty.
+	every := fit(2, ModelCount{a100, 2}, ModelCount{h100, 2}, ModelCount{t4, 2})
+	tests := []struct {
+		name      string
+		empty     ModelFit
+		free      ModelFit
+		placed    []string
+		want      []string
+		noneHolds bool
+	}{
+		{name: "only one model holds the gang", empty: onlyA100, want: []string{a100}},
+		// Free now: A100 holds 1 of 2, H100 2 of 2, T4 2 of 2 → H100 or T4.
+		{name: "several hold it empty, fewer now", empty: every,
+			free: fit(2, ModelCount{a100, 1}, ModelCount{h100, 2}, ModelCount{t4, 2}), want: []string{h100, t4}},
+		{name: "none holds it now: wait for those that hold it empty", empty: every,
+			free: fit(2, ModelCount{a100, 1}, ModelCount{h100, 0}, ModelCount{t4, 1}), want: []string{a100, h100, t4}},
+		{name: "a pod is placed: follow its model", empty: every,
+			free: fit(2, ModelCount{a100, 2}), placed: []string{t4}, want: []string{t4}},
+		{name: "a placed pod's model named in another case", empty: every, placed: []string{"TESLA-T4"}, want: []string{"TESLA-T4"}},
+		// A pod placed on a model that does not hold the gang (placed before
+		// the rule, or by hand): the rest go to the models that do.
+		{name: "placed on a model that does not hold the gang", empty: onlyA100, placed: []string{t4}, want: []string{a100}},
+		// 3 pods of 8: A100 2 of 3, H100 1 of 3, T4 0 of 3.
+		{name: "no model holds the gang: any, reported", empty: fit(3, ModelCount{a100, 2}, ModelCount{h100, 1}, ModelCount{t4, 0}),
+			want: nil, noneHolds: true},
+		{name: "a cluster of one model that does not hold it: any, not reported", empty: fit(3, ModelCount{a100, 2}), want: nil},
+		{name: "no models known (DRA GPUs): any", empty: fit(3), want: nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, noneHolds := ChooseModels(tt.empty, tt.free, tt.placed)
+			if !slices.Equal(got, tt.want) || noneHolds != tt.noneHolds {
+				t.Errorf("got %q, %v; want %q, %v", got, noneHolds, tt.want, tt.noneHolds)
+			}
+		})
+	}
+}

@@ -111,9 +111,9 @@ func TestGangOneModel(t *testing.T) {
 		t.Errorf("train on %v, want all 3 pods on %s", got, a100)
 	}
 
-	// Two pods of 4 GPUs: A100 has 4 left on one node (one pod), H100 8
-	// and T4 8 hold both. Whichever model the first pod takes, the second
-	// follows it.
+	// Two pods of 4 GPUs: every model holds them empty, but A100 has only 4
+	// GPUs left (one pod) while H100 (8) and T4 (2 × 4) hold both now. The
+	// first pod goes to H100 or T4, and the second follows its model.
 	createPodGroup(ctx, t, dyn, "pair", 2, 0)
 	createGang(ctx, t, c, "pair", 2, 4)
 	if got := modelsOf(ctx, t, c, "pair", 2); len(got) != 1 || got[a100] != 0 {

@@ -23,36 +23,45 @@ const EventMixedModels = "GangMixedModels"
 
 // gangModels decides the GPU models a gang pod may run on; nil means any.
 // A gang runs on one GPU model unless its PodGroup allows mixed models
-// (podgroup.AnnotationGPUModels):
-//   - once pods of the gang with GPUs are reserved or bound, the models of
-//     their nodes, when the gang fits on them (normally one);
-//   - before that, the models on which the whole gang fits with every GPU
-//     free (byModel), so that the first pod goes where the rest can follow;
-//   - when no single model holds the gang, any: the PodGroup gets a
-//     GangMixedModels event naming each model and how many pods fit on it,
-//     and the gang is placed across models rather than never.
-func (p *GPUGang) gangModels(key string, obj *unstructured.Unstructured, mixed bool, byModel gang.ModelFit) []string {
+// (podgroup.AnnotationGPUModels); gang.ChooseModels has the rule. When no
+// single model holds the gang, the PodGroup gets a GangMixedModels event
+// naming each model and how many pods fit on it, and the gang is placed
+// across models rather than never.
+func (p *GPUGang) gangModels(key string, obj *unstructured.Unstructured, mixed bool, empty gang.ModelFit, nodes []fwk.NodeInfo) []string {
 	if mixed {
 		return nil
 	}
-	holding := byModel.Holding()
-	if len(holding) == 0 {
-		if len(byModel.Models) > 1 {
-			p.reportOnce(obj, v1.EventTypeWarning, EventMixedModels, fmt.Sprintf(
-				"gang %s: %s; placing it across models", key, byModel.Reason()))
+	placed := p.placedModels(key)
+	var free gang.ModelFit
+	if len(placed) == 0 && len(empty.Holding()) > 1 {
+		free = p.freeByModel(key, nodes, empty.Needed)
+	}
+	models, noneHolds := gang.ChooseModels(empty, free, placed)
+	if noneHolds {
+		p.reportOnce(obj, v1.EventTypeWarning, EventMixedModels, fmt.Sprintf(
+			"gang %s: %s; placing it across models", key, empty.Reason()))
+	}
+	return models
+}
+
+// freeByModel places the gang's members (none is placed yet), per GPU
+// model, in the GPUs free now on the nodes, as this plugin's ledger sees
+// them; minMember of them must fit.
+func (p *GPUGang) freeByModel(key string, nodes []fwk.NodeInfo, minMember int) gang.ModelFit {
+	members := p.members(key)
+	demands := make([]gpu.Demand, 0, len(members))
+	for _, m := range members {
+		if d, err := gpu.DemandFromPod(m); err == nil {
+			demands = append(demands, d)
 		}
-		return nil
 	}
-	var used []string
-	for _, m := range p.placedModels(key) {
-		if gang.SharesModel([]string{m}, holding) {
-			used = append(used, m)
+	views := make([]*gpu.NodeGPUs, 0, len(nodes))
+	for _, ni := range nodes {
+		if n := ni.Node(); n != nil {
+			views = append(views, p.ledger.Node(n, ni.GetGeneration(), podsOf(ni)))
 		}
 	}
-	if len(used) > 0 {
-		return used
-	}
-	return holding
+	return gang.FitFreeByModel(views, demands, minMember)
 }
 
 // placedModels returns the GPU models of the nodes of the gang's reserved

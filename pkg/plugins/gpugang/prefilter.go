@@ -69,7 +69,7 @@ func (p *GPUGang) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1.P
 	mixed, _ := pg.MixedModels() // validated above
 	var models []string
 	if d, err := gpu.DemandFromPod(pod); err == nil && !d.IsZero() {
-		models = p.gangModels(key, obj, mixed, fit.byModel)
+		models = p.gangModels(key, obj, mixed, fit.byModel, nodes)
 	}
 	state.Write(stateKey, &gangState{key: key, object: obj, minMember: minMember, timeout: timeout, models: models})
 	return nil, nil
