@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strings"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -55,34 +54,6 @@ func modelsOf(ctx context.Context, t *testing.T, c *testcluster.Cluster, group s
 		out[playgroundModels[assignmentOf(ctx, t, c, fmt.Sprintf("%s-%d", group, i)).Node]]++
 	}
 	return out
-}
-
-// waitForPodEventWith waits for an event with reason on the pod whose
-// message contains part, and returns the message. Earlier events with other
-// messages (the PodGroup not cached yet) are passed over.
-func waitForPodEventWith(ctx context.Context, t *testing.T, c *testcluster.Cluster, pod, reason, part string) string {
-	t.Helper()
-	var msg, last string
-	ok := waitUntil(ctx, timeout, func() bool {
-		list, err := c.Client.EventsV1().Events("default").List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return false
-		}
-		for _, ev := range list.Items {
-			if ev.Regarding.Kind == "Pod" && ev.Regarding.Name == pod && ev.Reason == reason {
-				last = ev.Note
-				if strings.Contains(ev.Note, part) {
-					msg = ev.Note
-					return true
-				}
-			}
-		}
-		return false
-	})
-	if !ok {
-		t.Fatalf("no %s event on pod %s containing %q; last %q", reason, pod, part, last)
-	}
-	return msg
 }
 
 func createGang(ctx context.Context, t *testing.T, c *testcluster.Cluster, group string, n, gpus int) {
@@ -165,7 +136,7 @@ func TestGangOneModelOptOut(t *testing.T) {
 	// hold two each. The gang waits for A100; H100 and T4 are refused.
 	createPodGroup(ctx, t, dyn, "one", 3, 0)
 	createGang(ctx, t, c, "one", 3, 4)
-	waitForPodEventWith(ctx, t, c, "one-0", "FailedScheduling", "3 node's GPU model is not the gang's (NVIDIA-A100-SXM4-80GB)")
+	waitForEventWith(ctx, t, c, "one-0", "3 node's GPU model is not the gang's (NVIDIA-A100-SXM4-80GB)")
 	testcluster.AssertPodNotScheduled(ctx, t, c.Client, "default", "one-0", 0)
 
 	// Mixed: the same gang runs on what is free, H100 and T4 together.
