@@ -1,7 +1,7 @@
 // Package gpugang is the GPUGang kube-scheduler plugin: all-or-nothing
 // placement of the pods of a PodGroup (scheduling.x-k8s.io/v1alpha1), with
-// the gang's GPUs kept on one interconnect group or topology domain where
-// they fit. It is a thin adapter from the scheduling framework to the core in
+// the gang's GPUs kept on one GPU model, and on one interconnect group or
+// topology domain where they fit. It is a thin adapter from the scheduling framework to the core in
 // pkg/gang; GPUPlacement, in the same profile, chooses each pod's GPUs.
 //
 // A gang's pods pass the queue together (QueueSort), are checked against the

@@ -24,6 +24,12 @@ import (
 //   - the PodGroup does not exist, or its spec is invalid (minMember ≤ 0);
 //   - fewer than minMember pods of the gang exist;
 //   - the gang does not fit the cluster even with every GPU free.
+//
+// A pod refused for missing members has its PodGroup's status written
+// (Pending) before PreFilter returns, so the status is there when the
+// refusal's FailedScheduling event is. For an admitted pod that asks for
+// GPUs, PreFilter also decides the GPU models it may use (gangModels), which
+// Filter enforces.
 func (p *GPUGang) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
 	name, ok, err := podgroup.NameOf(pod)
 	if !ok {
