@@ -45,8 +45,8 @@ func createAnnotatedPodGroup(ctx context.Context, t *testing.T, dyn dynamic.Inte
 	}
 }
 
-// modelsOf creates a gang of n pods of gpus GPUs each, waits until all are
-// bound and returns how many landed on each GPU model.
+// modelsOf waits until the gang's pods group-0..group-(n-1) are bound and
+// returns how many landed on each GPU model.
 func modelsOf(ctx context.Context, t *testing.T, c *testcluster.Cluster, group string, n int) map[string]int {
 	t.Helper()
 	out := map[string]int{}
@@ -56,6 +56,7 @@ func modelsOf(ctx context.Context, t *testing.T, c *testcluster.Cluster, group s
 	return out
 }
 
+// createGang creates the gang's pods group-0..group-(n-1), gpus GPUs each.
 func createGang(ctx context.Context, t *testing.T, c *testcluster.Cluster, group string, n, gpus int) {
 	t.Helper()
 	for i := range n {
