@@ -48,6 +48,25 @@ func milliString(m int64) string {
 // fill the cluster with mixed shapes; callers use it to reject gangs that are
 // larger than the cluster, where it is exact.
 func FitEmpty(nodes []*v1.Node, demands []gpu.Demand, minMember int) EmptyFit {
+	return fitOn(newEmptyCluster(nodes), demands, minMember)
+}
+
+// FitFree is FitEmpty on the nodes as they are: views are the nodes' GPUs
+// with what is allocated on them (the ledger's), and each is its own class.
+// Nodes whose inventory could not be read hold nothing.
+func FitFree(views []*gpu.NodeGPUs, demands []gpu.Demand, minMember int) EmptyFit {
+	c := &emptyCluster{}
+	for _, v := range views {
+		if v == nil || v.Inventory == nil {
+			continue
+		}
+		c.used = append(c.used, &emptyNode{view: v})
+		c.milli += int64(v.Len()) * gpu.MilliPerGPU
+	}
+	return fitOn(c, demands, minMember)
+}
+
+func fitOn(cluster *emptyCluster, demands []gpu.Demand, minMember int) EmptyFit {
 	ds := slices.Clone(demands)
 	slices.SortStableFunc(ds, func(a, b gpu.Demand) int { return compareInt64(a.TotalMilli(), b.TotalMilli()) })
 	if len(ds) > minMember {
@@ -56,7 +75,6 @@ func FitEmpty(nodes []*v1.Node, demands []gpu.Demand, minMember int) EmptyFit {
 	slices.SortStableFunc(ds, func(a, b gpu.Demand) int { return compareInt64(b.TotalMilli(), a.TotalMilli()) })
 
 	fit := EmptyFit{Needed: minMember}
-	cluster := newEmptyCluster(nodes)
 	fit.ClusterMilli = cluster.milli
 	for i := range ds {
 		d := &ds[i]
@@ -92,7 +110,6 @@ type emptyCluster struct {
 // emptyNode is a node that holds placed demands: view is the node's GPUs
 // with them allocated (gpu.NodeGPUs.With).
 type emptyNode struct {
-	node *v1.Node
 	view *gpu.NodeGPUs
 }
 
@@ -151,7 +168,7 @@ func (c *emptyCluster) place(d *gpu.Demand) bool {
 	if best == nil { // an empty node of bestClass
 		node := bestClass.empty[0]
 		bestClass.empty = bestClass.empty[1:]
-		best = &emptyNode{node: node, view: gpu.EmptyNodeGPUs(node)}
+		best = &emptyNode{view: gpu.EmptyNodeGPUs(node)}
 		c.used = append(c.used, best)
 	}
 	a, ok := gpu.PlaceClaim(best.view, d)

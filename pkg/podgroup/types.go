@@ -32,6 +32,18 @@ const (
 // pod is a member of.
 const LabelPodGroup = "scheduling.x-k8s.io/pod-group"
 
+// AnnotationGPUModels on a PodGroup says whether the gang's pods must run
+// on one GPU model: "one" (the default, also when the annotation is absent)
+// or "mixed", which lets them run on GPUs of different models. Pods restrict
+// the models they accept with gpusched.io/gpu-models either way.
+const AnnotationGPUModels = "gpusched.io/gang-gpu-models"
+
+// The values of AnnotationGPUModels.
+const (
+	GPUModelsOne   = "one"
+	GPUModelsMixed = "mixed"
+)
+
 // Resource is the PodGroup resource served by the CRD.
 var Resource = schema.GroupVersionResource{Group: Group, Version: Version, Resource: "podgroups"}
 
@@ -116,7 +128,23 @@ func (pg *PodGroup) Validate() error {
 	if t := pg.Spec.ScheduleTimeoutSeconds; t != nil && *t < 1 {
 		return fmt.Errorf("PodGroup %s/%s: spec.scheduleTimeoutSeconds is %d; it must be at least 1, or unset for the scheduler's default", pg.Namespace, pg.Name, *t)
 	}
-	return nil
+	_, err := pg.MixedModels()
+	return err
+}
+
+// MixedModels reports whether the gang may run on GPUs of different models
+// (AnnotationGPUModels is "mixed"). Any value other than "one" or "mixed" is
+// an error naming the annotation, the value and what is allowed.
+func (pg *PodGroup) MixedModels() (bool, error) {
+	raw, ok := pg.Annotations[AnnotationGPUModels]
+	switch {
+	case !ok || raw == GPUModelsOne:
+		return false, nil
+	case raw == GPUModelsMixed:
+		return true, nil
+	}
+	return false, fmt.Errorf("PodGroup %s/%s: annotation %s is %q; it must be %q (the gang's pods run on one GPU model, the default) or %q (they may run on different models)",
+		pg.Namespace, pg.Name, AnnotationGPUModels, raw, GPUModelsOne, GPUModelsMixed)
 }
 
 // NameOf returns the PodGroup a pod belongs to: the value of its

@@ -50,6 +50,38 @@ func TestValidate(t *testing.T) {
 	}
 }
 
+// TestOneModelAnnotation: the PodGroup's gpusched.io/gang-gpu-models
+// annotation is "one" (the default) or "mixed"; anything else is an error
+// naming the annotation, the value and what is allowed.
+func TestOneModelAnnotation(t *testing.T) {
+	tests := []struct {
+		name        string
+		annotations map[string]string
+		mixed       bool
+		want        string
+	}{
+		{"absent", nil, false, ""},
+		{"one", map[string]string{AnnotationGPUModels: "one"}, false, ""},
+		{"mixed", map[string]string{AnnotationGPUModels: "mixed"}, true, ""},
+		{"capitalised", map[string]string{AnnotationGPUModels: "Mixed"}, false,
+			`PodGroup ml/g: annotation gpusched.io/gang-gpu-models is "Mixed"; it must be "one" (the gang's pods run on one GPU model, the default) or "mixed"`},
+		{"empty", map[string]string{AnnotationGPUModels: ""}, false, `annotation gpusched.io/gang-gpu-models is ""`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			pg := &PodGroup{ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: "g", Annotations: tt.annotations}, Spec: Spec{MinMember: 1}}
+			mixed, err := pg.MixedModels()
+			verr := pg.Validate()
+			if mixed != tt.mixed || (tt.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tt.want)) {
+				t.Errorf("MixedModels: %v, %v; want %v, %q", mixed, err, tt.mixed, tt.want)
+			}
+			if (verr == nil) != (err == nil) {
+				t.Errorf("Validate: %v, want the same as MixedModels (%v)", verr, err)
+			}
+		})
+	}
+}
+
 func TestNameOf(t *testing.T) {
 	pod := func(labels map[string]string) *v1.Pod { return &v1.Pod{ObjectMeta: metav1.ObjectMeta{Labels: labels}} }
 	if _, ok, err := NameOf(pod(nil)); ok || err != nil {

@@ -1,7 +1,7 @@
 // Package gpugang is the GPUGang kube-scheduler plugin: all-or-nothing
 // placement of the pods of a PodGroup (scheduling.x-k8s.io/v1alpha1), with
-// the gang's GPUs kept on one interconnect group or topology domain where
-// they fit. It is a thin adapter from the scheduling framework to the core in
+// the gang's GPUs kept on one GPU model, and on one interconnect group or
+// topology domain where they fit. It is a thin adapter from the scheduling framework to the core in
 // pkg/gang; GPUPlacement, in the same profile, chooses each pod's GPUs.
 //
 // A gang's pods pass the queue together (QueueSort), are checked against the
@@ -75,6 +75,7 @@ type GPUGang struct {
 var (
 	_ fwk.QueueSortPlugin   = &GPUGang{}
 	_ fwk.PreFilterPlugin   = &GPUGang{}
+	_ fwk.FilterPlugin      = &GPUGang{}
 	_ fwk.PostFilterPlugin  = &GPUGang{}
 	_ fwk.PreScorePlugin    = &GPUGang{}
 	_ fwk.ScorePlugin       = &GPUGang{}
@@ -188,6 +189,9 @@ type gangState struct {
 	object    *unstructured.Unstructured
 	minMember int
 	timeout   time.Duration
+	// models are the GPU models the gang's pods may run on (Filter); nil
+	// for any.
+	models []string
 }
 
 // Clone implements fwk.StateData; gangState is never modified.

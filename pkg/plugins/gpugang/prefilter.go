@@ -24,6 +24,12 @@ import (
 //   - the PodGroup does not exist, or its spec is invalid (minMember ≤ 0);
 //   - fewer than minMember pods of the gang exist;
 //   - the gang does not fit the cluster even with every GPU free.
+//
+// A pod refused for missing members has its PodGroup's status written
+// (Pending) before PreFilter returns, so the status is there when the
+// refusal's FailedScheduling event is. For an admitted pod that asks for
+// GPUs, PreFilter also decides the GPU models it may use (gangModels), which
+// Filter enforces.
 func (p *GPUGang) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
 	name, ok, err := podgroup.NameOf(pod)
 	if !ok {
@@ -50,12 +56,15 @@ func (p *GPUGang) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1.P
 	minMember := int(pg.Spec.MinMember)
 	members := p.members(key)
 	if len(members) < minMember {
-		p.status.enqueue(key)
+		// The status says Pending before the FailedScheduling event that
+		// this refusal becomes is recorded (docs/gang.md, Status).
+		p.status.writeNow(ctx, key)
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf(
 			"gang %s has %d of the %d pods its spec.minMember asks for; waiting for the rest", key, len(members), minMember))
 	}
-	if fit := p.fitEmpty(key, members, nodes, minMember); !fit.Fits() {
-		msg := fmt.Sprintf("gang %s: %s", key, fit.Reason())
+	fit := p.fitEmpty(key, members, nodes, minMember)
+	if !fit.fit.Fits() {
+		msg := fmt.Sprintf("gang %s: %s", key, fit.fit.Reason())
 		p.reportOnce(obj, v1.EventTypeWarning, "GangTooLarge", msg)
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msg)
 	}
@@ -63,18 +72,24 @@ func (p *GPUGang) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1.P
 	if t := pg.Spec.ScheduleTimeoutSeconds; t != nil {
 		timeout = time.Duration(*t) * time.Second
 	}
-	state.Write(stateKey, &gangState{key: key, object: obj, minMember: minMember, timeout: timeout})
+	mixed, _ := pg.MixedModels() // validated above
+	var models []string
+	if d, err := gpu.DemandFromPod(pod); err == nil && !d.IsZero() {
+		models = p.gangModels(key, obj, mixed, fit.byModel, nodes)
+	}
+	state.Write(stateKey, &gangState{key: key, object: obj, minMember: minMember, timeout: timeout, models: models})
 	return nil, nil
 }
 
-// fitEmpty places the members' GPU demands on empty copies of the nodes. A
+// fitEmpty places the members' GPU demands on empty copies of the nodes,
+// all of them and then per GPU model (gang.FitEmpty, gang.FitEmptyByModel). A
 // member whose demand is malformed is left out: GPUPlacement reports it on
 // that pod. The result depends only on the members, minMember and the
 // nodes' GPUs, so it is kept per gang and recomputed when one of them changes
 // (not on every node status update):
 // every pod of a gang asks the same question, on clusters of thousands of
 // nodes.
-func (p *GPUGang) fitEmpty(key string, members []*v1.Pod, nodes []fwk.NodeInfo, minMember int) gang.EmptyFit {
+func (p *GPUGang) fitEmpty(key string, members []*v1.Pod, nodes []fwk.NodeInfo, minMember int) fitResult {
 	h := fnv.New64a()
 	fmt.Fprintf(h, "%d;", minMember)
 	uids := make([]string, len(members))
@@ -92,20 +107,22 @@ func (p *GPUGang) fitEmpty(key string, members []*v1.Pod, nodes []fwk.NodeInfo, 
 	}
 	sum := h.Sum64()
 	if cached, ok := p.fits.Load(key); ok && cached.(fitResult).sum == sum {
-		return cached.(fitResult).fit
+		return cached.(fitResult)
 	}
 	fit := p.computeFitEmpty(members, nodes, minMember)
-	p.fits.Store(key, fitResult{sum: sum, fit: fit})
+	fit.sum = sum
+	p.fits.Store(key, fit)
 	return fit
 }
 
 // fitResult is a gang's fitEmpty result and the hash of what it was computed from.
 type fitResult struct {
-	sum uint64
-	fit gang.EmptyFit
+	sum     uint64
+	fit     gang.EmptyFit
+	byModel gang.ModelFit
 }
 
-func (p *GPUGang) computeFitEmpty(members []*v1.Pod, nodes []fwk.NodeInfo, minMember int) gang.EmptyFit {
+func (p *GPUGang) computeFitEmpty(members []*v1.Pod, nodes []fwk.NodeInfo, minMember int) fitResult {
 	demands := make([]gpu.Demand, 0, len(members))
 	for _, m := range members {
 		if d, err := gpu.DemandFromPod(m); err == nil {
@@ -118,7 +135,11 @@ func (p *GPUGang) computeFitEmpty(members []*v1.Pod, nodes []fwk.NodeInfo, minMe
 			ns = append(ns, n)
 		}
 	}
-	return gang.FitEmpty(ns, demands, minMember)
+	fit := gang.FitEmpty(ns, demands, minMember)
+	if !fit.Fits() {
+		return fitResult{fit: fit}
+	}
+	return fitResult{fit: fit, byModel: gang.FitEmptyByModel(ns, demands, minMember)}
 }
 
 // PreFilterExtensions implements fwk.PreFilterPlugin; the plugin has none.

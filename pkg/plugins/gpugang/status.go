@@ -35,6 +35,16 @@ func newStatusWriter(p *GPUGang) *statusWriter {
 // enqueue marks the gang key's status for an update.
 func (w *statusWriter) enqueue(key string) { w.queue.Add(key) }
 
+// writeNow writes the gang key's status at once, on the caller's goroutine,
+// for a caller that is about to report what the status says. A failed write
+// is left to the worker to retry.
+func (w *statusWriter) writeNow(ctx context.Context, key string) {
+	if err := w.write(ctx, key); err != nil {
+		logger(ctx).V(2).Info("Updating PodGroup status failed; retrying", "podGroup", key, "err", err)
+		w.queue.AddRateLimited(key)
+	}
+}
+
 // run writes statuses until ctx ends.
 func (w *statusWriter) run(ctx context.Context) {
 	go func() {
