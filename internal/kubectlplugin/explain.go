@@ -40,7 +40,7 @@ func explainCommand(ctx context.Context, o *options) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			e := o.snapshot(c).Explain(pod, c.pods, c.minMember)
+			e := o.snapshot(c).Explain(pod, c.pods, c.gangs)
 			if o.output == "json" {
 				return writeJSON(cmd.OutOrStdout(), e)
 			}
@@ -76,6 +76,12 @@ func writeExplanation(w io.Writer, e *gpuview.Explanation, detail int) error {
 		fmt.Fprintf(w, "\nGang %s (minMember %d): %d bound, %d pending, %d of them fit now together\n", g.Name, g.MinMember, g.Bound, g.Pending, g.FitNow)
 		if g.Short != "" {
 			fmt.Fprintf(w, "  %s\n", g.Short)
+		}
+		if len(g.Models) > 0 {
+			fmt.Fprintf(w, "  held to one GPU model: %s\n", strings.Join(g.Models, " or "))
+		}
+		if g.ModelNote != "" {
+			fmt.Fprintf(w, "  %s\n", g.ModelNote)
 		}
 		if g.Clique != "" {
 			fmt.Fprintf(w, "  %s\n", g.Clique)

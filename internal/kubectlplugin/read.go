@@ -15,11 +15,11 @@ import (
 )
 
 // cluster is what the subcommands read: every node and pod, and the gangs'
-// minMember where PodGroups are installed.
+// PodGroups' gangs where PodGroups are installed.
 type cluster struct {
 	nodes     []*v1.Node
 	pods      []*v1.Pod
-	minMember map[string]int
+	gangs map[string]gpuview.GangSpec
 }
 
 // readCluster lists nodes, pods and PodGroups. A cluster without the
@@ -34,7 +34,7 @@ func readCluster(ctx context.Context, cs kubernetes.Interface, dyn dynamic.Inter
 	if err != nil {
 		return nil, fmt.Errorf("listing pods: %w", err)
 	}
-	c := &cluster{minMember: map[string]int{}}
+	c := &cluster{gangs: map[string]gpuview.GangSpec{}}
 	for i := range nodes.Items {
 		c.nodes = append(c.nodes, &nodes.Items[i])
 	}
@@ -52,7 +52,8 @@ func readCluster(ctx context.Context, cs kubernetes.Interface, dyn dynamic.Inter
 			if err != nil {
 				continue // a malformed PodGroup: its gang is sized by its pods
 			}
-			c.minMember[pg.Namespace+"/"+pg.Name] = int(pg.Spec.MinMember)
+			mixed, _ := pg.MixedModels() // a malformed value: the default, one model
+			c.gangs[pg.Namespace+"/"+pg.Name] = gpuview.GangSpec{MinMember: int(pg.Spec.MinMember), MixedModels: mixed}
 		}
 	}
 	return c, nil

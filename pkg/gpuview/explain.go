@@ -96,10 +96,10 @@ func (c fixCost) compare(o fixCost) int {
 // maxFixes bounds the fixes an explanation lists.
 const maxFixes = 3
 
-// Explain answers for the pod against the snapshot. gangMinMember gives a
-// gang's minMember by "namespace/name" when known (a PodGroup's
-// spec.minMember); otherwise a gang needs all its pods in the snapshot.
-func (s *Snapshot) Explain(pod *v1.Pod, pods []*v1.Pod, gangMinMember map[string]int) Explanation {
+// Explain answers for the pod against the snapshot. gangs gives what the
+// PodGroups say of their gangs, by "namespace/name", when known; a gang
+// without an entry needs all its pods in the snapshot, on one GPU model.
+func (s *Snapshot) Explain(pod *v1.Pod, pods []*v1.Pod, gangs map[string]GangSpec) Explanation {
 	e := Explanation{Namespace: pod.Namespace, Name: pod.Name, Node: pod.Spec.NodeName}
 	for _, c := range pod.Status.Conditions {
 		if c.Type == v1.PodScheduled && c.Status == v1.ConditionFalse {
@@ -139,7 +139,7 @@ func (s *Snapshot) Explain(pod *v1.Pod, pods []*v1.Pod, gangMinMember map[string
 	}
 	e.Verdict = s.verdict(&d, e.Nodes)
 	if g, ok := gangOf(pod); ok {
-		e.Gang = s.explainGang(pod.Namespace, g, pods, gangMinMember)
+		e.Gang = s.explainGang(pod.Namespace, g, pods, gangs)
 		if e.Gang.Short != "" {
 			// A member runs only with its gang: the gang's lack is the answer.
 			e.Verdict = fmt.Sprintf("its gang %s cannot run yet: %s", e.Gang.Name, e.Gang.Short)
@@ -150,10 +150,10 @@ func (s *Snapshot) Explain(pod *v1.Pod, pods []*v1.Pod, gangMinMember map[string
 
 // ExplainPod is Explain for the snapshot's pod namespace/name, against the
 // snapshot's own pods; false when the snapshot has no such pod.
-func (s *Snapshot) ExplainPod(namespace, name string, gangMinMember map[string]int) (Explanation, bool) {
+func (s *Snapshot) ExplainPod(namespace, name string, gangs map[string]GangSpec) (Explanation, bool) {
 	for _, p := range s.pods {
 		if p.Namespace == namespace && p.Name == name {
-			return s.Explain(p, s.pods, gangMinMember), true
+			return s.Explain(p, s.pods, gangs), true
 		}
 	}
 	return Explanation{}, false

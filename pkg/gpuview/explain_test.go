@@ -204,7 +204,7 @@ func TestExplainGang(t *testing.T) {
 		member("m0"), member("m1"), member("m2"),
 	}
 	s := gpuview.Build(nodes, pods, gpuview.Options{})
-	e := s.Explain(pods[2], pods, map[string]int{"ml/train": 3})
+	e := s.Explain(pods[2], pods, map[string]gpuview.GangSpec{"ml/train": {MinMember: 3}})
 	g := e.Gang
 	if g == nil {
 		t.Fatal("no gang answer")
@@ -221,7 +221,7 @@ func TestExplainGang(t *testing.T) {
 	}
 
 	// minMember 4 with 3 members of 4 GPUs on 16 GPUs: fits nowhere.
-	e = s.Explain(pods[2], pods, map[string]int{"ml/train": 4})
+	e = s.Explain(pods[2], pods, map[string]gpuview.GangSpec{"ml/train": {MinMember: 4}})
 	if !strings.HasPrefix(e.Gang.Short, "fits nowhere in this cluster") {
 		t.Errorf("short = %q, want fits nowhere", e.Gang.Short)
 	}
@@ -246,5 +246,38 @@ func TestExplainWorkloadGang(t *testing.T) {
 	}
 	if s.Pending[0].Gang != "workload:train" {
 		t.Errorf("pending gang = %q", s.Pending[0].Gang)
+	}
+}
+
+// TestExplainGangOneModel: the gang plugin holds a gang to one GPU model,
+// and the explanation places the gang the same way.
+func TestExplainGangOneModel(t *testing.T) {
+	member := func(name string) *v1.Pod {
+		p := gt.MakeGPUPod(name).Namespace("ml").GPUs(4).Obj()
+		p.Labels = map[string]string{podgroup.LabelPodGroup: "train"}
+		return p
+	}
+	// The playground's nodes: 2×A100:8, H100:8, 2×T4:4. Only the A100s hold
+	// three 4-GPU pods (16 GPUs; the H100 holds 2, the T4s 2); a1 has 4 of
+	// its 8 held and a2 all 8, so one member fits on A100 now. Across
+	// models three would fit (H100 2, T4 2): the rule makes it 1.
+	nodes := []*v1.Node{
+		gt.MakeGPUNode("a1").GFD("A100", 8, 81920).Obj(), gt.MakeGPUNode("a2").GFD("A100", 8, 81920).Obj(),
+		gt.MakeGPUNode("h").GFD("H100", 8, 81920).Obj(),
+		gt.MakeGPUNode("t1").GFD("T4", 4, 16384).Obj(), gt.MakeGPUNode("t2").GFD("T4", 4, 16384).Obj(),
+	}
+	pods := []*v1.Pod{
+		bound("x", whole("a1", 0, 1, 2, 3), 0), bound("y", whole("a2", 0, 1, 2, 3, 4, 5, 6, 7), 0),
+		member("m0"), member("m1"), member("m2"),
+	}
+	s := gpuview.Build(nodes, pods, gpuview.Options{})
+	g := s.Explain(pods[2], pods, nil).Gang
+	if g == nil || strings.Join(g.Models, ",") != "A100" || g.FitNow != 1 {
+		t.Fatalf("gang = %+v, want held to A100 with 1 fitting now", g)
+	}
+	// With the PodGroup's opt-out, any model: 2 on the H100, 1 on a T4.
+	g = s.Explain(pods[2], pods, map[string]gpuview.GangSpec{"ml/train": {MinMember: 3, MixedModels: true}}).Gang
+	if len(g.Models) != 0 || g.FitNow != 3 {
+		t.Errorf("mixed gang = %+v, want no model held and 3 fitting now", g)
 	}
 }

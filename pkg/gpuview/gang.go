@@ -13,6 +13,15 @@ import (
 	"github.com/gpusched/gpusched/pkg/podgroup"
 )
 
+// GangSpec is what a gang's PodGroup says of it.
+type GangSpec struct {
+	// MinMember is spec.minMember.
+	MinMember int
+	// MixedModels is set when the PodGroup lets the gang's pods run on
+	// different GPU models (podgroup.AnnotationGPUModels "mixed").
+	MixedModels bool
+}
+
 // GangAnswer is what a pod's gang lacks as a whole.
 type GangAnswer struct {
 	// Name is the gang's PodGroup, "namespace/name".
@@ -29,6 +38,12 @@ type GangAnswer struct {
 	// Clique says how the gang fares in one NVLink clique, when the
 	// cluster's nodes have cliques.
 	Clique string `json:"clique,omitempty"`
+	// Models are the GPU models the gang plugin holds the gang's pods to
+	// (a gang runs on one model, docs/gang.md), the placement above
+	// respecting them; empty when the gang may use any. ModelNote says
+	// why when no single model holds the gang.
+	Models    []string `json:"models,omitempty"`
+	ModelNote string   `json:"modelNote,omitempty"`
 }
 
 // gangOf names the gang a pod belongs to: the PodGroup of its
@@ -48,16 +63,20 @@ func gangOf(pod *v1.Pod) (string, bool) {
 // explainGang places the gang's pending pods together on the cluster's free
 // GPUs, each where it leaves the fewest suitable GPUs free (the engine's
 // fit and choice of GPUs), and says what the rest would need.
-func (s *Snapshot) explainGang(namespace, name string, pods []*v1.Pod, minMember map[string]int) *GangAnswer {
+func (s *Snapshot) explainGang(namespace, name string, pods []*v1.Pod, gangs map[string]GangSpec) *GangAnswer {
 	key := namespace + "/" + name
 	a := &GangAnswer{Name: key}
 	var pending []gpu.Demand
+	var placedModels []string
 	for _, p := range pods {
 		if g, ok := gangOf(p); !ok || g != name || p.Namespace != namespace || finished(p) {
 			continue
 		}
 		if p.Spec.NodeName != "" {
 			a.Bound++
+			if i, ok := s.byName[p.Spec.NodeName]; ok {
+				placedModels = append(placedModels, gang.NodeModels(s.nodes[i])...)
+			}
 			continue
 		}
 		d, err := gpu.DemandFromPod(p)
@@ -69,13 +88,17 @@ func (s *Snapshot) explainGang(namespace, name string, pods []*v1.Pod, minMember
 	}
 	a.Pending = len(pending)
 	a.MinMember = a.Bound + a.Pending
-	if m, ok := minMember[key]; ok {
-		a.MinMember = m
+	spec, known := gangs[key]
+	if known {
+		a.MinMember = spec.MinMember
 	}
 	need := max(0, a.MinMember-a.Bound)
 	if empty := gang.FitEmpty(s.nodes, pending, need); !empty.Fits() {
 		a.Short = "fits nowhere in this cluster: " + empty.Reason()
 		return a
+	}
+	if !spec.MixedModels {
+		pending = s.holdToOneModel(a, pending, need, placedModels)
 	}
 	// The largest pods first, as the gang plugin's own check does.
 	slices.SortStableFunc(pending, func(x, y gpu.Demand) int { return cmp.Compare(y.TotalMilli(), x.TotalMilli()) })
@@ -133,6 +156,38 @@ func (s *Snapshot) explainGang(namespace, name string, pods []*v1.Pod, minMember
 	}
 	a.Clique = s.cliqueAnswer(pending[:min(need, len(pending))])
 	return a
+}
+
+// holdToOneModel applies the gang plugin's one-model rule
+// (gang.ChooseModels) to the gang's pending demands: their models are
+// narrowed to the models the plugin would allow, and a records them, or
+// why no single model holds the gang (then any model goes).
+func (s *Snapshot) holdToOneModel(a *GangAnswer, pending []gpu.Demand, need int, placed []string) []gpu.Demand {
+	empty := gang.FitEmptyByModel(s.nodes, pending, need)
+	free := gang.FitFreeByModel(s.views, pending, need)
+	models, noneHolds := gang.ChooseModels(empty, free, placed)
+	if noneHolds {
+		a.ModelNote = empty.Reason() + "; the gang plugin places it across models"
+		return pending
+	}
+	if len(models) == 0 {
+		return pending
+	}
+	a.Models = models
+	held := slices.Clone(pending)
+	for i := range held {
+		if held[i].IsZero() {
+			continue
+		}
+		var allowed []string
+		for _, m := range models {
+			if held[i].AllowsModel(m) {
+				allowed = append(allowed, m)
+			}
+		}
+		held[i].Models = allowed
+	}
+	return held
 }
 
 // cliqueAnswer compares the whole GPUs the gang's pending pods need with the
