@@ -17,8 +17,8 @@ import (
 // cluster is what the subcommands read: every node and pod, and the gangs'
 // PodGroups' gangs where PodGroups are installed.
 type cluster struct {
-	nodes     []*v1.Node
-	pods      []*v1.Pod
+	nodes []*v1.Node
+	pods  []*v1.Pod
 	gangs map[string]gpuview.GangSpec
 }
 
