@@ -14,8 +14,8 @@ import (
 	"github.com/gpusched/gpusched/pkg/podgroup"
 )
 
-// cluster is what the subcommands read: every node and pod, and the gangs'
-// PodGroups' gangs where PodGroups are installed.
+// cluster is what the subcommands read: every node and pod, and what the
+// PodGroups say of their gangs, where PodGroups are installed.
 type cluster struct {
 	nodes []*v1.Node
 	pods  []*v1.Pod
