@@ -18,6 +18,19 @@ func NodeModels(node *v1.Node) []string {
 	if err != nil || inv == nil {
 		return nil
 	}
+	return inventoryModels(inv)
+}
+
+// ModelsOf is NodeModels of a node as a ledger sees it, whose inventory the
+// ledger has already read (and keeps until the node changes).
+func ModelsOf(view *gpu.NodeGPUs) []string {
+	if view == nil || view.Inventory == nil {
+		return nil
+	}
+	return inventoryModels(view.Inventory)
+}
+
+func inventoryModels(inv *gpu.Inventory) []string {
 	var out []string
 	for _, d := range inv.Devices {
 		if d.Model != "" && !containsFold(out, d.Model) {

@@ -103,7 +103,13 @@ func (p *GPUGang) Filter(ctx context.Context, state fwk.CycleState, pod *v1.Pod,
 	if gs == nil || len(gs.models) == 0 {
 		return nil
 	}
-	models := gang.NodeModels(nodeInfo.Node())
+	// The ledger's view: the node's inventory is parsed once per node
+	// version, not on every Filter call.
+	node := nodeInfo.Node()
+	if node == nil {
+		return nil
+	}
+	models := gang.ModelsOf(p.ledger.Node(node, nodeInfo.GetGeneration(), podsOf(nodeInfo)))
 	if len(models) == 0 || gang.SharesModel(models, gs.models) {
 		return nil
 	}

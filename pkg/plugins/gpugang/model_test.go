@@ -8,6 +8,7 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
+	"github.com/gpusched/gpusched/pkg/gpu"
 	gt "github.com/gpusched/gpusched/pkg/gpu/gputest"
 )
 
@@ -42,7 +43,7 @@ func TestOneModelFilter(t *testing.T) {
 			state.Write(stateKey, &gangState{key: "default/g", minMember: 2, models: tt.models})
 			ni := framework.NewNodeInfo()
 			ni.SetNode(tt.node)
-			status := (&GPUGang{}).Filter(context.Background(), state, gt.MakeGPUPod("p").GPUs(4).Obj(), ni)
+			status := (&GPUGang{ledger: gpu.NewLedger()}).Filter(context.Background(), state, gt.MakeGPUPod("p").GPUs(4).Obj(), ni)
 			if status.Code() != tt.code || status.Message() != tt.reason {
 				t.Errorf("got %v %q, want %v %q", status.Code(), status.Message(), tt.code, tt.reason)
 			}
@@ -51,7 +52,7 @@ func TestOneModelFilter(t *testing.T) {
 	// A pod outside any gang (no state from PreFilter) is never filtered.
 	ni := framework.NewNodeInfo()
 	ni.SetNode(gt.MakeGPUNode("t").GFD(t4, 4, 15360).Obj())
-	if s := (&GPUGang{}).Filter(context.Background(), framework.NewCycleState(), gt.MakeGPUPod("p").GPUs(4).Obj(), ni); !s.IsSuccess() {
+	if s := (&GPUGang{ledger: gpu.NewLedger()}).Filter(context.Background(), framework.NewCycleState(), gt.MakeGPUPod("p").GPUs(4).Obj(), ni); !s.IsSuccess() {
 		t.Errorf("pod outside a gang: %v", s)
 	}
 }
