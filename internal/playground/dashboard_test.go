@@ -19,7 +19,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/gpusched/gpusched/internal/chromiumtest"
 	"github.com/gpusched/gpusched/pkg/dashboard"
@@ -42,17 +41,7 @@ func TestDashboardShowsThePlayground(t *testing.T) {
 	chromium := chromiumtest.Path(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	flags := NewFlags()
-	flags.Kubeconfig = filepath.Join(t.TempDir(), "kubeconfig")
-	opts, err := flags.Options()
-	if err != nil {
-		t.Fatal(err)
-	}
-	servePlayground(ctx, t, opts)
-	config, err := clientcmd.BuildConfigFromFlags("", flags.Kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, opts, config := serveDefaultPlayground(ctx, t)
 	client := kubernetes.NewForConfigOrDie(config)
 
 	broken := gt.MakeGPUNode("broken-gpus").Annotation(gpu.AnnotationDevices, "[{not json").AllocatableGPUs(8).Obj()

@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/yaml"
 )
@@ -32,17 +33,7 @@ func TestKubectlWorkloads(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	flags := NewFlags()
-	flags.Kubeconfig = filepath.Join(t.TempDir(), "kubeconfig")
-	opts, err := flags.Options()
-	if err != nil {
-		t.Fatal(err)
-	}
-	servePlayground(ctx, t, opts)
-	config, err := clientcmd.BuildConfigFromFlags("", flags.Kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
+	flags, _, config := serveDefaultPlayground(ctx, t)
 	client := kubernetes.NewForConfigOrDie(config)
 	kubectl := func(args ...string) {
 		t.Helper()
@@ -184,6 +175,25 @@ func TestGangProfiles(t *testing.T) {
 			t.Errorf("the playground's configuration has no %q", name)
 		}
 	}
+}
+
+// serveDefaultPlayground serves the playground with its default flags and
+// a kubeconfig in a temporary directory, and returns the flags, the
+// options they gave and a client configuration for it.
+func serveDefaultPlayground(ctx context.Context, t *testing.T) (*Flags, Options, *rest.Config) {
+	t.Helper()
+	flags := NewFlags()
+	flags.Kubeconfig = filepath.Join(t.TempDir(), "kubeconfig")
+	opts, err := flags.Options()
+	if err != nil {
+		t.Fatal(err)
+	}
+	servePlayground(ctx, t, opts)
+	config, err := clientcmd.BuildConfigFromFlags("", flags.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return flags, opts, config
 }
 
 // servePlayground runs the playground (without --demo) until the test ends,
