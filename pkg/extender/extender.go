@@ -22,6 +22,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
 	"github.com/gpusched/gpusched/pkg/gpu"
@@ -289,13 +290,21 @@ func nodeCount(args *extenderv1.ExtenderArgs) int {
 	return len(args.Nodes.Items)
 }
 
-// Preempt checks the scheduler's preemption candidates: it keeps a node only
-// if the pod's GPU demand fits there once the node's victims are gone,
-// evaluated as a what-if (gpu.NodeGPUs.Without) so that the ledger is
-// untouched, and returns the kept nodes with their victims by UID. Victims are the
-// scheduler's choice (by priority and PodDisruptionBudgets); the extender
-// does not add any. A pod without GPU demand keeps every node; a malformed
-// demand, or a node unknown to the extender, keeps none.
+// Preempt chooses the victims on each of the scheduler's candidate nodes by
+// the GPUs they free, as the GPUPreemption plugin does: among the
+// scheduler's victims and every other pod on the node of lower priority
+// than the pod, the cheapest set that frees one placement for the pod's GPU
+// demand (gpu.ChooseVictims; docs/queueing.md gives the rule). The
+// scheduler chose its victims by the resources it sees (CPU, memory,
+// nvidia.com/gpu counts) and may have scattered them over GPUs; the
+// extender replaces them, and adds the scheduler's back only when the
+// node's CPU or memory would not hold the pod without them. A node where no
+// such set frees the GPUs is dropped. It evaluates what-ifs
+// (gpu.NodeGPUs.Without), so the ledger is untouched, and returns victims
+// by UID with the scheduler's count of PodDisruptionBudget violations (the
+// extender does not read PodDisruptionBudgets). A pod without GPU demand
+// keeps every node and its victims; a malformed demand, or a node unknown
+// to the extender, keeps none.
 func (e *Extender) Preempt(ctx context.Context, args *extenderv1.ExtenderPreemptionArgs) *extenderv1.ExtenderPreemptionResult {
 	victims := metaVictims(args)
 	result := &extenderv1.ExtenderPreemptionResult{NodeNameToMetaVictims: map[string]*extenderv1.MetaVictims{}}
@@ -322,25 +331,93 @@ func (e *Extender) Preempt(ctx context.Context, args *extenderv1.ExtenderPreempt
 		if state == nil || state.Node == nil || v == nil {
 			continue
 		}
-		if gpu.Check(e.withoutVictims(state, v), &req).OK() {
-			result.NodeNameToMetaVictims[name] = v
+		if chosen := e.gpuVictims(state, args.Pod, &req, v); chosen != nil {
+			result.NodeNameToMetaVictims[name] = chosen
 		}
 	}
 	return result
 }
 
-// withoutVictims is the node's GPUs once the victims are gone: the ledger's
-// view less each victim's assignment. A victim that holds GPUs without an
-// assignment (counted as a claim, see gpu.PlaceClaim) has no exact
-// subtraction, so then the view is rebuilt from the other pods on a
-// throwaway ledger instead.
-func (e *Extender) withoutVictims(state *NodeState, v *extenderv1.MetaVictims) *gpu.NodeGPUs {
-	gone := make(map[types.UID]bool, len(v.Pods))
-	for _, p := range v.Pods {
+// gpuVictims is Preempt's choice on one node, or nil to drop the node.
+func (e *Extender) gpuVictims(state *NodeState, pod *v1.Pod, req *gpu.Request, proposed *extenderv1.MetaVictims) *extenderv1.MetaVictims {
+	byScheduler := make(map[types.UID]bool, len(proposed.Pods))
+	for _, p := range proposed.Pods {
 		if p != nil {
-			gone[types.UID(p.UID)] = true
+			byScheduler[types.UID(p.UID)] = true
 		}
 	}
+	priority := corev1helpers.PodPriority(pod)
+	var pool []*v1.Pod
+	for _, p := range state.Pods {
+		if byScheduler[p.UID] || corev1helpers.PodPriority(p) < priority {
+			pool = append(pool, p)
+		}
+	}
+	n := e.ledger.Node(state.Node, state.Generation, state.PodSeq())
+	vs := make([]gpu.Victim, len(pool))
+	for i, p := range pool {
+		vs[i] = gpu.Victim{Priority: corev1helpers.PodPriority(p), Pods: 1}
+		if a, ok := gpu.AssignmentOf(p); ok && a.Node == state.Node.Name {
+			vs[i].Held = []gpu.Assignment{a}
+		}
+	}
+	chosen, ok := gpu.ChooseVictims(n, req, vs)
+	if !ok {
+		return nil
+	}
+	gone := make(map[types.UID]bool, len(chosen)+len(byScheduler))
+	for _, i := range chosen {
+		gone[pool[i].UID] = true
+	}
+	if len(gone) == 0 || !hostHolds(state, pod, gone) {
+		for uid := range byScheduler {
+			gone[uid] = true
+		}
+	}
+	// Pods without an assignment that hold GPUs (claims) have no exact
+	// what-if in the engine: the final set is checked on a view rebuilt
+	// without it.
+	if !gpu.Check(e.withoutVictims(state, gone), req).OK() {
+		return nil
+	}
+	out := &extenderv1.MetaVictims{Pods: []*extenderv1.MetaPod{}, NumPDBViolations: proposed.NumPDBViolations}
+	for _, p := range state.Pods {
+		if gone[p.UID] {
+			out.Pods = append(out.Pods, &extenderv1.MetaPod{UID: string(p.UID)})
+		}
+	}
+	return out
+}
+
+// hostHolds reports whether the node's CPU and memory hold pod once the
+// pods in gone are gone.
+func hostHolds(state *NodeState, pod *v1.Pod, gone map[types.UID]bool) bool {
+	freeCPU, freeMemory := freeHost(state)
+	for _, p := range state.Pods {
+		if gone[p.UID] {
+			cpu, mem := gpu.PodRequests(p)
+			freeCPU += cpu
+			freeMemory += mem
+		}
+	}
+	cpu, mem := gpu.PodRequests(pod)
+	return cpu <= freeCPU && mem <= freeMemory
+}
+
+// freeHost is the node's allocatable CPU (milli) and memory (bytes) less its
+// pods' requests.
+func freeHost(state *NodeState) (milliCPU, memoryBytes int64) {
+	alloc := state.Node.Status.Allocatable
+	r := state.requestedOf()
+	return alloc.Cpu().MilliValue() - r.milliCPU, alloc.Memory().Value() - r.memoryBytes
+}
+
+// withoutVictims is the node's GPUs once the pods in gone are gone: the
+// ledger's view less each one's assignment. A pod that holds GPUs without
+// an assignment (counted as a claim, see gpu.PlaceClaim) has no exact
+// subtraction, so then the view is rebuilt from the other pods on a
+// throwaway ledger instead.
+func (e *Extender) withoutVictims(state *NodeState, gone map[types.UID]bool) *gpu.NodeGPUs {
 	n := e.ledger.Node(state.Node, state.Generation, state.PodSeq())
 	for _, p := range state.Pods {
 		if !gone[p.UID] {

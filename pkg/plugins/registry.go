@@ -11,6 +11,7 @@ import (
 	_ "github.com/gpusched/gpusched/pkg/apis/config/scheme" // the plugins' args in the configuration scheme
 	"github.com/gpusched/gpusched/pkg/plugins/gpugang"
 	"github.com/gpusched/gpusched/pkg/plugins/gpuplacement"
+	"github.com/gpusched/gpusched/pkg/plugins/gpupreemption"
 	"github.com/gpusched/gpusched/pkg/plugins/gputelemetry"
 )
 
@@ -26,6 +27,7 @@ func All() []Plugin {
 		{gpuplacement.Name, gpuplacement.New},
 		{gputelemetry.Name, gputelemetry.New},
 		{gpugang.Name, gpugang.New},
+		{gpupreemption.Name, gpupreemption.New},
 	}
 }
 

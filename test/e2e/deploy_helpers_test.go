@@ -30,6 +30,7 @@ import (
 
 	gpuconfig "github.com/gpusched/gpusched/pkg/apis/config"
 	gpuvalidation "github.com/gpusched/gpusched/pkg/apis/config/validation"
+	"github.com/gpusched/gpusched/pkg/plugins/gpupreemption"
 )
 
 // repoRoot is the repository's top directory.
@@ -235,31 +236,35 @@ func profilesOf(t *testing.T, raw []byte) any {
 	return doc.Profiles
 }
 
-// preemptionEnabled says whether DefaultPreemption runs at PostFilter in a
+// runsAtPostFilter says whether the plugin name runs at PostFilter in a
 // decoded (defaulted) profile, as the scheduler's framework expands its
 // plugins: enabled at postFilter, or among the multiPoint plugins (the
 // defaults included) and not disabled at postFilter.
-func preemptionEnabled(p kubeschedulerconfig.KubeSchedulerProfile) bool {
+func runsAtPostFilter(p kubeschedulerconfig.KubeSchedulerProfile, name string) bool {
 	has := func(plugins []kubeschedulerconfig.Plugin, names ...string) bool {
 		return slices.ContainsFunc(plugins, func(pl kubeschedulerconfig.Plugin) bool { return slices.Contains(names, pl.Name) })
 	}
 	if p.Plugins == nil {
 		return false
 	}
-	if has(p.Plugins.PostFilter.Enabled, schedulernames.DefaultPreemption) {
+	if has(p.Plugins.PostFilter.Enabled, name) {
 		return true
 	}
-	return !has(p.Plugins.PostFilter.Disabled, schedulernames.DefaultPreemption, "*") &&
-		has(p.Plugins.MultiPoint.Enabled, schedulernames.DefaultPreemption)
+	return !has(p.Plugins.PostFilter.Disabled, name, "*") && has(p.Plugins.MultiPoint.Enabled, name)
 }
 
-// assertPreemption checks that DefaultPreemption runs, or not, in every
-// profile of cfg.
+// assertPreemption checks that preemption runs, or not, in every profile of
+// cfg, and that where it runs it is GPUPreemption: DefaultPreemption never
+// runs in a gpusched profile, alone (it would choose victims blind to GPUs)
+// or beside GPUPreemption (two preemptions for one pod).
 func assertPreemption(t *testing.T, what string, cfg *kubeschedulerconfig.KubeSchedulerConfiguration, want bool) {
 	t.Helper()
 	for _, p := range cfg.Profiles {
-		if got := preemptionEnabled(p); got != want {
-			t.Errorf("%s: profile %s: DefaultPreemption enabled %v, want %v", what, p.SchedulerName, got, want)
+		if runsAtPostFilter(p, schedulernames.DefaultPreemption) {
+			t.Errorf("%s: profile %s: DefaultPreemption runs; gpusched profiles preempt with %s", what, p.SchedulerName, gpupreemption.Name)
+		}
+		if got := runsAtPostFilter(p, gpupreemption.Name); got != want {
+			t.Errorf("%s: profile %s: %s enabled %v, want %v", what, p.SchedulerName, gpupreemption.Name, got, want)
 		}
 	}
 }

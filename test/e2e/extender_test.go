@@ -80,14 +80,15 @@ func TestExtenderRestart(t *testing.T) {
 
 // TestExtenderPreemption: the scheduler picks preemption victims by its own
 // plugins, which count only whole nvidia.com/gpu requests; the extender's
-// preempt verb keeps a node only if the pod's GPUs fit there once the
-// victims are gone.
+// preempt verb chooses the victims by the GPUs they free, among pods of
+// lower priority than the preemptor, and drops a node where none would do.
 //
-// On a100-0 (2 GPUs) a low-priority whole-GPU pod and a low-priority share
-// hold one GPU each. For a 2-GPU pod, NodeResourcesFit would evict the
-// whole-GPU pod alone, which frees one GPU, not two: the extender drops the
-// node and nothing is evicted. On h100-0 (1 GPU) evicting the low-priority
-// pod does free the GPU: the extender keeps the node, the scheduler preempts.
+// On a100-0 (2 GPUs) a low-priority whole-GPU pod and a share of the
+// urgent class hold one GPU each. For an urgent 2-GPU pod, NodeResourcesFit
+// would evict the whole-GPU pod alone, which frees one GPU, not two, and
+// the share may not be evicted: the extender drops the node and nothing is
+// evicted. On h100-0 (1 GPU) evicting the low-priority pod does free the
+// GPU: the extender keeps the node, the scheduler preempts.
 func TestExtenderPreemption(t *testing.T) {
 	ctx := context.Background()
 	c := testcluster.Start(t)
@@ -109,9 +110,9 @@ func TestExtenderPreemption(t *testing.T) {
 		return w
 	}
 	createStockPod(ctx, t, c, withPriority(gt.MakeGPUPod("low-whole").GPUs(1).Models(a100), "gpu-low").Obj())
-	createStockPod(ctx, t, c, withPriority(gt.MakeGPUPod("low-share").Milli(500).Models(a100), "gpu-low").Obj())
+	createStockPod(ctx, t, c, withPriority(gt.MakeGPUPod("urgent-share").Milli(500).Models(a100), "gpu-urgent").Obj())
 	createStockPod(ctx, t, c, withPriority(gt.MakeGPUPod("low-h100").GPUs(1).Models(h100), "gpu-low").Obj())
-	for _, name := range []string{"low-whole", "low-share", "low-h100"} {
+	for _, name := range []string{"low-whole", "urgent-share", "low-h100"} {
 		assignmentOf(ctx, t, c, name)
 	}
 

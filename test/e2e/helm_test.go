@@ -52,7 +52,7 @@ func TestHelmChart(t *testing.T) {
 		{"create", "leases.coordination.k8s.io", "", "default"},
 	})
 
-	// preemption.enabled: the same release with DefaultPreemption and the
+	// preemption.enabled: the same release with GPUPreemption and the
 	// permission to delete pods.
 	preemption := command(t, nil, helm, "template", "gpusched", "charts/gpusched", "--namespace=kube-system", "--set=preemption.enabled=true")
 	command(t, preemption, kubectl, kc, "apply", "--dry-run=server", "-f", "-")

@@ -128,6 +128,7 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	}
 	factory.Start(ctx.Done())
 	go p.status.run(ctx)
+	byHandle.Store(h, p)
 
 	syncCtx, cancel := context.WithTimeout(ctx, podGroupSyncTimeout)
 	defer cancel()

@@ -85,6 +85,9 @@ func New(_ context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error
 	if err := p.forgetDeletedPods(); err != nil {
 		return nil, err
 	}
+	if h != nil {
+		byHandle.Store(h, p)
+	}
 	return p, nil
 }
 

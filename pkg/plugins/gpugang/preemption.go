@@ -1,0 +1,55 @@
+package gpugang
+
+import (
+	"sync"
+
+	v1 "k8s.io/api/core/v1"
+	fwk "k8s.io/kube-scheduler/framework"
+)
+
+// byHandle maps a profile's framework handle to the GPUGang built with it,
+// so that GPUPreemption in the same profile asks it about gangs.
+var byHandle sync.Map
+
+// Of returns the GPUGang of the profile whose framework handle is h, or nil
+// when the profile does not enable it.
+func Of(h fwk.Handle) *GPUGang {
+	if p, ok := byHandle.Load(h); ok {
+		return p.(*GPUGang)
+	}
+	return nil
+}
+
+// Unplaced is what a preempting gang pod still lacks, as GPUGang's PreFilter
+// read the gang in this cycle: key is the gang's "namespace/name", pending
+// its members neither reserved nor bound (the pod of the cycle among them),
+// and needed how many of those must still be placed for the gang to reach
+// minMember. ok is false for a pod outside a gang.
+func (p *GPUGang) Unplaced(state fwk.CycleState) (key string, pending []*v1.Pod, needed int, ok bool) {
+	gs := gangOf(state)
+	if gs == nil {
+		return "", nil, 0, false
+	}
+	placed := p.placed(gs.key)
+	for _, m := range p.members(gs.key) {
+		if _, in := placed[string(m.UID)]; !in {
+			pending = append(pending, m)
+		}
+	}
+	return gs.key, pending, max(0, gs.minMember-len(placed)), true
+}
+
+// Siblings returns the gang pod belongs to ("namespace/name") and its bound
+// members, pod included; an empty key for a pod outside a gang.
+func (p *GPUGang) Siblings(pod *v1.Pod) (key string, bound []*v1.Pod) {
+	keys, _ := groupOfObject(pod)
+	if len(keys) == 0 {
+		return "", nil
+	}
+	for _, m := range p.members(keys[0]) {
+		if m.Spec.NodeName != "" {
+			bound = append(bound, m)
+		}
+	}
+	return keys[0], bound
+}

@@ -1,0 +1,60 @@
+package gpuplacement
+
+import (
+	"sync"
+
+	v1 "k8s.io/api/core/v1"
+	fwk "k8s.io/kube-scheduler/framework"
+
+	"github.com/gpusched/gpusched/pkg/gpu"
+	"github.com/gpusched/gpusched/pkg/plugins/internal/gpuhealth"
+)
+
+// byHandle maps a profile's framework handle to the GPUPlacement built with
+// it, so that GPUPreemption in the same profile reads the same ledger
+// (assumed pods included) instead of a second copy of it.
+var byHandle sync.Map
+
+// Of returns the GPUPlacement of the profile whose framework handle is h,
+// or nil when the profile does not enable it.
+func Of(h fwk.Handle) *GPUPlacement {
+	if p, ok := byHandle.Load(h); ok {
+		return p.(*GPUPlacement)
+	}
+	return nil
+}
+
+// PreemptionView is what GPU-aware preemption needs to choose victims on a
+// node: the node's GPUs as the ledger holds them with every pod of nodeInfo
+// on it, and the request the pod of the cycle makes (its demand, and the
+// GPUs the telemetry excludes). ok is false when the pod asks for no GPU,
+// or when DRA allocates the node's GPUs: then preemption weighs the node
+// with the Filter plugins alone.
+func (p *GPUPlacement) PreemptionView(state fwk.CycleState, nodeInfo fwk.NodeInfo) (n *gpu.NodeGPUs, req *gpu.Request, ok bool) {
+	data, err := state.Read(stateKey)
+	if err != nil {
+		return nil, nil, false
+	}
+	demand := &data.(*podState).demand
+	if demand.IsZero() {
+		return nil, nil, false
+	}
+	if _, d, _ := draNode(state, nodeInfo.Node().Name); d != nil {
+		return nil, nil, false
+	}
+	return p.nodeGPUs(nodeInfo), &gpu.Request{Demand: demand, Exclude: gpuhealth.Read(state)}, true
+}
+
+// Held is the GPUs pod holds on its node as the ledger counts them: its
+// gpusched.io/gpu-assigned annotation once bound, or the ledger's
+// assumption while it is in flight.
+func (p *GPUPlacement) Held(pod *v1.Pod) (gpu.Assignment, bool) {
+	if a, ok := gpu.AssignmentOf(pod); ok {
+		return a, true
+	}
+	return p.ledger.Assumed(pod.UID)
+}
+
+// NodeView is the node's GPUs as the ledger holds them with every pod of
+// nodeInfo on it.
+func (p *GPUPlacement) NodeView(nodeInfo fwk.NodeInfo) *gpu.NodeGPUs { return p.nodeGPUs(nodeInfo) }
