@@ -184,31 +184,81 @@ func (s *victimSearch) offer(set []int) {
 // the share on g: every subset when there are few, else the cheapest
 // holders first until the share fits.
 func (s *victimSearch) shareOn(g int, holders []int) {
-	d := s.req.Demand
 	if len(holders) == 0 {
 		return
 	}
+	milli := make([]int64, len(holders))
+	memory := make([]int64, len(holders))
+	for k, vi := range holders {
+		milli[k], memory[k] = s.heldOn(vi, g)
+	}
 	if 1<<len(holders) <= maxVictimSets {
 		for mask := uint(1); mask < 1<<len(holders); mask++ {
+			var freedMilli, freedMemory int64
+			for k := range holders {
+				if mask&(1<<uint(k)) != 0 {
+					freedMilli += milli[k]
+					freedMemory += memory[k]
+				}
+			}
+			if !s.shareFitsFreeing(g, freedMilli, freedMemory) {
+				continue
+			}
 			set := make([]int, 0, bits.OnesCount(mask))
 			for k, vi := range holders {
 				if mask&(1<<uint(k)) != 0 {
 					set = append(set, vi)
 				}
 			}
-			if DeviceReason(s.n.without(s.vs, set), d, g) == 0 {
-				s.offer(set)
-			}
+			s.offer(set)
 		}
 		return
 	}
 	ordered := s.cheapestFirst(holders)
-	for k := range ordered {
-		if set := slices.Clone(ordered[:k+1]); DeviceReason(s.n.without(s.vs, set), d, g) == 0 {
-			s.offer(set)
+	var freedMilli, freedMemory int64
+	for k, vi := range ordered {
+		m, mem := s.heldOn(vi, g)
+		freedMilli += m
+		freedMemory += mem
+		if s.shareFitsFreeing(g, freedMilli, freedMemory) {
+			s.offer(slices.Clone(ordered[:k+1]))
 			return
 		}
 	}
+}
+
+// heldOn is what victim vi holds on device position g: milli-GPU, and the
+// memory its shares reserve there.
+func (s *victimSearch) heldOn(vi, g int) (milli, memoryMiB int64) {
+	for _, a := range s.vs[vi].Held {
+		if a.Node != "" && a.Node != s.n.Name {
+			continue
+		}
+		for _, index := range a.Devices {
+			if s.n.Inventory.position(index) != g {
+				continue
+			}
+			milli += a.Milli
+			if a.Milli < MilliPerGPU {
+				memoryMiB += a.MemoryMiB
+			}
+		}
+	}
+	return milli, memoryMiB
+}
+
+// shareFitsFreeing reports whether the share fits GPU g once freedMilli and
+// freedMemoryMiB of its allocation are given back, by the arithmetic of
+// NodeGPUs.FreeMilli and FreeMemoryMiB; the GPU's model, size and health
+// were checked already.
+func (s *victimSearch) shareFitsFreeing(g int, freedMilli, freedMemoryMiB int64) bool {
+	d := s.req.Demand
+	used := s.n.Used[g].Milli - freedMilli
+	if MilliPerGPU-used < d.Milli {
+		return false
+	}
+	return d.MemoryMiB == 0 || used < MilliPerGPU &&
+		s.n.Inventory.Devices[g].MemoryMiB-(s.n.Used[g].MemoryMiB-freedMemoryMiB) >= d.MemoryMiB
 }
 
 // wholeOn offers, for every choice of the demand's count of GPUs among

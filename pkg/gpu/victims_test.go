@@ -267,3 +267,34 @@ func fitsWithout(n *gpu.NodeGPUs, req *gpu.Request, victims []gpu.Victim, set []
 	}
 	return gpu.Check(n, req).OK()
 }
+
+// BenchmarkChooseVictims: one 8-GPU node whose every GPU holds three
+// shares (24 victims, priorities 0..2), for a share that lacks milli-GPU
+// everywhere and for 1, 2 and 4 whole GPUs.
+func BenchmarkChooseVictims(b *testing.B) {
+	var victims []gpu.Victim
+	for g := range 8 {
+		for k := range 3 {
+			victims = append(victims, held(int32((g+k)%3), 1, 300, 10240, g))
+		}
+	}
+	n := nodeHolding(8, victims, nil)
+	for _, tc := range []struct {
+		name   string
+		demand gpu.Demand
+	}{
+		{"share-400", gpu.Demand{Count: 1, Milli: 400, MemoryMiB: 20480}},
+		{"whole-1", gpu.Demand{Count: 1, Milli: gpu.MilliPerGPU}},
+		{"whole-2", gpu.Demand{Count: 2, Milli: gpu.MilliPerGPU}},
+		{"whole-4", gpu.Demand{Count: 4, Milli: gpu.MilliPerGPU}},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			req := &gpu.Request{Demand: &tc.demand}
+			for b.Loop() {
+				if _, ok := gpu.ChooseVictims(n, req, victims); !ok {
+					b.Fatal("no victims")
+				}
+			}
+		})
+	}
+}

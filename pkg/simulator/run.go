@@ -205,6 +205,8 @@ func (r *runner) run(ctx context.Context) (Run, error) {
 	if err != nil {
 		return Run{}, err
 	}
+	// The plugins let go of what they registered for the run's framework.
+	defer sched.fw.Close()
 	out := Run{Policy: r.profile.Name, Seed: r.seed, FailureReasons: map[string]int{}}
 	frag := newFragTracker(r.opts.Nodes, r.typical)
 	// The screen is GPUPlacement's check of annotation placements, which

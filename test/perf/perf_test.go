@@ -13,11 +13,10 @@ import (
 	"testing"
 
 	_ "k8s.io/component-base/logs/json/register"
-	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 	perf "k8s.io/kubernetes/test/integration/scheduler_perf"
 
 	_ "github.com/gpusched/gpusched/pkg/apis/config/scheme"
-	"github.com/gpusched/gpusched/pkg/plugins/gpuplacement"
+	"github.com/gpusched/gpusched/pkg/plugins"
 )
 
 func TestMain(m *testing.M) {
@@ -29,6 +28,5 @@ func TestMain(m *testing.M) {
 }
 
 func BenchmarkPerfScheduling(b *testing.B) {
-	registry := frameworkruntime.Registry{gpuplacement.Name: gpuplacement.New}
-	perf.RunBenchmarkPerfScheduling(b, "performance-config.yaml", "gpusched", registry)
+	perf.RunBenchmarkPerfScheduling(b, "performance-config.yaml", "gpusched", plugins.Registry())
 }

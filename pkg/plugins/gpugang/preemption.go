@@ -11,6 +11,13 @@ import (
 // so that GPUPreemption in the same profile asks it about gangs.
 var byHandle sync.Map
 
+// Close implements io.Closer, which the framework calls when its scheduler
+// stops: the profile's handle no longer finds the plugin.
+func (p *GPUGang) Close() error {
+	byHandle.CompareAndDelete(p.handle, p)
+	return nil
+}
+
 // Of returns the GPUGang of the profile whose framework handle is h, or nil
 // when the profile does not enable it.
 func Of(h fwk.Handle) *GPUGang {

@@ -15,6 +15,13 @@ import (
 // (assumed pods included) instead of a second copy of it.
 var byHandle sync.Map
 
+// Close implements io.Closer, which the framework calls when its scheduler
+// stops: the profile's handle no longer finds the plugin.
+func (p *GPUPlacement) Close() error {
+	byHandle.CompareAndDelete(p.handle, p)
+	return nil
+}
+
 // Of returns the GPUPlacement of the profile whose framework handle is h,
 // or nil when the profile does not enable it.
 func Of(h fwk.Handle) *GPUPlacement {
