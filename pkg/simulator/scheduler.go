@@ -25,6 +25,7 @@ import (
 	"github.com/gpusched/gpusched/pkg/gpu"
 	gpuplugins "github.com/gpusched/gpusched/pkg/plugins"
 	"github.com/gpusched/gpusched/pkg/plugins/gpugang"
+	"github.com/gpusched/gpusched/pkg/plugins/gpupreemption"
 	"github.com/gpusched/gpusched/pkg/plugins/gpuplacement"
 )
 
@@ -41,13 +42,14 @@ func Registry() frameworkruntime.Registry {
 }
 
 // unsupportedPlugins need what the simulator does not model: resource claims
-// (DynamicResources), preemption (DefaultPreemption: a pod that fits
-// nowhere is dropped, as the FGD protocol measures, and nothing is evicted),
+// (DynamicResources), preemption (DefaultPreemption, GPUPreemption: a pod
+// that fits nowhere is dropped, as the FGD protocol measures, and nothing
+// is evicted),
 // PodGroups (GPUGang: pods of a gang are placed one by one, as pods without
 // one). They are removed from simulated profiles, and with them the queue
 // sort GPUGang gives a profile, which the simulator, placing pods in
 // arrival order, does not use.
-var unsupportedPlugins = []string{dynamicResources, "DefaultPreemption", gpugang.Name}
+var unsupportedPlugins = []string{dynamicResources, "DefaultPreemption", gpupreemption.Name, gpugang.Name}
 
 // dynamicResources is the in-tree plugin that allocates ResourceClaims. A
 // run on the DRA path (Options.DRA) keeps it, with the run's draManager as
