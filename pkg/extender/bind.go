@@ -60,6 +60,12 @@ func (e *Extender) bind(ctx context.Context, args *extenderv1.ExtenderBindingArg
 	if !e.mayBind() {
 		return BindResultError, errNotLeader
 	}
+	if !e.cluster.HasSynced() {
+		// Binds choose GPUs from the view of every node's pods: before the
+		// initial lists are in, a GPU held by a pod not yet read would look
+		// free. A new leader may win the Lease before its lists arrive.
+		return BindResultError, errNotSynced
+	}
 	pod, err := e.podToBind(ctx, args)
 	if err != nil {
 		return BindResultError, err

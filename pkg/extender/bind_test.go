@@ -11,6 +11,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
@@ -382,5 +384,23 @@ func TestBindRetryWhileWriting(t *testing.T) {
 	}
 	if written, _ := bindings(te.client); len(written) != 1 {
 		t.Errorf("%d Bindings written, want 1", len(written))
+	}
+}
+
+// TestBindWaitsForSync: an instance that has not yet read every node and
+// pod (a replica that has just won the Lease) refuses binds, since a GPU
+// held by a pod it has not read would look free.
+func TestBindWaitsForSync(t *testing.T) {
+	node := gt.MakeGPUNode("n").GFD(a100, 1, 81920).Obj()
+	pod := gt.MakeGPUPod("p").GPUs(1).Obj()
+	client := fake.NewClientset(node, pod)
+	cluster, err := NewCluster(informers.NewSharedInformerFactory(client, 0)) // never started
+	if err != nil {
+		t.Fatal(err)
+	}
+	ext := New(cluster, client, gpu.MustPolicy(gpu.PolicyBestFit, gpu.PolicyConfig{}))
+	got := ext.Bind(context.Background(), &extenderv1.ExtenderBindingArgs{PodName: "p", PodNamespace: pod.Namespace, PodUID: pod.UID, Node: "n"})
+	if !strings.Contains(got.Error, "has not read every node and pod") {
+		t.Errorf("bind before sync: %q, want a refusal", got.Error)
 	}
 }

@@ -18,6 +18,9 @@ import (
 // binds. The scheduler retries the pod, and reaches the leader.
 var errNotLeader = errors.New("this gpusched extender does not hold the leader lease; another instance binds pods, retry")
 
+// errNotSynced: an instance binds only once it has read every node and pod.
+var errNotSynced = errors.New("this gpusched extender has not read every node and pod yet; retry")
+
 // bindOnlyWhileLeading makes the extender refuse binds until setLeading(true).
 func (e *Extender) bindOnlyWhileLeading() { e.leaderOnly = true }
 
