@@ -41,6 +41,7 @@ func TestExplainAgainstTheAPIServer(t *testing.T) {
 	if _, err := c.Client.SchedulingV1().PriorityClasses().Create(ctx, high, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	waitForPriorityClass(ctx, t, c, "high")
 	// Holders, bound as a scheduler would have bound them. GPU 0 of "a":
 	// 300 + 300 milli-GPU and 16 + 16 GiB held; 400 milli and 8 GiB free.
 	shareOn := func(name string, memoryMiB int64, class string) *v1.Pod {
