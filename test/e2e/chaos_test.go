@@ -115,3 +115,32 @@ func TestChaosNodeDeletedMidBurst(t *testing.T) {
 	}
 	assertNoGPUGivenTwice(ctx, t, c)
 }
+
+// TestChaosNodeDeletedUnderWaitingGang deletes the only GPU node while the
+// first pod of a two-pod gang is reserved there, waiting at Permit for its
+// sibling, and adds another node: the reservation is released and the whole
+// gang is bound to the new node, none of it to the deleted one.
+func TestChaosNodeDeletedUnderWaitingGang(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c := testcluster.Start(t)
+	dyn := installPodGroupCRD(ctx, t, c)
+	testcluster.CreateNode(ctx, t, c.Client, gt.MakeGPUNode("a100-0").GFD(a100, 8, 81920).Obj())
+	startGangSched(ctx, t, c, gangConfig(t))
+
+	createPodGroup(ctx, t, dyn, "train", 2, 0)
+	createPod(ctx, t, c, gangPod("train-0", "train", 4))
+	time.Sleep(time.Second) // train-0 is reserved on a100-0, waiting at Permit
+	if err := c.Client.CoreV1().Nodes().Delete(ctx, "a100-0", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testcluster.CreateNode(ctx, t, c.Client, gt.MakeGPUNode("a100-1").GFD(a100, 8, 81920).Obj())
+	createPod(ctx, t, c, gangPod("train-1", "train", 4))
+
+	for _, name := range []string{"train-0", "train-1"} {
+		if a := assignmentOf(ctx, t, c, name); a.Node != "a100-1" {
+			t.Errorf("pod %s assigned GPUs on %s, want the new node a100-1", name, a.Node)
+		}
+	}
+	assertNoGPUGivenTwice(ctx, t, c)
+}
