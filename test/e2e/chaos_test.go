@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	gt "github.com/gpusched/gpusched/pkg/gpu/gputest"
+	"github.com/gpusched/gpusched/pkg/plugins"
 	"github.com/gpusched/gpusched/test/testcluster"
 )
 
@@ -141,6 +142,34 @@ func TestChaosNodeDeletedUnderWaitingGang(t *testing.T) {
 		if a := assignmentOf(ctx, t, c, name); a.Node != "a100-1" {
 			t.Errorf("pod %s assigned GPUs on %s, want the new node a100-1", name, a.Node)
 		}
+	}
+	assertNoGPUGivenTwice(ctx, t, c)
+}
+
+// TestChaosPrometheusKilled kills the Prometheus the telemetry profile reads
+// while it runs: as docs/telemetry.md documents, refreshes fail
+// (gpusched_telemetry_refresh_errors_total grows) and pods keep scheduling.
+func TestChaosPrometheusKilled(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	exporter := startDCGMExporter(t)
+	g := dcgmGPU{node: "tel-a", hostLabel: "Hostname", index: 0, uuid: "GPU-a0", model: a100}
+	exporter.set("DCGM_FI_DEV_GPU_UTIL", g, "0")
+	prom := startPrometheus(t, exporter.addr())
+	prom.waitForValue(ctx, t, `DCGM_FI_DEV_GPU_UTIL{UUID="GPU-a0"}`, "0")
+
+	c := testcluster.Start(t)
+	testcluster.CreateNode(ctx, t, c.Client, gt.MakeGPUNode("tel-a").GFD(a100, 8, 81920).Obj())
+	c.StartScheduler(ctx, t, telemetryConfig(prom.url), plugins.CommandOptions()...)
+	waitForMetric(ctx, t, "gpusched_telemetry_stale", "0 (fresh)", func(v float64) bool { return v == 0 })
+
+	errorsBefore := metricValue(t, "gpusched_telemetry_refresh_errors_total")
+	prom.stop()
+	waitForMetric(ctx, t, "gpusched_telemetry_refresh_errors_total", "to grow", func(v float64) bool { return v > errorsBefore })
+	for i := 0; i < 4; i++ {
+		name := fmt.Sprintf("blind-%d", i)
+		createPod(ctx, t, c, gt.MakeGPUPod(name).GPUs(2).Obj())
+		assignmentOf(ctx, t, c, name)
 	}
 	assertNoGPUGivenTwice(ctx, t, c)
 }
