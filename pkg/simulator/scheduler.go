@@ -25,8 +25,8 @@ import (
 	"github.com/gpusched/gpusched/pkg/gpu"
 	gpuplugins "github.com/gpusched/gpusched/pkg/plugins"
 	"github.com/gpusched/gpusched/pkg/plugins/gpugang"
-	"github.com/gpusched/gpusched/pkg/plugins/gpupreemption"
 	"github.com/gpusched/gpusched/pkg/plugins/gpuplacement"
+	"github.com/gpusched/gpusched/pkg/plugins/gpupreemption"
 )
 
 // Registry is the plugins a simulated profile may use: the in-tree plugins

@@ -8,6 +8,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -95,25 +96,38 @@ func assignmentOf(ctx context.Context, t *testing.T, c *testcluster.Cluster, nam
 }
 
 // assertNoGPUGivenTwice sums the assignments of all bound pods per GPU and
-// fails if any GPU is allocated beyond 1000 milli-GPU.
+// fails if any GPU is allocated beyond 1000 milli-GPU (overAllocated).
 func assertNoGPUGivenTwice(ctx context.Context, t *testing.T, c *testcluster.Cluster) {
 	t.Helper()
 	pods, err := c.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
+	if v := overAllocated(pods.Items); v != "" {
+		t.Error(v)
+	}
+}
+
+// overAllocated describes the first GPU whose bound pods' assignments sum
+// beyond one GPU, or "" when there is none.
+func overAllocated(pods []v1.Pod) string {
 	used := map[string]int64{}
-	for i := range pods.Items {
-		if a, ok := gpu.AssignmentOf(&pods.Items[i]); ok {
-			for _, d := range a.Devices {
-				key := a.Node + "/" + string(rune('0'+d))
-				used[key] += a.Milli
-				if used[key] > gpu.MilliPerGPU {
-					t.Errorf("GPU %s allocated %d milli-GPU (pod %s among others)", key, used[key], pods.Items[i].Name)
-				}
+	holders := map[string][]string{}
+	for i := range pods {
+		a, ok := gpu.AssignmentOf(&pods[i])
+		if !ok {
+			continue
+		}
+		for _, d := range a.Devices {
+			key := fmt.Sprintf("%s GPU %d", a.Node, d)
+			used[key] += a.Milli
+			holders[key] = append(holders[key], pods[i].Name)
+			if used[key] > gpu.MilliPerGPU {
+				return fmt.Sprintf("%s allocated %d milli-GPU to %v", key, used[key], holders[key])
 			}
 		}
 	}
+	return ""
 }
 
 func containsAll(t *testing.T, what, s string, parts ...string) {

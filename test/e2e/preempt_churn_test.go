@@ -8,11 +8,9 @@ import (
 	"testing"
 	"time"
 
-	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/gpusched/gpusched/pkg/gpu"
 	gt "github.com/gpusched/gpusched/pkg/gpu/gputest"
 	"github.com/gpusched/gpusched/test/testcluster"
 )
@@ -139,26 +137,4 @@ func waitForQuiet(ctx context.Context, t *testing.T, c *testcluster.Cluster, n i
 	if err != nil {
 		t.Fatalf("pods not all tried within %v", timeout)
 	}
-}
-
-// overAllocated describes the first GPU whose bound pods' assignments sum
-// beyond one GPU, or "" when there is none.
-func overAllocated(pods []v1.Pod) string {
-	used := map[string]int64{}
-	holders := map[string][]string{}
-	for i := range pods {
-		a, ok := gpu.AssignmentOf(&pods[i])
-		if !ok {
-			continue
-		}
-		for _, d := range a.Devices {
-			key := fmt.Sprintf("%s GPU %d", a.Node, d)
-			used[key] += a.Milli
-			holders[key] = append(holders[key], pods[i].Name)
-			if used[key] > gpu.MilliPerGPU {
-				return fmt.Sprintf("%s allocated %d milli-GPU to %v", key, used[key], holders[key])
-			}
-		}
-	}
-	return ""
 }
