@@ -9,6 +9,7 @@ import (
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
 
 	gt "github.com/gpusched/gpusched/pkg/gpu/gputest"
 	"github.com/gpusched/gpusched/pkg/plugins"
@@ -179,13 +180,7 @@ func deletingPods(ctx context.Context, c *testcluster.Cluster, names ...string) 
 // other node's single pod stays.
 func TestPreemptGangGoesWhole(t *testing.T) {
 	ctx := context.Background()
-	c := testcluster.Start(t)
-	dyn := installPodGroupCRD(ctx, t, c)
-	for _, name := range []string{"node-a", "node-b"} {
-		testcluster.CreateNode(ctx, t, c.Client, gt.MakeGPUNode(name).GFD(a100, 2, 81920).Obj())
-	}
-	createPriorityClasses(ctx, t, c)
-	startGangSched(ctx, t, c, gangConfig(t))
+	c, dyn := startGangPreemptionCluster(ctx, t)
 
 	createPodGroup(ctx, t, dyn, "low-gang", 2, 30)
 	for _, p := range []struct{ name, group, node string }{
@@ -228,13 +223,7 @@ func TestPreemptGangGoesWhole(t *testing.T) {
 // why.
 func TestPreemptGangOnlyIfWholeGangFits(t *testing.T) {
 	ctx := context.Background()
-	c := testcluster.Start(t)
-	dyn := installPodGroupCRD(ctx, t, c)
-	for _, name := range []string{"node-a", "node-b"} {
-		testcluster.CreateNode(ctx, t, c.Client, gt.MakeGPUNode(name).GFD(a100, 2, 81920).Obj())
-	}
-	createPriorityClasses(ctx, t, c)
-	startGangSched(ctx, t, c, gangConfig(t))
+	c, dyn := startGangPreemptionCluster(ctx, t)
 
 	for _, p := range []struct{ name, class, node string }{
 		{"vip", "gpu-vip", "node-a"}, {"low-a", "gpu-low", "node-a"},
@@ -279,4 +268,19 @@ func TestPreemptGangOnlyIfWholeGangFits(t *testing.T) {
 	for _, name := range []string{"urgent-0", "urgent-1"} {
 		testcluster.AssertPodNotScheduled(ctx, t, c.Client, "default", name, 0)
 	}
+}
+
+// startGangPreemptionCluster starts a control plane with the PodGroup CRD,
+// node-a and node-b of two A100s each, the priority classes, and gpusched
+// with the gang configuration.
+func startGangPreemptionCluster(ctx context.Context, t *testing.T) (*testcluster.Cluster, dynamic.Interface) {
+	t.Helper()
+	c := testcluster.Start(t)
+	dyn := installPodGroupCRD(ctx, t, c)
+	for _, name := range []string{"node-a", "node-b"} {
+		testcluster.CreateNode(ctx, t, c.Client, gt.MakeGPUNode(name).GFD(a100, 2, 81920).Obj())
+	}
+	createPriorityClasses(ctx, t, c)
+	startGangSched(ctx, t, c, gangConfig(t))
+	return c, dyn
 }
