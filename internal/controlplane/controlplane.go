@@ -18,7 +18,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
+	"time"
 
 	"k8s.io/apiserver/pkg/storage/storagebackend"
 	"k8s.io/client-go/kubernetes"
@@ -64,6 +67,11 @@ type Options struct {
 	// of DefaultAPIServerFlags to have ServiceAccount admission on. Off, no
 	// controller runs: callers create Pods themselves.
 	Controllers bool
+	// Faults puts a loopback TCP front before etcd and one before the API
+	// server, and gives the API server a certificate authority of its own,
+	// so that RestartAPIServer and SetEtcdDelay work: clients reach the API
+	// server at one address, with credentials that outlive a restart.
+	Faults bool
 }
 
 // ControlPlane is a running etcd and kube-apiserver. The exported fields are
@@ -80,6 +88,13 @@ type ControlPlane struct {
 
 	stopOnce sync.Once
 	stops    []func() // run in reverse order by Stop
+
+	// With Options.Faults: the fronts, and what RestartAPIServer needs to
+	// start the API server again.
+	apiFront, etcdFront *front
+	restart             sync.Mutex // held while the API server restarts
+	server              kubeapiservertesting.TestServer
+	startServer         func() (kubeapiservertesting.TestServer, error)
 }
 
 // Start brings up an embedded etcd and a kube-apiserver backed by it, and
@@ -112,6 +127,21 @@ func Start(opts Options) (_ *ControlPlane, err error) {
 
 	storage := storagebackend.NewDefaultConfig("/registry", nil)
 	storage.Transport.ServerList = []string{c.EtcdEndpoint}
+	flags := opts.APIServerFlags
+	var certs *pki
+	if opts.Faults {
+		if c.etcdFront, err = newFront(strings.TrimPrefix(c.EtcdEndpoint, "http://")); err != nil {
+			return nil, fmt.Errorf("starting etcd's front: %w", err)
+		}
+		c.stops = append(c.stops, c.etcdFront.close)
+		storage.Transport.ServerList = []string{"http://" + c.etcdFront.addr()}
+		if certs, err = newPKI(filepath.Join(dir, "pki")); err != nil {
+			return nil, fmt.Errorf("creating certificates: %w", err)
+		}
+		// The API server serves the pair it finds in --cert-dir
+		// (apiserver.crt and apiserver.key) rather than a new one.
+		flags = append(slices.Clone(flags), "--cert-dir="+certs.dir, "--client-ca-file="+certs.caFile)
+	}
 	instance := kubeapiservertesting.NewDefaultTestServerOptions()
 	// The invariant checks run at teardown concern the API server's own
 	// metrics, not what runs against it.
@@ -119,13 +149,29 @@ func Start(opts Options) (_ *ControlPlane, err error) {
 
 	tb := newRunner(dir, opts.Logf)
 	c.stops = append(c.stops, tb.cleanup)
-	server, err := startAPIServer(tb, instance, opts.APIServerFlags, storage)
-	if err != nil {
+	c.startServer = func() (kubeapiservertesting.TestServer, error) {
+		return startAPIServer(tb, instance, flags, storage)
+	}
+	if c.server, err = c.startServer(); err != nil {
 		return nil, fmt.Errorf("starting kube-apiserver: %w", err)
 	}
-	c.stops = append(c.stops, server.TearDownFn)
+	c.stops = append(c.stops, c.stopAPIServer)
 
-	c.RestConfig = rest.CopyConfig(server.ClientConfig)
+	c.RestConfig = rest.CopyConfig(c.server.ClientConfig)
+	if opts.Faults {
+		if c.apiFront, err = newFront(strings.TrimPrefix(c.server.ClientConfig.Host, "https://")); err != nil {
+			return nil, fmt.Errorf("starting the API server's front: %w", err)
+		}
+		c.stops = append(c.stops, c.apiFront.close)
+		c.RestConfig = &rest.Config{
+			Host:  "https://" + c.apiFront.addr(),
+			QPS:   c.server.ClientConfig.QPS,
+			Burst: c.server.ClientConfig.Burst,
+			TLSClientConfig: rest.TLSClientConfig{
+				CAData: certs.caPEM, CertData: certs.clientCertPEM, KeyData: certs.clientKeyPEM,
+			},
+		}
+	}
 	if c.Client, err = kubernetes.NewForConfig(c.RestConfig); err != nil {
 		return nil, fmt.Errorf("creating a client: %w", err)
 	}
@@ -153,6 +199,52 @@ func startAPIServer(tb *runner, instance *kubeapiservertesting.TestServerInstanc
 	}()
 	tCtx := ktesting.Init(tb, initoption.PerTestOutput(tb.logf != nil))
 	return kubeapiservertesting.StartTestServer(tCtx, instance, flags, storage)
+}
+
+// stopAPIServer stops the API server running now.
+func (c *ControlPlane) stopAPIServer() {
+	c.restart.Lock()
+	defer c.restart.Unlock()
+	if c.server.TearDownFn != nil {
+		c.server.TearDownFn()
+		c.server.TearDownFn = nil
+	}
+}
+
+// RestartAPIServer stops the API server, as a crash would: every open
+// connection is cut and new ones are refused. It then starts a new one on
+// the same etcd and sends new connections to it, and returns once it is
+// healthy (about 3 s later). Clients keep RestConfig: the address and the
+// credentials stay valid. It needs Options.Faults.
+func (c *ControlPlane) RestartAPIServer() error {
+	if c.apiFront == nil {
+		return errors.New("RestartAPIServer needs a control plane started with Options.Faults")
+	}
+	c.restart.Lock()
+	defer c.restart.Unlock()
+	c.apiFront.setBackend("")
+	if c.server.TearDownFn != nil {
+		c.server.TearDownFn()
+		c.server.TearDownFn = nil
+	}
+	server, err := c.startServer()
+	if err != nil {
+		return fmt.Errorf("starting kube-apiserver again: %w", err)
+	}
+	c.server = server
+	c.apiFront.setBackend(strings.TrimPrefix(server.ClientConfig.Host, "https://"))
+	return nil
+}
+
+// SetEtcdDelay delays everything the API server sends to etcd by d from
+// now on (0 removes the delay): each request reaches etcd d later, as over
+// a slow network or to a slow disk. It needs Options.Faults.
+func (c *ControlPlane) SetEtcdDelay(d time.Duration) error {
+	if c.etcdFront == nil {
+		return errors.New("SetEtcdDelay needs a control plane started with Options.Faults")
+	}
+	c.etcdFront.setDelay(d)
+	return nil
 }
 
 // Stop shuts the API server down, then etcd, and removes a temporary data

@@ -41,7 +41,11 @@ func waitForSettledBurst(ctx context.Context, t *testing.T, c *testcluster.Clust
 	t.Helper()
 	var why string
 	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
-		why, bound, pending = settled(ctx, c)
+		w, b, p := settled(ctx, c)
+		if ctx.Err() != nil { // keep the last reason the cluster gave
+			return false, nil
+		}
+		why, bound, pending = w, b, p
 		return why == "", nil
 	})
 	if err != nil {

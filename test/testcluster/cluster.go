@@ -21,6 +21,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -74,11 +75,46 @@ type Cluster struct {
 // the test goroutine.
 func Start(t *testing.T, apiserverFlags ...string) *Cluster {
 	t.Helper()
+	return start(t, false, apiserverFlags)
+}
+
+// StartWithFaults is Start with the control plane's fault injection on
+// (controlplane.Options.Faults): RestartAPIServer and SetEtcdDelay work,
+// and clients of RestConfig and KubeconfigPath outlive a restart.
+func StartWithFaults(t *testing.T, apiserverFlags ...string) *Cluster {
+	t.Helper()
+	return start(t, true, apiserverFlags)
+}
+
+// RestartAPIServer stops the API server, cutting every connection, and
+// starts a new one on the same etcd behind the same address; it returns
+// once the new one is healthy. The cluster must come from StartWithFaults.
+// Call it from the test goroutine.
+func (c *Cluster) RestartAPIServer() {
+	c.t.Helper()
+	if err := c.cp.RestartAPIServer(); err != nil {
+		c.t.Fatalf("testcluster: %v", err)
+	}
+}
+
+// SetEtcdDelay delays every request from the API server to etcd by d (0
+// removes the delay). The cluster must come from StartWithFaults. It may be
+// called from any goroutine.
+func (c *Cluster) SetEtcdDelay(d time.Duration) {
+	c.t.Helper()
+	if err := c.cp.SetEtcdDelay(d); err != nil {
+		c.t.Errorf("testcluster: %v", err)
+	}
+}
+
+func start(t *testing.T, faults bool, apiserverFlags []string) *Cluster {
+	t.Helper()
 	quietLogging()
 
 	opts := controlplane.Options{
 		Dir:            t.TempDir(),
 		APIServerFlags: append(append([]string{}, DefaultAPIServerFlags...), apiserverFlags...),
+		Faults:         faults,
 	}
 	if verbose() {
 		opts.Logf = t.Logf

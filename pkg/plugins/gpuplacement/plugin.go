@@ -53,6 +53,8 @@ type GPUPlacement struct {
 	// reportedNodes maps a node name to the resourceVersion whose invalid GPU
 	// inventory was last reported in an event (see reportInvalidInventory).
 	reportedNodes sync.Map
+	// stop ends the plugin's background work (the reason keeper).
+	stop context.CancelFunc
 }
 
 var (
@@ -72,7 +74,7 @@ var (
 // kube-scheduler's configuration loader produces, or nil for the defaults.
 // The args are validated again here, so a plugin built any other way (tests,
 // the simulator) is held to the same rules.
-func New(_ context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
+func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
 	args, err := load.GPUPlacementArgs(obj)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", Name, err)
@@ -88,6 +90,8 @@ func New(_ context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error
 	if h != nil {
 		byHandle.Store(h, p)
 	}
+	ctx, p.stop = context.WithCancel(ctx)
+	p.keepReasons(ctx)
 	return p, nil
 }
 

@@ -18,6 +18,9 @@ var byHandle sync.Map
 // Close implements io.Closer, which the framework calls when its scheduler
 // stops: the profile's handle no longer finds the plugin.
 func (p *GPUPlacement) Close() error {
+	if p.stop != nil {
+		p.stop()
+	}
 	byHandle.CompareAndDelete(p.handle, p)
 	return nil
 }
