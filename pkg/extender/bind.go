@@ -7,6 +7,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
@@ -95,9 +96,17 @@ func (e *Extender) bind(ctx context.Context, args *extenderv1.ExtenderBindingArg
 	}
 	defer e.inFlight.Delete(pod.UID)
 	if err := e.writeBinding(ctx, args, &a); err != nil {
-		if e.boundAnyway(ctx, args, &a) {
+		bound, known := e.boundAnyway(ctx, args, &a)
+		if bound {
 			logger.V(2).Info("Bound pod; the API server's answer was lost", "node", args.Node, "assignment", a.String(), "err", err)
 			return BindResultBound, nil
+		}
+		if !known {
+			// The API server cannot be read either: the binding may have
+			// been written. Its GPUs stay held until a read says.
+			logger.V(2).Info("Bind failed with its outcome unknown; its GPUs stay held until the pod can be read", "node", args.Node, "err", err)
+			e.ledger.Doubt(pod.UID)
+			go e.settleBind(args, &a)
 		}
 		e.cluster.Release(held)
 		e.ledger.Forget(pod.UID)
@@ -208,9 +217,42 @@ func (e *Extender) writeBinding(ctx context.Context, args *extenderv1.ExtenderBi
 
 // boundAnyway reports whether a binding whose write returned an error took
 // effect all the same (the answer was lost): the pod is bound to the node
-// with exactly this assignment.
-func (e *Extender) boundAnyway(ctx context.Context, args *extenderv1.ExtenderBindingArgs, a *gpu.Assignment) bool {
+// with exactly this assignment. known is false when the pod could not be
+// read.
+func (e *Extender) boundAnyway(ctx context.Context, args *extenderv1.ExtenderBindingArgs, a *gpu.Assignment) (bound, known bool) {
 	pod, err := e.client.CoreV1().Pods(args.PodNamespace).Get(ctx, args.PodName, metav1.GetOptions{})
-	return err == nil && pod.UID == args.PodUID && pod.Spec.NodeName == args.Node &&
-		pod.Annotations[gpu.AnnotationAssigned] == a.String()
+	if apierrors.IsNotFound(err) {
+		return false, true
+	}
+	if err != nil {
+		return false, false
+	}
+	return pod.UID == args.PodUID && pod.Spec.NodeName == args.Node && pod.Annotations[gpu.AnnotationAssigned] == a.String(), true
+}
+
+// Reads of a pod whose bind's outcome is unknown: each bounded by
+// settleReadTimeout, retried from settleFirstRetry, doubling up to
+// settleMaxRetry, until one succeeds.
+const (
+	settleReadTimeout = 5 * time.Second
+	settleFirstRetry  = 250 * time.Millisecond
+	settleMaxRetry    = 5 * time.Second
+)
+
+// settleBind reads the pod until a read succeeds, then releases the GPUs
+// held in doubt for it (gpu.Ledger.Settle) unless the binding was written;
+// a bound pod's GPUs count from its annotation once the informer sees it.
+func (e *Extender) settleBind(args *extenderv1.ExtenderBindingArgs, a *gpu.Assignment) {
+	for retry := settleFirstRetry; ; retry = min(2*retry, settleMaxRetry) {
+		time.Sleep(retry)
+		ctx, cancel := context.WithTimeout(context.Background(), settleReadTimeout)
+		bound, known := e.boundAnyway(ctx, args, a)
+		cancel()
+		if known {
+			if !bound {
+				e.ledger.Settle(args.PodUID, *a)
+			}
+			return
+		}
+	}
 }

@@ -5,12 +5,15 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
@@ -402,5 +405,43 @@ func TestBindWaitsForSync(t *testing.T) {
 	got := ext.Bind(context.Background(), &extenderv1.ExtenderBindingArgs{PodName: "p", PodNamespace: pod.Namespace, PodUID: pod.UID, Node: "n"})
 	if !strings.Contains(got.Error, "has not read every node and pod") {
 		t.Errorf("bind before sync: %q, want a refusal", got.Error)
+	}
+}
+
+// TestBindOutcomeUnknown: the Binding's write fails and the pod cannot be
+// read either (the API server is restarting), so whether the pod was bound
+// is unknown. Its GPU must stay held, refusing another pod, until a read
+// shows the pod unbound; then the GPU is free again.
+func TestBindOutcomeUnknown(t *testing.T) {
+	node := gt.MakeGPUNode("a100-0").GFD(a100, 1, 81920).Obj()
+	p, q := gt.MakeGPUPod("p").GPUs(1).Obj(), gt.MakeGPUPod("q").GPUs(1).Obj()
+	te := newTestExtender(t, nil, []*v1.Node{node}, []*v1.Pod{p, q})
+	var apiDown atomic.Bool
+	apiDown.Store(true)
+	te.client.PrependReactor("create", "pods", func(action clienttesting.Action) (bool, runtime.Object, error) {
+		b, ok := action.(clienttesting.CreateAction).GetObject().(*v1.Binding)
+		if ok && b.Name == "p" && apiDown.Load() {
+			return true, nil, errors.New("unexpected EOF")
+		}
+		return false, nil, nil
+	})
+	te.client.PrependReactor("get", "pods", func(clienttesting.Action) (bool, runtime.Object, error) {
+		if apiDown.Load() {
+			return true, nil, errors.New("connection refused")
+		}
+		return false, nil, nil
+	})
+	if r := te.ext.Bind(te.ctx, bindArgs(p, "a100-0")); r.Error == "" {
+		t.Fatal("the bind of p succeeded through a failing write")
+	}
+	if r := te.ext.Bind(te.ctx, bindArgs(q, "a100-0")); !strings.Contains(r.Error, "no longer fits") {
+		t.Fatalf("q bound to the GPU held for p, whose bind's outcome is unknown: %q", r.Error)
+	}
+	apiDown.Store(false) // p reads as unbound: its GPU is released
+	err := wait.PollUntilContextTimeout(te.ctx, 100*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return te.ext.Bind(te.ctx, bindArgs(q, "a100-0")).Error == "", nil
+	})
+	if err != nil {
+		t.Fatalf("q never bound after p was read unbound: %v", err)
 	}
 }

@@ -16,6 +16,8 @@ import (
 // caller's pod cache holds them (the scheduler's snapshot in plugin mode): a
 // pod counts when it carries an assignment for the node, or, while it is in
 // flight (reserved, not yet bound), when the ledger holds an assumption for it.
+// A pod whose bind failed with its outcome unknown is held apart from the
+// caller's pods until the outcome is known (Doubt).
 // So a restarted scheduler rebuilds the exact state from the annotations of the
 // bound pods, and the ledger never disagrees with the cache the scheduler
 // filters against. Views are cached per node and recomputed only when the
@@ -34,6 +36,11 @@ type Ledger struct {
 	// caller's generation of the node view each was made against. Guarded by mu.
 	assumed   map[types.UID]Assignment
 	assumedAt map[types.UID]int64
+	// doubtful holds the assignments of pods whose bind failed in a way
+	// that leaves unknown whether the API server bound them (see Doubt):
+	// one per failed bind, since a pod retried after one may fail again
+	// with other GPUs. Guarded by mu.
+	doubtful map[types.UID][]Assignment
 	// views maps a node name to its last computed *cachedView. Entries are
 	// immutable and replaced under mu.
 	views sync.Map
@@ -58,7 +65,7 @@ type cachedView struct {
 
 // NewLedger returns an empty ledger.
 func NewLedger() *Ledger {
-	return &Ledger{assumed: map[types.UID]Assignment{}, assumedAt: map[types.UID]int64{}}
+	return &Ledger{assumed: map[types.UID]Assignment{}, assumedAt: map[types.UID]int64{}, doubtful: map[types.UID][]Assignment{}}
 }
 
 // Node returns node's GPUs and their allocation by pods.
@@ -169,11 +176,19 @@ func (l *Ledger) compute(name string, inv *Inventory, invErr error, pods iter.Se
 		a, counted := AssignmentOf(pod)
 		if counted && a.Node == name {
 			l.done(pod.UID) // bound with its annotation: the assumption is done
+			l.endDoubts(pod.UID)
 		} else if a, counted = l.assumed[pod.UID]; !counted || a.Node != name {
 			unplaced = append(unplaced, pod)
 			continue
 		}
 		n.add(&a)
+	}
+	for _, doubts := range l.doubtful {
+		for _, a := range doubts {
+			if a.Node == name {
+				n.add(&a) // perhaps bound: held until the outcome is known
+			}
+		}
 	}
 	n.summarize()
 	for _, pod := range unplaced {
@@ -255,7 +270,8 @@ func (l *Ledger) Assume(uid types.UID, a Assignment) error {
 }
 
 // Forget releases the GPUs assumed for a pod; it does nothing for a pod that is
-// not assumed. A bound pod's GPUs are released when it leaves its node's pods.
+// not assumed, nor for one in doubt (Settle releases those). A bound pod's
+// GPUs are released when it leaves its node's pods.
 func (l *Ledger) Forget(uid types.UID) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -263,6 +279,69 @@ func (l *Ledger) Forget(uid types.UID) {
 		l.done(uid)
 		l.markStale(a.Node)
 	}
+}
+
+// Doubt keeps the GPUs assumed for a pod whose bind failed without saying
+// whether the API server bound it (a connection cut mid-request: the
+// binding may have been written, its answer lost). Until Settle, or until
+// the pod shows up among its node's pods with an assignment (then that
+// counts, and every doubt of the pod ends), the assignment counts on its
+// node whatever the caller's pods say, and a Forget of the pod leaves it
+// held. A pod may be in doubt with several assignments, one per failed
+// bind. Doubt does nothing for a pod that is not assumed.
+func (l *Ledger) Doubt(uid types.UID) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if a, ok := l.assumed[uid]; ok {
+		l.doubtful[uid] = append(l.doubtful[uid], a)
+		l.done(uid)
+		l.markStale(a.Node)
+	}
+}
+
+// Settle releases what Doubt held for a pod with assignment a: the caller
+// learnt that the pod is not bound with it (it is unbound, bound otherwise,
+// or gone). It does nothing for an assignment not in doubt.
+func (l *Ledger) Settle(uid types.UID, a Assignment) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	doubts := l.doubtful[uid]
+	if i := slices.IndexFunc(doubts, func(d Assignment) bool { return d.String() == a.String() }); i >= 0 {
+		l.setDoubts(uid, slices.Delete(slices.Clone(doubts), i, i+1))
+		l.markStale(a.Node)
+	}
+}
+
+// SettleAll releases everything Doubt held for a pod: the pod is gone.
+func (l *Ledger) SettleAll(uid types.UID) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.endDoubts(uid)
+}
+
+// Doubtful returns the assignments Doubt holds for a pod.
+func (l *Ledger) Doubtful(uid types.UID) []Assignment {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.doubtful[uid])
+}
+
+// endDoubts ends every doubt of a pod seen bound with its assignment; the
+// other nodes its doubts named are read again. Callers hold l.mu.
+func (l *Ledger) endDoubts(uid types.UID) {
+	for _, a := range l.doubtful[uid] {
+		l.markStale(a.Node)
+	}
+	delete(l.doubtful, uid)
+}
+
+// setDoubts replaces a pod's doubts. Callers hold l.mu.
+func (l *Ledger) setDoubts(uid types.UID, doubts []Assignment) {
+	if len(doubts) == 0 {
+		delete(l.doubtful, uid)
+		return
+	}
+	l.doubtful[uid] = doubts
 }
 
 // Assumed returns the assignment assumed for a pod in flight, if any.

@@ -282,3 +282,79 @@ func TestLedgerHoldsUnplacedClaims(t *testing.T) {
 		t.Errorf("used = %v, want %v", got, want)
 	}
 }
+
+// TestLedgerDoubt follows a pod whose bind failed with its outcome unknown:
+// the scheduler forgets the pod (Unreserve) and drops it from its cache, yet
+// its GPUs stay held until the pod is seen bound (then its annotation
+// counts) or the caller settles it.
+func TestLedgerDoubt(t *testing.T) {
+	node := gt.MakeGPUNode("n").GFD("A100", 2, 40960).Obj()
+	l, cache := gpu.NewLedger(), newPodCache()
+	cache.view(l, node)
+	a := gpu.Assignment{Node: "n", Devices: []int{1}, Milli: 600, MemoryMiB: 1000}
+	if err := l.Assume("p1", a); err != nil {
+		t.Fatal(err)
+	}
+	cache.put(gt.MakeGPUPod("p1").UID("p1").Node("n").Obj())
+	cache.view(l, node)
+
+	// The bind's answer is lost: Doubt, then the framework's Unreserve
+	// (Forget) and the cache dropping the assumed pod.
+	l.Doubt("p1")
+	l.Forget("p1")
+	cache.remove("p1")
+	if got := usedMilli(cache.view(l, node)); got[1] != 600 {
+		t.Fatalf("in doubt: used %v, want GPU 1 holding 600", got)
+	}
+	// 600 + 500 > 1000: a share that would fit only if p1's GPUs were free
+	// is refused.
+	if err := l.Assume("p2", gpu.Assignment{Node: "n", Devices: []int{1}, Milli: 500}); err == nil {
+		t.Fatal("a pod was given GPUs held by a pod in doubt")
+	}
+
+	// The binding had been written: the pod shows up bound, counted once.
+	cache.put(gt.MakeGPUPod("p1").UID("p1").Node("n").Assigned(a).Obj())
+	if got := usedMilli(cache.view(l, node)); got[1] != 600 {
+		t.Fatalf("seen bound: used %v, want 600 (counted once)", got)
+	}
+	if d := l.Doubtful("p1"); len(d) > 0 {
+		t.Errorf("still in doubt after the pod was seen bound: %v", d)
+	}
+
+	// A second pod in doubt that turns out unbound is settled: its GPUs free.
+	b := gpu.Assignment{Node: "n", Devices: []int{0}, Milli: 1000}
+	cache.view(l, node)
+	if err := l.Assume("p3", b); err != nil {
+		t.Fatal(err)
+	}
+	l.Doubt("p3")
+	l.Forget("p3")
+	if got := usedMilli(cache.view(l, node)); got[0] != 1000 {
+		t.Fatalf("p3 in doubt: used %v", got)
+	}
+	// Retried, p3 fails again with other GPUs (the 400 left on GPU 1, beside
+	// p1's 600): both doubts hold.
+	cache.view(l, node)
+	retry := gpu.Assignment{Node: "n", Devices: []int{1}, Milli: 400}
+	if err := l.Assume("p3", retry); err != nil {
+		t.Fatal(err)
+	}
+	l.Doubt("p3")
+	l.Forget("p3")
+	if got := usedMilli(cache.view(l, node)); got[0] != 1000 || got[1] != 1000 {
+		t.Fatalf("p3 in doubt twice: used %v, want [1000 1000]", got)
+	}
+	// A read shows p3 unbound: each failed bind is settled on its own.
+	l.Settle("p3", b)
+	if got := usedMilli(cache.view(l, node)); got[0] != 0 || got[1] != 1000 {
+		t.Fatalf("p3's first doubt settled: used %v, want [0 1000]", got)
+	}
+	l.Settle("p3", retry)
+	if got := usedMilli(cache.view(l, node)); got[1] != 600 {
+		t.Fatalf("p3 settled: used %v, want GPU 1 back to p1's 600", got)
+	}
+	l.Doubt("p9") // not assumed: nothing happens
+	if d := l.Doubtful("p9"); len(d) > 0 {
+		t.Errorf("Doubt of a pod never assumed holds %v", d)
+	}
+}

@@ -25,6 +25,11 @@ import (
 // scheduler must not stop, must go on binding the pods created before and
 // after the restart, leave a reason on every pod that does not fit, and
 // never give a GPU beyond its capacity.
+//
+// Both properties failed before the product handled the restart: binds cut
+// mid-request were written with their answers lost, and the GPUs released
+// at once went to other pods (one GPU held 1200 milli-GPU); and reasons
+// whose write failed were never written again.
 func TestChaosAPIServerRestarted(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()

@@ -53,8 +53,10 @@ type GPUPlacement struct {
 	// reportedNodes maps a node name to the resourceVersion whose invalid GPU
 	// inventory was last reported in an event (see reportInvalidInventory).
 	reportedNodes sync.Map
-	// stop ends the plugin's background work (the reason keeper).
-	stop context.CancelFunc
+	// background lives as long as the plugin; stop ends it, and with it
+	// the plugin's background work (the reason keeper, settleBind).
+	background context.Context
+	stop       context.CancelFunc
 }
 
 var (
@@ -90,8 +92,8 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	if h != nil {
 		byHandle.Store(h, p)
 	}
-	ctx, p.stop = context.WithCancel(ctx)
-	p.keepReasons(ctx)
+	p.background, p.stop = context.WithCancel(ctx)
+	p.keepReasons(p.background)
 	return p, nil
 }
 
@@ -112,6 +114,7 @@ func (p *GPUPlacement) forgetDeletedPods() error {
 			}
 			if pod, ok := obj.(*v1.Pod); ok {
 				p.ledger.Forget(pod.UID)
+				p.ledger.SettleAll(pod.UID)
 			}
 		},
 	})

@@ -467,3 +467,48 @@ func TestScoreHostAware(t *testing.T) {
 		t.Errorf("a pod without GPUs was given %v", a)
 	}
 }
+
+// TestUnreserveAfterLostBind: the pod's binding was written but its answer
+// lost (the API server restarted mid-request), so the framework unreserves a
+// pod that is in fact bound. Its GPUs must stay held: a read of the pod shows
+// it bound to the node, and the next share must not be given them.
+func TestUnreserveAfterLostBind(t *testing.T) {
+	nodes := []*v1.Node{gt.MakeGPUNode("n").Devices(
+		gpu.Device{Index: 0, UUID: "GPU-0", Model: a100, MemoryMiB: 81920},
+		gpu.Device{Index: 1, UUID: "GPU-1", Model: a100, MemoryMiB: 81920},
+	).Obj()}
+	existing := gt.MakeGPUPod("existing").Node("n").Assigned(gpu.Assignment{Node: "n", Devices: []int{1}, Milli: 600}).Obj()
+	c := newCluster(t, nil, nodes, []*v1.Pod{existing})
+	ctx := context.Background()
+
+	// first: 400 on GPU 1 (600 + 400 = 1000, full); second: 400 on GPU 0.
+	first := gt.MakeGPUPod("first").Milli(400).Obj()
+	firstState, got := c.schedule(t, first, "n")
+	if !strings.Contains(got, "gpus=1;") {
+		t.Fatalf("first: annotation %q, want GPU 1", got)
+	}
+	if _, got := c.schedule(t, gt.MakeGPUPod("second").Milli(400).Obj(), "n"); !strings.Contains(got, "gpus=0;") {
+		t.Fatalf("second: annotation %q, want GPU 0", got)
+	}
+	// The binding went through on the API server; the scheduler saw an error.
+	bound, err := c.client.CoreV1().Pods("default").Get(ctx, "first", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bound.Spec.NodeName = "n"
+	if _, err := c.client.CoreV1().Pods("default").Update(ctx, bound, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c.fw.RunReservePluginsUnreserve(ctx, firstState, first, "n")
+	assumedFirst := first.DeepCopy()
+	assumedFirst.Spec.NodeName = "n"
+	if err := c.cache.ForgetPod(c.logger, assumedFirst); err != nil {
+		t.Fatal(err)
+	}
+	// GPU 1 is still first's: with it released, best fit would put a 400
+	// share there (400 free, tighter than GPU 0's 600); held, only GPU 0
+	// (400 used, 600 free) has room.
+	if _, got := c.schedule(t, gt.MakeGPUPod("third").Milli(400).Obj(), "n"); !strings.Contains(got, "gpus=0;") {
+		t.Errorf("third: annotation %q, want GPU 0: GPU 1 is held by the pod whose bind answer was lost", got)
+	}
+}

@@ -58,8 +58,31 @@ func (p *GPUPlacement) Reserve(ctx context.Context, state fwk.CycleState, pod *v
 	return nil
 }
 
-// Unreserve releases what Reserve assumed.
+// bindKey marks, in the CycleState, a pod whose binding has been sent (by
+// Bind, or by the bind plugin after PreBind).
+const bindKey fwk.StateKey = "Bind" + Name
+
+// bindSent is bindKey's value.
+type bindSent struct{}
+
+// Clone implements fwk.StateData.
+func (s bindSent) Clone() fwk.StateData { return s }
+
+// Unreserve releases what Reserve assumed. After a failed bind it cannot
+// release it yet: a bind cut off mid-request (the API server restarting)
+// may have been written with its answer lost, and GPUs given away now could
+// end up on two pods once the pod shows up bound. Such a pod's GPUs stay
+// held (gpu.Ledger.Doubt) until a read of the pod from the API server says
+// it is not bound there (settleBind: one read here, in the pod's binding
+// goroutine, and more in the background while the API server cannot be
+// read), or the pod shows up bound.
 func (p *GPUPlacement) Unreserve(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeName string) {
+	if _, err := state.Read(bindKey); err == nil {
+		if a, ok := p.ledger.Assumed(pod.UID); ok {
+			p.ledger.Doubt(pod.UID)
+			p.settleBind(ctx, pod, a)
+		}
+	}
 	p.ledger.Forget(pod.UID)
 }
 
@@ -94,6 +117,7 @@ func (p *GPUPlacement) PreBind(ctx context.Context, state fwk.CycleState, pod *v
 	if err != nil {
 		return fwk.AsStatus(fmt.Errorf("%s: writing %s on pod %s/%s: %w", Name, gpu.AnnotationAssigned, pod.Namespace, pod.Name, err))
 	}
+	state.Write(bindKey, bindSent{}) // the bind plugin binds next
 	return nil
 }
 
@@ -111,6 +135,7 @@ func (p *GPUPlacement) Bind(ctx context.Context, state fwk.CycleState, pod *v1.P
 	}
 	a := data.(*assignmentState).assignment
 	binding := gpu.NewBinding(pod.Namespace, pod.Name, pod.UID, nodeName, &a)
+	state.Write(bindKey, bindSent{})
 	if err := p.handle.ClientSet().CoreV1().Pods(pod.Namespace).Bind(ctx, binding, metav1.CreateOptions{}); err != nil {
 		return fwk.AsStatus(fmt.Errorf("%s: binding pod %s/%s to %s: %w", Name, pod.Namespace, pod.Name, nodeName, err))
 	}
