@@ -10,6 +10,10 @@
 // kube-controller-manager (Deployment, ReplicaSet, Job, StatefulSet, garbage
 // collector, namespace, ServiceAccount and its tokens) run in-process on
 // demand (Options.Controllers); otherwise none does.
+//
+// With Options.Faults the control plane can misbehave on purpose, for chaos
+// tests: RestartAPIServer stops the API server and starts a new one behind
+// the same address, and SetEtcdDelay slows every request to etcd.
 package controlplane
 
 import (
