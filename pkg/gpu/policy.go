@@ -145,6 +145,14 @@ func (p *Policy) Observe(uid types.UID, d Demand) {
 	}
 }
 
+// Forget tells the policy that a pod Observe saw is gone (deleted), so
+// that it stops remembering the pod.
+func (p *Policy) Forget(uid types.UID) {
+	if w, ok := p.shapes.(*ShapeWindow); ok {
+		w.ForgetPod(uid)
+	}
+}
+
 // Rescale maps the engine scores of one request's feasible nodes, in
 // place, to 0..maxOut, the way the policy's scores mean to be compared:
 // by rank for an ordinal policy (RescaleByRank), else min-max

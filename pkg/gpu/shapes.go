@@ -52,6 +52,15 @@ func (w *ShapeWindow) ObservePod(uid types.UID, d Demand) {
 	w.Observe(d)
 }
 
+// ForgetPod drops a pod from the UIDs remembered as counted: the pod is
+// gone and will not be seen again. Without it the set would grow with
+// every pod until maxSeen clears it.
+func (w *ShapeWindow) ForgetPod(uid types.UID) {
+	if _, seen := w.seen.LoadAndDelete(uid); seen {
+		w.nSeen.Add(-1)
+	}
+}
+
 // recomputeEvery is how many observations pass between recomputations of
 // the typical pods.
 const recomputeEvery = 64

@@ -115,6 +115,7 @@ func (p *GPUPlacement) forgetDeletedPods() error {
 			if pod, ok := obj.(*v1.Pod); ok {
 				p.ledger.Forget(pod.UID)
 				p.ledger.SettleAll(pod.UID)
+				p.policy.Forget(pod.UID)
 			}
 		},
 	})
