@@ -9,6 +9,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	gt "github.com/gpusched/gpusched/pkg/gpu/gputest"
 	"github.com/gpusched/gpusched/pkg/plugins"
@@ -127,7 +128,7 @@ func TestChaosNodeDeletedUnderWaitingGang(t *testing.T) {
 	c := testcluster.Start(t)
 	dyn := installPodGroupCRD(ctx, t, c)
 	testcluster.CreateNode(ctx, t, c.Client, gt.MakeGPUNode("a100-0").GFD(a100, 8, 81920).Obj())
-	startGangSched(ctx, t, c, gangConfig(t))
+	sched := startGangSched(ctx, t, c, gangConfig(t))
 
 	createPodGroup(ctx, t, dyn, "train", 2, 0)
 	createPod(ctx, t, c, gangPod("train-0", "train", 4))
@@ -136,6 +137,18 @@ func TestChaosNodeDeletedUnderWaitingGang(t *testing.T) {
 		t.Fatal(err)
 	}
 	testcluster.CreateNode(ctx, t, c.Client, gt.MakeGPUNode("a100-1").GFD(a100, 8, 81920).Obj())
+	// The scheduler learns of the deletion through its watch. A pod
+	// scheduled before the event arrives may still be placed on the deleted
+	// node, as with any kube-scheduler (the Binding API does not check that
+	// the node exists; the pod garbage collector removes such pods): on a
+	// loaded machine the event can come late. What is tested is what the
+	// scheduler does once it knows.
+	err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		return !sched.KnowsNode("a100-0") && sched.KnowsNode("a100-1"), nil
+	})
+	if err != nil {
+		t.Fatalf("the scheduler never saw a100-0 deleted and a100-1 added: %v", err)
+	}
 	createPod(ctx, t, c, gangPod("train-1", "train", 4))
 
 	for _, name := range []string{"train-0", "train-1"} {

@@ -105,3 +105,11 @@ func (s *Scheduler) Done() <-chan struct{} { return s.s.Done() }
 func injectSchedulerConfig(config, kubeconfig string) ([]byte, error) {
 	return controlplane.SchedulerConfig(config, kubeconfig)
 }
+
+// KnowsNode reports whether the scheduler's cache holds the node: it has
+// seen the node added and not yet seen it deleted. The cache follows the
+// API server through a watch, so it may lag behind it.
+func (s *Scheduler) KnowsNode(name string) bool {
+	_, ok := s.s.Sched.Cache.Dump().Nodes[name]
+	return ok
+}
