@@ -69,10 +69,10 @@ const (
 // collection (/debug/pprof/heap?gc=1, the runtime's HeapAlloc) and its
 // goroutine count (/debug/pprof/goroutine). After a warm-up (12 minutes,
 // or two fifths of a shorter run, and at least the pods' lifetime and
-// 30 s) the run is cut into three windows of up to 6 minutes (the period
-// of the event recorder's cache, see below); the test fails unless the medians of the
-// heap and of the goroutines in the last window are within 10% of those in
-// the first, and the p99 time from a pod's creation to its bind in the
+// 30 s) the run is cut into three windows of up to 6 minutes, the period
+// of the scheduler's event cache (see warmup). The test fails unless the
+// medians of the heap and of the goroutines in the last window are within
+// 10% of those in the first, and the p99 time from a pod's creation to its bind in the
 // last window is at most twice the first window's plus 200 ms (two busy
 // cores jitter). At the end every pod left must be bound within a minute,
 // no pod may have been deleted unbound, and no GPU may be allocated beyond
