@@ -33,11 +33,7 @@ import (
 func TestChaosAPIServerRestarted(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	c := testcluster.StartWithFaults(t)
-	for _, n := range gpuNodes() {
-		testcluster.CreateNode(ctx, t, c.Client, n)
-	}
-	sched := startGPUSched(ctx, t, c)
+	c, sched := startChaosClusterOn(ctx, t, testcluster.StartWithFaults(t))
 
 	burst := chaosBurst(40, 80)
 	for _, p := range burst[:20] { // 12 GPUs' worth: room is left
@@ -78,11 +74,7 @@ func TestChaosAPIServerRestarted(t *testing.T) {
 func TestChaosEtcdSlow(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	c := testcluster.StartWithFaults(t)
-	for _, n := range gpuNodes() {
-		testcluster.CreateNode(ctx, t, c.Client, n)
-	}
-	sched := startGPUSched(ctx, t, c)
+	c, sched := startChaosClusterOn(ctx, t, testcluster.StartWithFaults(t))
 
 	const delay = 100 * time.Millisecond
 	c.SetEtcdDelay(delay)

@@ -117,10 +117,16 @@ func hasUnschedulableCondition(p *v1.Pod) bool {
 // scheduler (example configuration).
 func startChaosCluster(ctx context.Context, t *testing.T) *testcluster.Cluster {
 	t.Helper()
-	c := testcluster.Start(t)
+	c, _ := startChaosClusterOn(ctx, t, testcluster.Start(t))
+	return c
+}
+
+// startChaosClusterOn adds gpuNodes and the gpusched scheduler (example
+// configuration) to the cluster c.
+func startChaosClusterOn(ctx context.Context, t *testing.T, c *testcluster.Cluster) (*testcluster.Cluster, *testcluster.Scheduler) {
+	t.Helper()
 	for _, n := range gpuNodes() {
 		testcluster.CreateNode(ctx, t, c.Client, n)
 	}
-	startGPUSched(ctx, t, c)
-	return c
+	return c, startGPUSched(ctx, t, c)
 }

@@ -140,6 +140,21 @@ func TestFailoverExtender(t *testing.T) {
 // gangConfig with the cluster's kubeconfig and leader election on, with the
 // failover test's lease timing.
 func failoverSchedulerConfig(t *testing.T, c *testcluster.Cluster) string {
+	return writeGangConfig(t, c, map[string]any{
+		"leaderElect":       true,
+		"resourceLock":      "leases",
+		"resourceNamespace": "kube-system",
+		"resourceName":      "gpusched",
+		"leaseDuration":     failoverLeaseDuration.String(),
+		"renewDeadline":     failoverRenewDeadline.String(),
+		"retryPeriod":       failoverRetryPeriod.String(),
+	})
+}
+
+// writeGangConfig writes gangConfig, with the cluster's kubeconfig and, when
+// leaderElection is not nil, that leaderElection section, to a file for the
+// gpusched binary and returns its path.
+func writeGangConfig(t *testing.T, c *testcluster.Cluster, leaderElection map[string]any) string {
 	t.Helper()
 	doc, err := schedconfig.Parse([]byte(gangConfig(t)))
 	if err != nil {
@@ -148,14 +163,8 @@ func failoverSchedulerConfig(t *testing.T, c *testcluster.Cluster) string {
 	if err := doc.SetKubeconfig(c.KubeconfigPath); err != nil {
 		t.Fatal(err)
 	}
-	doc["leaderElection"] = map[string]any{
-		"leaderElect":       true,
-		"resourceLock":      "leases",
-		"resourceNamespace": "kube-system",
-		"resourceName":      "gpusched",
-		"leaseDuration":     failoverLeaseDuration.String(),
-		"renewDeadline":     failoverRenewDeadline.String(),
-		"retryPeriod":       failoverRetryPeriod.String(),
+	if leaderElection != nil {
+		doc["leaderElection"] = leaderElection
 	}
 	raw, err := doc.Encode()
 	if err != nil {

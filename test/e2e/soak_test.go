@@ -25,7 +25,6 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/utils/ptr"
 
-	"github.com/gpusched/gpusched/internal/schedconfig"
 	gt "github.com/gpusched/gpusched/pkg/gpu/gputest"
 	"github.com/gpusched/gpusched/pkg/podgroup"
 	"github.com/gpusched/gpusched/test/testcluster"
@@ -109,7 +108,7 @@ func TestSoak(t *testing.T) {
 			Label(rackLabel, fmt.Sprintf("rack-%d", i/8)).Obj())
 	}
 	dyn := installPodGroupCRD(ctx, t, c)
-	sched := startSoakScheduler(ctx, t, bin, soakSchedulerConfig(t, c))
+	sched := startSoakScheduler(ctx, t, bin, writeGangConfig(t, c, nil))
 	binds := watchBinds(ctx, t, c)
 
 	samples := make(chan soakSample, 1024)
@@ -186,27 +185,6 @@ func soakDuration(t *testing.T) time.Duration {
 		t.Fatalf("invalid $%s %q: want a Go duration such as 30m", soakDurationEnv, raw)
 	}
 	return d
-}
-
-// soakSchedulerConfig writes gangConfig with the cluster's kubeconfig.
-func soakSchedulerConfig(t *testing.T, c *testcluster.Cluster) string {
-	t.Helper()
-	doc, err := schedconfig.Parse([]byte(gangConfig(t)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := doc.SetKubeconfig(c.KubeconfigPath); err != nil {
-		t.Fatal(err)
-	}
-	raw, err := doc.Encode()
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "gpusched-config.yaml")
-	if err := os.WriteFile(path, raw, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
 }
 
 // soakScheduler is the gpusched process under soak.

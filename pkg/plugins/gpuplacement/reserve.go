@@ -58,8 +58,9 @@ func (p *GPUPlacement) Reserve(ctx context.Context, state fwk.CycleState, pod *v
 	return nil
 }
 
-// bindKey marks, in the CycleState, a pod whose binding has been sent (by
-// Bind, or by the bind plugin after PreBind).
+// bindKey marks, in the CycleState, a pod whose binding may have been sent:
+// Bind is sending it, or PreBind wrote the assignment and the bind plugin
+// comes next. Unreserve then reads the pod before releasing its GPUs.
 const bindKey fwk.StateKey = "Bind" + Name
 
 // bindSent is bindKey's value.
