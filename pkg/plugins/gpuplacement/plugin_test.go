@@ -292,13 +292,21 @@ func (c *testCluster) schedule(t *testing.T, pod *v1.Pod, node string) (fwk.Cycl
 	return state, got.Annotations[gpu.AnnotationAssigned]
 }
 
-func TestReservePreBindUnreserve(t *testing.T) {
+// newTwoGPUCluster is a node "n" of two A100s, with a bound pod holding
+// 600 milli-GPU of GPU 1 (400 left) and GPU 0 free.
+func newTwoGPUCluster(t *testing.T) *testCluster {
+	t.Helper()
 	nodes := []*v1.Node{gt.MakeGPUNode("n").Devices(
 		gpu.Device{Index: 0, UUID: "GPU-0", Model: a100, MemoryMiB: 81920},
 		gpu.Device{Index: 1, UUID: "GPU-1", Model: a100, MemoryMiB: 81920},
 	).Obj()}
 	existing := gt.MakeGPUPod("existing").Node("n").Assigned(gpu.Assignment{Node: "n", Devices: []int{1}, Milli: 600}).Obj()
 	c := newCluster(t, nil, nodes, []*v1.Pod{existing})
+	return c
+}
+
+func TestReservePreBindUnreserve(t *testing.T) {
+	c := newTwoGPUCluster(t)
 
 	// Best-fit puts the share on GPU 1, which has exactly 400 free.
 	first := gt.MakeGPUPod("first").Milli(400).GPUMemory("1024").Obj()
@@ -473,12 +481,7 @@ func TestScoreHostAware(t *testing.T) {
 // pod that is in fact bound. Its GPUs must stay held: a read of the pod shows
 // it bound to the node, and the next share must not be given them.
 func TestUnreserveAfterLostBind(t *testing.T) {
-	nodes := []*v1.Node{gt.MakeGPUNode("n").Devices(
-		gpu.Device{Index: 0, UUID: "GPU-0", Model: a100, MemoryMiB: 81920},
-		gpu.Device{Index: 1, UUID: "GPU-1", Model: a100, MemoryMiB: 81920},
-	).Obj()}
-	existing := gt.MakeGPUPod("existing").Node("n").Assigned(gpu.Assignment{Node: "n", Devices: []int{1}, Milli: 600}).Obj()
-	c := newCluster(t, nil, nodes, []*v1.Pod{existing})
+	c := newTwoGPUCluster(t)
 	ctx := context.Background()
 
 	// first: 400 on GPU 1 (600 + 400 = 1000, full); second: 400 on GPU 0.
