@@ -64,3 +64,23 @@ image: ## the scheduler's container image (Dockerfile)
 
 agent-image: ## the node agent's container image (Dockerfile, target agent: built with cgo for NVML)
 	docker build --target agent -t $(AGENT_IMAGE) .
+
+# The policy service's generated code (docs/policy-service.md): Go in
+# pkg/policyservice/v1alpha1, Python in python/gpusched_policy. Needs protoc
+# (Debian's protobuf-compiler); the Go plugins are installed into bin/ at the
+# versions pinned here.
+PROTOC_GEN_GO_VERSION ?= v1.36.11
+PROTOC_GEN_GO_GRPC_VERSION ?= v1.6.0
+.PHONY: proto
+proto: bin/protoc-gen-go bin/protoc-gen-go-grpc ## regenerate the policy service's Go and Python code from proto/
+	protoc -I proto --plugin=protoc-gen-go=bin/protoc-gen-go --plugin=protoc-gen-go-grpc=bin/protoc-gen-go-grpc \
+		--go_out=. --go_opt=module=github.com/gpusched/gpusched \
+		--go-grpc_out=. --go-grpc_opt=module=github.com/gpusched/gpusched \
+		proto/gpusched/policy/v1alpha1/policy.proto
+	protoc -I proto/gpusched/policy/v1alpha1 --python_out=python/gpusched_policy policy.proto
+
+bin/protoc-gen-go:
+	GOBIN=$(CURDIR)/bin $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
+
+bin/protoc-gen-go-grpc:
+	GOBIN=$(CURDIR)/bin $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)

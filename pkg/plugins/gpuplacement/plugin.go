@@ -383,14 +383,11 @@ func requestOf(state fwk.CycleState, nodeInfo fwk.NodeInfo, demand *gpu.Demand) 
 // PreScore recorded them (none when PreScore did not run: a single feasible
 // node is not scored).
 func hostOf(state fwk.CycleState, nodeInfo fwk.NodeInfo) gpu.Host {
-	var host gpu.Host
+	var maxima gpu.Host
 	if data, err := state.Read(hostKey); err == nil {
-		host = data.(*hostState).host
+		maxima = data.(*hostState).host
 	}
-	host.FreeMilliCPU = nodeInfo.GetAllocatable().GetMilliCPU() - nodeInfo.GetRequested().GetMilliCPU()
-	host.FreeMemoryMiB = (nodeInfo.GetAllocatable().GetMemory() - nodeInfo.GetRequested().GetMemory()) >> 20
-	host.Known = true
-	return host
+	return nodeHost(maxima, nodeInfo)
 }
 
 // ScoreExtensions implements fwk.ScorePlugin.

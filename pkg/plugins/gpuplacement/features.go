@@ -1,0 +1,85 @@
+package gpuplacement
+
+import (
+	"fmt"
+
+	fwk "k8s.io/kube-scheduler/framework"
+
+	"github.com/gpusched/gpusched/pkg/gpu"
+	"github.com/gpusched/gpusched/pkg/plugins/internal/gpuhealth"
+)
+
+// Features describes nodes for the cycle's pod as an external policy sees
+// them (gpu.NodeFeatures): for each node its state, the GPUs the plugin's
+// policy would give the pod there, and that policy's score rescaled over the
+// nodes the pod fits on, as NormalizeScore rescales it. It is the one
+// feature extractor of the policy service (ExternalPolicy) and of the
+// simulator's environment, which calls it with every node of the cluster
+// after Filter. feasible[i] says whether the Filter plugins accept nodes[i];
+// nil means they accept every node (the policy service is asked about
+// feasible nodes only). h is the profile's handle; the profile must have
+// GPUPlacement, and PreFilter must have run in state.
+func Features(h fwk.Handle, state fwk.CycleState, nodes []fwk.NodeInfo, feasible []bool) ([]gpu.NodeFeatures, error) {
+	v, ok := byHandle.Load(h)
+	if !ok {
+		return nil, fmt.Errorf("the profile has no %s plugin", Name)
+	}
+	return v.(*GPUPlacement).features(state, nodes, feasible)
+}
+
+// features is Features for this plugin. Nodes whose GPUs a DRA driver
+// publishes are described by the ledger's view of their annotation
+// inventory, which is empty: the policy service scores them by their CPU
+// and memory.
+func (p *GPUPlacement) features(state fwk.CycleState, nodes []fwk.NodeInfo, feasible []bool) ([]gpu.NodeFeatures, error) {
+	demand, status := demandOf(state)
+	if status != nil {
+		return nil, status.AsError()
+	}
+	var maxima gpu.Host
+	if data, err := state.Read(hostKey); err == nil {
+		maxima = data.(*hostState).host
+	} else {
+		all, err := p.handle.SnapshotSharedLister().NodeInfos().List()
+		if err != nil {
+			return nil, fmt.Errorf("%s: listing nodes: %w", Name, err)
+		}
+		maxima = p.maxima(all)
+	}
+	exclude := gpuhealth.Read(state)
+	views := make([]*gpu.NodeGPUs, len(nodes))
+	reqs := make([]gpu.Request, len(nodes))
+	chosen := make([]gpu.DeviceSet, len(nodes))
+	fits := make([]bool, len(nodes))
+	var scores []int64
+	for i, ni := range nodes {
+		views[i] = p.nodeGPUs(ni)
+		host := nodeHost(maxima, ni)
+		reqs[i] = gpu.Request{Demand: demand, Host: host, Exclude: exclude}
+		c, fit := p.policy.Place(views[i], &reqs[i])
+		if fits[i] = fit.OK() && (feasible == nil || feasible[i]); fits[i] {
+			chosen[i] = c
+			scores = append(scores, p.policy.Score(views[i], &reqs[i], c))
+		}
+	}
+	p.policy.Rescale(scores, fwk.MaxNodeScore)
+	out := make([]gpu.NodeFeatures, len(nodes))
+	for i, ni := range nodes {
+		var builtin float64
+		if fits[i] {
+			builtin, scores = float64(scores[0])/float64(fwk.MaxNodeScore), scores[1:]
+		}
+		alloc := ni.GetAllocatable()
+		out[i] = p.policy.Features(views[i], &reqs[i], fits[i], chosen[i], builtin, alloc.GetMilliCPU(), alloc.GetMemory()>>20)
+	}
+	return out, nil
+}
+
+// nodeHost is the node's free CPU and memory with the cluster's maxima.
+func nodeHost(maxima gpu.Host, ni fwk.NodeInfo) gpu.Host {
+	host := maxima
+	host.FreeMilliCPU = ni.GetAllocatable().GetMilliCPU() - ni.GetRequested().GetMilliCPU()
+	host.FreeMemoryMiB = (ni.GetAllocatable().GetMemory() - ni.GetRequested().GetMemory()) >> 20
+	host.Known = true
+	return host
+}

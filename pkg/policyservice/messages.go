@@ -1,0 +1,86 @@
+// Package policyservice is gpusched's side of the policy service
+// (proto/gpusched/policy/v1alpha1): the messages built from the engine's
+// node features (gpu.NodeFeatures), and the client that asks an external
+// scorer, with its deadline, fallback, circuit breaker, shadow mode and
+// metrics (docs/policy-service.md). The GPUPlacement plugin, the extender
+// and the simulator's environment build their messages here.
+package policyservice
+
+import (
+	"encoding/binary"
+	"math"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/gpusched/gpusched/pkg/gpu"
+	pb "github.com/gpusched/gpusched/pkg/policyservice/v1alpha1"
+)
+
+// PodMessage is the pod as the protocol describes it: its demand as the
+// policy reads it (gpu.Policy.Demand) and its priority.
+func PodMessage(pod *v1.Pod, d *gpu.Demand) *pb.Pod {
+	out := &pb.Pod{
+		Namespace: pod.Namespace, Name: pod.Name, Uid: string(pod.UID),
+		Gpus: int32(d.Count), MilliGpu: d.Milli, GpuMemoryMib: d.MemoryMiB,
+		Models:   d.Models,
+		MilliCpu: d.MilliCPU, MemoryMib: d.HostMemoryMiB,
+	}
+	if out.MilliCpu == 0 && out.MemoryMib == 0 {
+		out.MilliCpu, out.MemoryMib = gpu.PodMilliCPU(pod), gpu.PodMemoryMiB(pod)
+	}
+	if pod.Spec.Priority != nil {
+		out.Priority = *pod.Spec.Priority
+	}
+	return out
+}
+
+// NodeMessage is one node's features as the protocol describes them.
+func NodeMessage(f *gpu.NodeFeatures) *pb.Node {
+	out := &pb.Node{
+		Name:                 f.Name,
+		AllocatableMilliCpu:  f.AllocatableMilliCPU,
+		AllocatableMemoryMib: f.AllocatableMemoryMiB,
+		FreeMilliCpu:         f.Host.FreeMilliCPU,
+		FreeMemoryMib:        f.Host.FreeMemoryMiB,
+		Gpus:                 make([]*pb.GPU, len(f.GPUs)),
+		BuiltinScore:         f.BuiltinScore,
+	}
+	for i, g := range f.GPUs {
+		out.Gpus[i] = &pb.GPU{Index: int32(g.Index), Model: g.Model, FreeMilli: g.FreeMilli,
+			MemoryMib: g.MemoryMiB, FreeMemoryMib: g.FreeMemoryMiB, Group: g.Group}
+		if f.Chosen.Has(i) {
+			out.Chosen = append(out.Chosen, int32(g.Index))
+		}
+	}
+	return out
+}
+
+// Matrix is the nodes' rows of gpu.FeatureColumns for demand d, as the
+// protocol carries them: row-major little-endian float32. buf, when large
+// enough, is reused for the values.
+func Matrix(nodes []gpu.NodeFeatures, d *gpu.Demand, buf []byte) *pb.FeatureMatrix {
+	columns := gpu.FeatureColumns()
+	row := make([]float32, 0, len(columns))
+	size := 4 * len(columns) * len(nodes)
+	if cap(buf) < size {
+		buf = make([]byte, size)
+	}
+	buf = buf[:0]
+	for i := range nodes {
+		row = nodes[i].AppendRow(row[:0], d)
+		for _, v := range row {
+			buf = binary.LittleEndian.AppendUint32(buf, math.Float32bits(v))
+		}
+	}
+	return &pb.FeatureMatrix{Columns: columns, Rows: int32(len(nodes)), Values: buf}
+}
+
+// ScoreRequest is the request for one pod over its feasible nodes.
+func ScoreRequest(pod *v1.Pod, d *gpu.Demand, nodes []gpu.NodeFeatures, fallback gpu.PolicyType) *pb.ScoreRequest {
+	req := &pb.ScoreRequest{Pod: PodMessage(pod, d), Nodes: make([]*pb.Node, len(nodes)),
+		Features: Matrix(nodes, d, nil), FallbackPolicy: string(fallback)}
+	for i := range nodes {
+		req.Nodes[i] = NodeMessage(&nodes[i])
+	}
+	return req
+}
