@@ -182,123 +182,209 @@ type runner struct {
 	tick        func()
 }
 
+// run drives the run's episode with the scheduler's own choice of node for
+// every pod.
 func (r *runner) run(ctx context.Context) (Run, error) {
-	start := time.Now()
-	// The framework and the cache start goroutines that hold the run's
-	// state until their context ends: end it with the run.
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	tieBreak := cmp.Or(r.opts.TieBreak, DefaultTieBreak(r.opts.Arrival))
-	clock := &replayClock{}
-	registry, err := runRegistry(r.opts.Telemetry, clock)
+	e, err := r.newEpisode(ctx)
 	if err != nil {
 		return Run{}, err
 	}
+	defer e.close()
+	for {
+		d, err := e.advance()
+		if err != nil {
+			return Run{}, err
+		}
+		if d == nil {
+			return e.result(), nil
+		}
+		e.place(d.node)
+	}
+}
+
+// episode is one run, stepped pod by pod: advance runs the events up to
+// the next pod that fits somewhere and decides where the scheduler would
+// place it, place binds it on a node (the scheduler's choice, or the
+// environment's agent's), and result is the run's outcome once every event
+// is done. Pods that fit nowhere, and departures, are handled within
+// advance, as they need no choice.
+type episode struct {
+	r      *runner
+	cancel context.CancelFunc
+	ctx    context.Context
+	start  time.Time
+	sched  *scheduler
+	dra    *draManager
+	clock  *replayClock
+	frag   *fragTracker
+	curve  *curve
+	pods   []TracePod
+	events []event
+	// next is the index of the next event to run.
+	next                  int
+	arrived, used         int64
+	placedMilli           map[int]int64
+	out                   Run
+	schedTime, metricTime time.Duration
+	// pending is the decision advance returned, until place; pendingPod
+	// and pendingDemand are its pod's index in pods and its GPU request.
+	pending       *decision
+	pendingPod    int
+	pendingDemand int64
+}
+
+func (r *runner) newEpisode(ctx context.Context) (*episode, error) {
+	e := &episode{r: r, start: time.Now(), clock: &replayClock{}, placedMilli: map[int]int64{}}
+	// The framework and the cache start goroutines that hold the run's
+	// state until their context ends: end it with the episode (close).
+	e.ctx, e.cancel = context.WithCancel(ctx)
+	tieBreak := cmp.Or(r.opts.TieBreak, DefaultTieBreak(r.opts.Arrival))
+	registry, err := runRegistry(r.opts.Telemetry, e.clock)
+	if err != nil {
+		e.cancel()
+		return nil, err
+	}
 	nodes := r.opts.Nodes
-	var dra *draManager
 	if r.opts.DRA {
 		var published []*resourceapi.ResourceSlice
 		nodes, published = draNodes(nodes)
-		dra = newDRAManager(published)
+		e.dra = newDRAManager(published)
 	}
-	sched, err := newScheduler(ctx, registry, r.profile, nodes, r.seed, r.parallelism, tieBreak, dra)
-	if err != nil {
-		return Run{}, err
+	if e.sched, err = newScheduler(e.ctx, registry, r.profile, nodes, r.seed, r.parallelism, tieBreak, e.dra); err != nil {
+		e.cancel()
+		return nil, err
 	}
-	// The plugins let go of what they registered for the run's framework.
-	defer sched.fw.Close()
-	out := Run{Policy: r.profile.Name, Seed: r.seed, FailureReasons: map[string]int{}}
-	frag := newFragTracker(r.opts.Nodes, r.typical)
+	e.out = Run{Policy: r.profile.Name, Seed: r.seed, FailureReasons: map[string]int{}}
+	e.frag = newFragTracker(r.opts.Nodes, r.typical)
 	// The screen is GPUPlacement's check of annotation placements, which
 	// the DRA path does not make.
 	if !r.opts.NoScreen && !r.opts.DRA && filtersWithGPUPlacement(r.profile) {
-		sched.screen = frag.screen
+		e.sched.screen = e.frag.screen
 	}
-	c := newCurve(r.capacity)
-	var arrived, used int64
-	var schedTime, metricTime time.Duration
-
-	pods := r.opts.Pods
-	var events []event
+	e.curve = newCurve(r.capacity)
+	e.pods = r.opts.Pods
 	if r.opts.Arrival == ArrivalReplay {
-		events = replayEvents(pods)
+		e.events = replayEvents(e.pods)
 	} else {
-		pods = fgdSequence(pods, r.seed, r.capacity)
-		events = make([]event, len(pods))
-		for i := range pods {
-			events[i] = event{pod: i}
+		e.pods = fgdSequence(e.pods, r.seed, r.capacity)
+		e.events = make([]event, len(e.pods))
+		for i := range e.pods {
+			e.events[i] = event{pod: i}
 		}
 	}
-	placedMilli := map[int]int64{}
-	for i, ev := range events {
-		if err := ctx.Err(); err != nil {
-			return Run{}, err
+	return e, nil
+}
+
+// close lets go of what the episode's framework and cache hold.
+func (e *episode) close() {
+	// The plugins let go of what they registered for the run's framework.
+	e.sched.fw.Close()
+	e.cancel()
+}
+
+// advance runs the events up to the next pod that fits on some node and
+// returns the scheduler's decision for it, to be placed (place) before
+// advance is called again; nil when the events are done.
+func (e *episode) advance() (*decision, error) {
+	r := e.r
+	for e.next < len(e.events) {
+		if err := e.ctx.Err(); err != nil {
+			return nil, err
 		}
+		i, ev := e.next, e.events[e.next]
+		e.next++
 		if r.opts.Arrival == ArrivalReplay {
-			clock.set(ev.time)
+			e.clock.set(ev.time)
 		} else {
-			clock.set(int64(i))
+			e.clock.set(int64(i))
 		}
-		pod := pods[ev.pod].Pod
+		pod := e.pods[ev.pod].Pod
 		if ev.depart {
-			if bound := sched.measured(string(pod.UID)); bound != nil {
+			if bound := e.sched.measured(string(pod.UID)); bound != nil {
 				t0 := time.Now()
-				sched.remove(string(pod.UID))
-				schedTime += time.Since(t0)
-				used -= placedMilli[ev.pod]
+				e.sched.remove(string(pod.UID))
+				e.schedTime += time.Since(t0)
+				e.used -= e.placedMilli[ev.pod]
 				t1 := time.Now()
-				frag.unbind(bound, gpu.PodMilliCPU(pod))
-				metricTime += time.Since(t1)
+				e.frag.unbind(bound, gpu.PodMilliCPU(pod))
+				e.metricTime += time.Since(t1)
 			}
 			continue
 		}
-		demand := demandMilli(pods[ev.pod])
-		arrived += demand
-		out.Submitted++
-		if dra != nil {
+		demand := demandMilli(e.pods[ev.pod])
+		e.arrived += demand
+		e.out.Submitted++
+		if e.dra != nil {
 			claimPod, claim, err := draPod(pod)
 			if err != nil {
-				return Run{}, fmt.Errorf("pod %s: %w", pod.Name, err)
+				return nil, fmt.Errorf("pod %s: %w", pod.Name, err)
 			}
 			if claim != nil {
-				dra.add(claim)
+				e.dra.add(claim)
 			}
 			pod = claimPod
 		}
 		t0 := time.Now()
-		p := sched.schedule(ctx, pod)
-		schedTime += time.Since(t0)
-		if r.opts.RecordPlacements {
-			out.Placements = append(out.Placements, PodPlacement{Pod: pod.Name, Node: p.node, GPUs: p.assignment.Devices, Reason: p.reason})
+		d, failed := e.sched.decide(e.ctx, pod)
+		e.schedTime += time.Since(t0)
+		if d != nil {
+			e.pending, e.pendingPod, e.pendingDemand = d, ev.pod, demand
+			return d, nil
 		}
-		t1 := time.Now()
-		if p.node == "" {
-			out.Failed++
-			out.FailedGPUMilli += demand
-			out.FailureReasons[p.reason]++
-		} else {
-			out.Placed++
-			if p.hasGPUs {
-				m := p.assignment.Milli * int64(len(p.assignment.Devices))
-				placedMilli[ev.pod] = m
-				used += m
-			}
-			frag.bind(sched.measured(string(pod.UID)), gpu.PodMilliCPU(pod))
-		}
-		c.record(arrived, used, frag.total)
-		metricTime += time.Since(t1)
-		r.tick()
+		e.record(pod, failed, ev.pod, demand)
 	}
-	out.Curve = c.points()
-	if a, ok := c.allocatedAt(100); ok {
+	return nil, nil
+}
+
+// place binds the pending decision's pod on node, one the Filter plugins
+// accept, and records the outcome.
+func (e *episode) place(node string) placement {
+	d := e.pending
+	e.pending = nil
+	t0 := time.Now()
+	p := e.sched.commit(e.ctx, d, node)
+	e.schedTime += time.Since(t0)
+	e.record(d.pod, p, e.pendingPod, e.pendingDemand)
+	return p
+}
+
+// record counts one arrival's outcome and adds it to the measurements.
+func (e *episode) record(pod *v1.Pod, p placement, podIndex int, demand int64) {
+	if e.r.opts.RecordPlacements {
+		e.out.Placements = append(e.out.Placements, PodPlacement{Pod: pod.Name, Node: p.node, GPUs: p.assignment.Devices, Reason: p.reason})
+	}
+	t1 := time.Now()
+	if p.node == "" {
+		e.out.Failed++
+		e.out.FailedGPUMilli += demand
+		e.out.FailureReasons[p.reason]++
+	} else {
+		e.out.Placed++
+		if p.hasGPUs {
+			m := p.assignment.Milli * int64(len(p.assignment.Devices))
+			e.placedMilli[podIndex] = m
+			e.used += m
+		}
+		e.frag.bind(e.sched.measured(string(pod.UID)), gpu.PodMilliCPU(pod))
+	}
+	e.curve.record(e.arrived, e.used, e.frag.total)
+	e.metricTime += time.Since(t1)
+	e.r.tick()
+}
+
+// result is the run's outcome, once advance has returned nil.
+func (e *episode) result() Run {
+	out := e.out
+	out.Curve = e.curve.points()
+	if a, ok := e.curve.allocatedAt(100); ok {
 		u := round2(100 - a)
 		out.UnallocatedPctAt100 = &u
 	}
-	out.ByModel = frag.byModel()
-	out.WallSeconds = time.Since(start).Seconds()
-	out.SchedulingSeconds = schedTime.Seconds()
-	out.MetricsSeconds = metricTime.Seconds()
-	return out, nil
+	out.ByModel = e.frag.byModel()
+	out.WallSeconds = time.Since(e.start).Seconds()
+	out.SchedulingSeconds = e.schedTime.Seconds()
+	out.MetricsSeconds = e.metricTime.Seconds()
+	return out
 }
 
 // typicalPods is the workload's typical pod shapes (see gpu.TypicalPods),

@@ -178,22 +178,48 @@ type placement struct {
 }
 
 // schedule runs one scheduling cycle for pod and, when a node is found,
-// binds it there.
+// binds it there: decide, then commit to the node it chose.
 func (s *scheduler) schedule(ctx context.Context, pod *v1.Pod) placement {
+	d, failed := s.decide(ctx, pod)
+	if d == nil {
+		return failed
+	}
+	return s.commit(ctx, d, d.node)
+}
+
+// decision is a scheduling cycle up to the choice of a node: the pod's
+// cycle state after PreFilter, Filter, PreScore and Score, the nodes PreFilter
+// left and those the Filter plugins accept, and the node the tie-break
+// chose among the best-scored (node). The simulator commits to node; the
+// environment (env.go) commits to the node its agent chooses.
+type decision struct {
+	state    *framework.CycleState
+	pod      *v1.Pod
+	nodes    []fwk.NodeInfo
+	feasible []fwk.NodeInfo
+	// partial is set when Filter scanned only part of nodes
+	// (numFeasibleNodesToFind): feasible need not be every node that fits.
+	partial bool
+	node    string
+}
+
+// decide runs the cycle for pod up to the choice of a node. A nil decision
+// means the pod fits nowhere, with the reason in the placement.
+func (s *scheduler) decide(ctx context.Context, pod *v1.Pod) (*decision, placement) {
 	if s.dirty {
 		if err := s.cache.UpdateSnapshot(s.logger, s.snapshot); err != nil {
-			return placement{reason: err.Error()}
+			return nil, placement{reason: err.Error()}
 		}
 		s.dirty = false
 	}
 	state := framework.NewCycleState()
 	preRes, status, _ := s.fw.RunPreFilterPlugins(ctx, state, pod)
 	if !status.IsSuccess() {
-		return placement{reason: status.Message()}
+		return nil, placement{reason: status.Message()}
 	}
 	nodes, err := s.snapshot.NodeInfos().List()
 	if err != nil {
-		return placement{reason: err.Error()}
+		return nil, placement{reason: err.Error()}
 	}
 	if !preRes.AllNodes() {
 		kept := nodes[:0:0]
@@ -204,7 +230,8 @@ func (s *scheduler) schedule(ctx context.Context, pod *v1.Pod) placement {
 		}
 		nodes = kept
 	}
-	total := len(nodes)
+	d := &decision{state: state, pod: pod, nodes: nodes,
+		partial: numFeasibleNodesToFind(s.pct, len(nodes)) < len(nodes)}
 	var screened map[string]int
 	if s.screen != nil && s.pct != nil && *s.pct == 100 {
 		nodes, screened = screenNodes(nodes, s.screen(pod))
@@ -217,19 +244,26 @@ func (s *scheduler) schedule(ctx context.Context, pod *v1.Pod) placement {
 			}
 			rejected[r] += n
 		}
-		return placement{reason: fitMessage(total, rejected)}
+		return nil, placement{reason: fitMessage(len(d.nodes), rejected)}
 	}
-	node := feasible[0].Node().Name
+	d.feasible, d.node = feasible, feasible[0].Node().Name
 	if len(feasible) > 1 {
 		if status := s.fw.RunPreScorePlugins(ctx, state, pod, feasible); !status.IsSuccess() {
-			return placement{reason: status.Message()}
+			return nil, placement{reason: status.Message()}
 		}
 		scores, status := s.fw.RunScorePlugins(ctx, state, pod, feasible)
 		if !status.IsSuccess() {
-			return placement{reason: status.Message()}
+			return nil, placement{reason: status.Message()}
 		}
-		node = s.selectHost(scores)
+		d.node = s.selectHost(scores)
 	}
+	return d, placement{}
+}
+
+// commit ends the decision's cycle on node, one the Filter plugins accept:
+// Reserve, Permit, and the bind into the cache.
+func (s *scheduler) commit(ctx context.Context, d *decision, node string) placement {
+	state, pod := d.state, d.pod
 	if status := s.fw.RunReservePluginsReserve(ctx, state, pod, node); !status.IsSuccess() {
 		s.fw.RunReservePluginsUnreserve(ctx, state, pod, node)
 		return placement{reason: status.Message()}
