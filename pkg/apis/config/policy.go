@@ -7,8 +7,16 @@ import "github.com/gpusched/gpusched/pkg/gpu"
 // (gpu.PolicyInfo.NeedsShapes) the distribution of pod shapes the args
 // configure. Every front end builds its policy here, so the same args make
 // the same decisions in the plugin, the extender and the simulator.
+//
+// For the External strategy it is the fallback policy (ExternalPolicy.Fallback),
+// which chooses the GPUs on every node; the front end asks the policy
+// service for the node scores (pkg/policyservice).
 func (a *GPUPlacementArgs) NewPolicy() (*gpu.Policy, error) {
-	info, err := gpu.LookupPolicy(string(a.ScoringStrategy.Type))
+	name := a.ScoringStrategy.Type
+	if name == ScoringStrategyExternal {
+		name = a.External.Fallback
+	}
+	info, err := gpu.LookupPolicy(string(name))
 	if err != nil {
 		return nil, err
 	}

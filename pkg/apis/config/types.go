@@ -21,6 +21,10 @@ type GPUPlacementArgs struct {
 	// DRA configures how GPUs that a DRA driver publishes in ResourceSlices
 	// are read and placed (docs/dra.md).
 	DRA DRA
+
+	// External configures the External scoring strategy (a policy
+	// service); zero for the engine's policies.
+	External ExternalPolicy
 }
 
 // DRA configures GPUPlacement on clusters where GPUs are DRA devices.
@@ -59,7 +63,8 @@ type PodShape struct {
 }
 
 // ScoringStrategyType names a placement policy: one of the engine's
-// registered policies (gpu.Policies), which validation checks.
+// registered policies (gpu.Policies), or External (ScoringStrategyTypes),
+// which validation checks.
 type ScoringStrategyType = gpu.PolicyType
 
 // ScoringStrategy is a placement policy and the weights of the resources it scores.
@@ -87,6 +92,10 @@ func (a *GPUPlacementArgs) DeepCopyInto(out *GPUPlacementArgs) {
 	*out = *a
 	out.ScoringStrategy.Resources = append([]ResourceSpec(nil), a.ScoringStrategy.Resources...)
 	out.DRA.GroupAttributes = append([]string(nil), a.DRA.GroupAttributes...)
+	if a.External.TLS != nil {
+		t := *a.External.TLS
+		out.External.TLS = &t
+	}
 	out.Fragmentation.TypicalPods = make([]PodShape, len(a.Fragmentation.TypicalPods))
 	for i, sh := range a.Fragmentation.TypicalPods {
 		out.Fragmentation.TypicalPods[i] = sh

@@ -22,6 +22,7 @@ import (
 	"github.com/gpusched/gpusched/pkg/gpu"
 	"github.com/gpusched/gpusched/pkg/plugins/internal/gpuhealth"
 	"github.com/gpusched/gpusched/pkg/plugins/internal/normalize"
+	"github.com/gpusched/gpusched/pkg/policyservice"
 )
 
 // Name is the plugin's name in a KubeSchedulerConfiguration.
@@ -40,6 +41,9 @@ type GPUPlacement struct {
 	ledger *gpu.Ledger
 	// dra reads GPUs that a DRA driver publishes; nil without DRA (see newDRAReader).
 	dra *draReader
+	// external is the policy service of the External scoring strategy; nil
+	// for the engine's policies (policy is then the fallback policy).
+	external *policyservice.Scorer
 
 	// bindOrder guards binds: whether this plugin is the profile's first
 	// bind plugin, read once the framework is complete (see bindsFirst).
@@ -85,7 +89,11 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", Name, err)
 	}
-	p := &GPUPlacement{handle: h, ledger: gpu.NewLedger(), policy: policy, dra: newDRAReader(args.DRA, h)}
+	external, err := newExternal(args)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", Name, err)
+	}
+	p := &GPUPlacement{handle: h, ledger: gpu.NewLedger(), policy: policy, dra: newDRAReader(args.DRA, h), external: external}
 	if err := p.forgetDeletedPods(); err != nil {
 		return nil, err
 	}
@@ -271,8 +279,9 @@ func statusOf(fit gpu.Fit) *fwk.Status {
 // weighs CPU too (gpu.PolicyInfo.HostAware) or the pod's ResourceClaims may
 // take DRA GPUs (preScoreClaims prepares their prediction); for a
 // host-aware policy it records the largest node capacities in the
-// snapshot, which the policy normalizes by.
-func (p *GPUPlacement) PreScore(ctx context.Context, state fwk.CycleState, pod *v1.Pod, _ []fwk.NodeInfo) *fwk.Status {
+// snapshot, which the policy normalizes by. With the External strategy it
+// then asks the policy service to score the nodes (preScoreExternal).
+func (p *GPUPlacement) PreScore(ctx context.Context, state fwk.CycleState, pod *v1.Pod, feasible []fwk.NodeInfo) *fwk.Status {
 	data, err := state.Read(stateKey)
 	if err != nil {
 		return fwk.NewStatus(fwk.Skip)
@@ -285,20 +294,22 @@ func (p *GPUPlacement) PreScore(ctx context.Context, state fwk.CycleState, pod *
 			p.preScoreDeferred(ctx, state, pod, cycle, demand)
 		}
 	}
-	if !p.policy.Info().HostAware {
-		return nil
-	}
-	nodes, err := p.handle.SnapshotSharedLister().NodeInfos().List()
-	if err != nil {
-		return fwk.AsStatus(fmt.Errorf("%s: listing nodes: %w", Name, err))
-	}
-	host := p.maxima(nodes)
-	if cycle := draCycleOf(state); cycle != nil {
-		for _, d := range cycle.nodes {
-			host.MaxGPUs = max(host.MaxGPUs, d.Inventory.Len())
+	if p.policy.Info().HostAware {
+		nodes, err := p.handle.SnapshotSharedLister().NodeInfos().List()
+		if err != nil {
+			return fwk.AsStatus(fmt.Errorf("%s: listing nodes: %w", Name, err))
 		}
+		host := p.maxima(nodes)
+		if cycle := draCycleOf(state); cycle != nil {
+			for _, d := range cycle.nodes {
+				host.MaxGPUs = max(host.MaxGPUs, d.Inventory.Len())
+			}
+		}
+		state.Write(hostKey, &hostState{host: host})
 	}
-	state.Write(hostKey, &hostState{host: host})
+	if p.external != nil {
+		p.preScoreExternal(ctx, state, pod, feasible)
+	}
 	return nil
 }
 
@@ -355,6 +366,9 @@ func (p *GPUPlacement) Score(ctx context.Context, state fwk.CycleState, pod *v1.
 	if status != nil {
 		return 0, status
 	}
+	if ext := externalOf(state); ext != nil {
+		return ext.scores[nodeInfo.Node().Name], nil
+	}
 	if _, d, view := draNode(state, nodeInfo.Node().Name); view != nil {
 		if pred := claimPredictionOf(state); pred != nil {
 			return p.scoreClaims(ctx, state, pod, nodeInfo, demand, pred, d, view), nil
@@ -395,8 +409,13 @@ func (p *GPUPlacement) ScoreExtensions() fwk.ScoreExtensions { return p }
 
 // NormalizeScore rescales engine scores to 0..100 over the feasible nodes,
 // as the policy's scores mean to be compared (gpu.Policy.Rescale): the
-// extender rescales the same way to its 0..10.
+// extender rescales the same way to its 0..10. A policy service's scores
+// are rescaled min-max.
 func (p *GPUPlacement) NormalizeScore(ctx context.Context, state fwk.CycleState, pod *v1.Pod, scores fwk.NodeScoreList) *fwk.Status {
+	if externalOf(state) != nil {
+		normalize.Rescale(scores, gpu.RescaleMinMax)
+		return nil
+	}
 	normalize.Rescale(scores, p.policy.Rescale)
 	return nil
 }

@@ -22,6 +22,9 @@ func (p *GPUPlacement) Close() error {
 		p.stop()
 	}
 	byHandle.CompareAndDelete(p.handle, p)
+	if p.external != nil {
+		return p.external.Close()
+	}
 	return nil
 }
 

@@ -34,6 +34,7 @@ func SetDefaults_GPUPlacementArgs(a *GPUPlacementArgs) {
 		a.Fragmentation.HalfLifePods = &h
 	}
 	setDefaultsDRA(a)
+	setDefaultsExternal(a.External)
 	for i := range a.Fragmentation.TypicalPods {
 		if sh := &a.Fragmentation.TypicalPods[i]; sh.GPUs > 0 && sh.MilliGPU == 0 {
 			sh.MilliGPU = 1000

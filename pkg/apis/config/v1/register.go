@@ -50,6 +50,9 @@ func Convert_v1_GPUPlacementArgs_To_config_GPUPlacementArgs(in *GPUPlacementArgs
 				MilliCPU: sh.MilliCPU, MemoryMiB: sh.MemoryMiB, GPUs: sh.GPUs, MilliGPU: sh.MilliGPU, Models: append([]string(nil), sh.Models...), Weight: sh.Weight})
 		}
 	}
+	if in.External != nil {
+		convertExternalToConfig(in.External, &out.External)
+	}
 	if d := in.DRA; d != nil {
 		out.DRA = config.DRA{Enabled: d.Enabled != nil && *d.Enabled, Driver: d.Driver, GroupAttributes: append([]string(nil), d.GroupAttributes...)}
 	}
@@ -76,6 +79,7 @@ func Convert_config_GPUPlacementArgs_To_v1_GPUPlacementArgs(in *config.GPUPlacem
 	}
 	enabled := in.DRA.Enabled
 	out.DRA = &DRA{Enabled: &enabled, Driver: in.DRA.Driver, GroupAttributes: append([]string(nil), in.DRA.GroupAttributes...)}
+	out.External = convertExternalFromConfig(&in.External)
 	h := in.Fragmentation.HalfLifePods
 	out.Fragmentation = &Fragmentation{HalfLifePods: &h}
 	for _, sh := range in.Fragmentation.TypicalPods {

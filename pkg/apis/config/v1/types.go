@@ -25,6 +25,11 @@ type GPUPlacementArgs struct {
 	// DRA configures how GPUs that a DRA driver publishes in ResourceSlices
 	// are read and placed (docs/dra.md). Default: enabled, NVIDIA's driver.
 	DRA *DRA `json:"dra,omitempty"`
+
+	// External configures scoringStrategy.type External: the policy
+	// service that scores nodes (docs/policy-service.md). Required with
+	// that type, refused with any other.
+	External *ExternalPolicy `json:"external,omitempty"`
 }
 
 // DRA configures GPUPlacement on clusters where GPUs are DRA devices.
@@ -75,7 +80,8 @@ type PodShape struct {
 // ScoringStrategy is a placement policy and the weights of the resources it scores.
 type ScoringStrategy struct {
 	// Type names one of the placement policies listed in docs/policies.md
-	// (the engine's registry, gpu.Policies). Default: FragFit.
+	// (the engine's registry, gpu.Policies), or External for a policy
+	// service (External). Default: FragFit.
 	Type string `json:"type,omitempty"`
 	// Resources are the resources scored and their weights: nvidia.com/gpu
 	// (GPU compute) and gpusched.io/gpu-memory. Default: nvidia.com/gpu, weight 1.
@@ -113,6 +119,7 @@ func (a *GPUPlacementArgs) DeepCopyInto(out *GPUPlacementArgs) {
 		d.GroupAttributes = append([]string(nil), d.GroupAttributes...)
 		out.DRA = &d
 	}
+	out.External = deepCopyExternal(a.External)
 	if a.Fragmentation != nil {
 		f := Fragmentation{}
 		if a.Fragmentation.HalfLifePods != nil {

@@ -5,7 +5,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/gpusched/gpusched/pkg/apis/config"
-	"github.com/gpusched/gpusched/pkg/gpu"
 )
 
 // MaxWeight bounds a resource's weight, as kube-scheduler bounds its own.
@@ -19,9 +18,7 @@ func ValidateGPUPlacementArgs(path *field.Path, args *config.GPUPlacementArgs) f
 	var errs field.ErrorList
 	s := &args.ScoringStrategy
 	sPath := path.Child("scoringStrategy")
-	if _, err := gpu.LookupPolicy(string(s.Type)); err != nil {
-		errs = append(errs, field.Invalid(sPath.Child("type"), s.Type, err.Error()))
-	}
+	errs = append(errs, validateScoringType(path, args)...)
 	if len(s.Resources) == 0 {
 		errs = append(errs, field.Required(sPath.Child("resources"), "at least one resource to score"))
 	}

@@ -1,0 +1,270 @@
+package policyservice
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/gpusched/gpusched/pkg/apis/config"
+	pb "github.com/gpusched/gpusched/pkg/policyservice/v1alpha1"
+)
+
+// Cause is why the policy service's answer was not used for a pod, as the
+// fallbacks metric and the pod's event name it.
+type Cause string
+
+const (
+	// CauseTimeout: no answer within the deadline.
+	CauseTimeout Cause = "timeout"
+	// CauseError: the call failed (connection refused, an error status).
+	CauseError Cause = "error"
+	// CauseMalformed: the answer did not hold one finite score for each
+	// node of the request.
+	CauseMalformed Cause = "malformed"
+	// CauseCircuitOpen: the circuit breaker is open; no call was made.
+	CauseCircuitOpen Cause = "circuit-open"
+)
+
+// causes lists every Cause, for the metric's labels.
+var causes = []Cause{CauseTimeout, CauseError, CauseMalformed, CauseCircuitOpen}
+
+// Fallback says why the service's answer was not used.
+type Fallback struct {
+	Cause Cause
+	Err   error
+}
+
+func (f *Fallback) Error() string { return fmt.Sprintf("%s: %v", f.Cause, f.Err) }
+
+// Scorer asks a policy service for node scores, one call per pod, within
+// the configured deadline, behind a circuit breaker. It is safe for
+// concurrent use.
+type Scorer struct {
+	cfg     config.ExternalPolicy
+	conn    *grpc.ClientConn
+	client  pb.PolicyServiceClient
+	breaker breaker
+}
+
+// New returns a Scorer for the validated configuration. It does not
+// connect: the first call does, so a service that starts after the
+// scheduler is used once it is up. A TLS file that cannot be read is an
+// error here, at startup.
+func New(cfg config.ExternalPolicy) (*Scorer, error) {
+	creds := insecure.NewCredentials()
+	if cfg.TLS != nil {
+		tc, err := tlsConfig(cfg.TLS)
+		if err != nil {
+			return nil, fmt.Errorf("policy service %s: %w", cfg.Endpoint, err)
+		}
+		creds = credentials.NewTLS(tc)
+	}
+	conn, err := grpc.NewClient(cfg.Endpoint, grpc.WithTransportCredentials(creds))
+	if err != nil {
+		return nil, fmt.Errorf("policy service %s: %w", cfg.Endpoint, err)
+	}
+	registerMetrics()
+	return &Scorer{cfg: cfg, conn: conn, client: pb.NewPolicyServiceClient(conn),
+		breaker: breaker{limit: int(cfg.CircuitBreaker.Failures), openFor: cfg.CircuitBreaker.OpenFor}}, nil
+}
+
+func tlsConfig(t *config.ExternalTLS) (*tls.Config, error) {
+	tc := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: t.ServerName}
+	if t.CAFile != "" {
+		pem, err := os.ReadFile(t.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("tls.caFile: %w", err)
+		}
+		tc.RootCAs = x509.NewCertPool()
+		if !tc.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("tls.caFile %s: no PEM certificate in it", t.CAFile)
+		}
+	}
+	if t.CertFile != "" {
+		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("tls.certFile, tls.keyFile: %w", err)
+		}
+		tc.Certificates = []tls.Certificate{cert}
+	}
+	return tc, nil
+}
+
+// Config is the configuration the Scorer was built with.
+func (s *Scorer) Config() config.ExternalPolicy { return s.cfg }
+
+// Shadow reports whether the service's scores are only compared, never used.
+func (s *Scorer) Shadow() bool { return s.cfg.Mode == config.ExternalShadow }
+
+// Close closes the connection.
+func (s *Scorer) Close() error { return s.conn.Close() }
+
+// Score asks the service to score req's nodes and returns their scores in
+// req's order; or, when the answer cannot be used, why (and counts it).
+func (s *Scorer) Score(ctx context.Context, req *pb.ScoreRequest) ([]float64, *Fallback) {
+	if !s.breaker.allow(time.Now()) {
+		fallbacks.WithLabelValues(string(CauseCircuitOpen)).Inc()
+		return nil, &Fallback{Cause: CauseCircuitOpen, Err: fmt.Errorf("%d calls in a row failed; the next try is within %v", s.cfg.CircuitBreaker.Failures, s.cfg.CircuitBreaker.OpenFor)}
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	defer cancel()
+	start := time.Now()
+	reply, err := s.client.Score(ctx, req)
+	callDuration.Observe(time.Since(start).Seconds())
+	var scores []float64
+	var fb *Fallback
+	switch {
+	case err != nil && (status.Code(err) == codes.DeadlineExceeded || errors.Is(err, context.DeadlineExceeded)):
+		fb = &Fallback{Cause: CauseTimeout, Err: fmt.Errorf("no answer within %v", s.cfg.Timeout)}
+	case err != nil:
+		fb = &Fallback{Cause: CauseError, Err: err}
+	default:
+		if scores, err = checkReply(req, reply); err != nil {
+			fb = &Fallback{Cause: CauseMalformed, Err: err}
+		}
+	}
+	result := "ok"
+	if fb != nil {
+		result = string(fb.Cause)
+		fallbacks.WithLabelValues(result).Inc()
+	}
+	calls.WithLabelValues(result).Inc()
+	if s.breaker.record(fb == nil, time.Now()) {
+		circuitOpen.Set(1)
+	} else if fb == nil {
+		circuitOpen.Set(0)
+	}
+	return scores, fb
+}
+
+// checkReply returns the reply's scores in the request's node order, or
+// what is wrong with it: a count that is not the request's, a node the
+// request did not name or named twice, a score that is not finite.
+func checkReply(req *pb.ScoreRequest, reply *pb.ScoreReply) ([]float64, error) {
+	if len(reply.GetScores()) != len(req.Nodes) {
+		return nil, fmt.Errorf("%d scores for %d nodes: want one per node", len(reply.GetScores()), len(req.Nodes))
+	}
+	index := make(map[string]int, len(req.Nodes))
+	for i, n := range req.Nodes {
+		index[n.Name] = i
+	}
+	out := make([]float64, len(req.Nodes))
+	seen := make([]bool, len(req.Nodes))
+	for _, s := range reply.Scores {
+		i, ok := index[s.Node]
+		switch {
+		case !ok:
+			return nil, fmt.Errorf("score for node %q, which is not one of the request's nodes", s.Node)
+		case seen[i]:
+			return nil, fmt.Errorf("two scores for node %q: want one", s.Node)
+		case math.IsNaN(s.Score) || math.IsInf(s.Score, 0):
+			return nil, fmt.Errorf("score %v for node %q: want a finite number", s.Score, s.Node)
+		}
+		seen[i], out[i] = true, s.Score
+	}
+	return out, nil
+}
+
+// breaker is a circuit breaker: closed, it lets every call through; after
+// limit failures in a row it opens for openFor, letting none through; then
+// it lets one call through (half open), which closes it on success and
+// opens it again on failure.
+type breaker struct {
+	limit   int
+	openFor time.Duration
+
+	mu        sync.Mutex
+	failures  int
+	openUntil time.Time
+	probing   bool
+}
+
+// allow reports whether a call may be made at now.
+func (b *breaker) allow(now time.Time) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch {
+	case b.openUntil.IsZero():
+		return true
+	case now.Before(b.openUntil) || b.probing:
+		return false
+	}
+	b.probing = true
+	return true
+}
+
+// record counts a call's outcome and reports whether the breaker is open
+// after it.
+func (b *breaker) record(ok bool, now time.Time) (open bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if ok {
+		b.failures, b.openUntil, b.probing = 0, time.Time{}, false
+		return false
+	}
+	b.failures++
+	if b.probing || b.failures >= b.limit {
+		b.openUntil, b.probing = now.Add(b.openFor), false
+	}
+	return !b.openUntil.IsZero()
+}
+
+// Compare counts whether the service's best node (the first of the highest
+// scores) is among the fallback policy's best nodes for req (the highest
+// builtin_score), and returns both nodes.
+func (s *Scorer) Compare(req *pb.ScoreRequest, scores []float64) (agree bool, external, builtin string) {
+	best, top := 0, math.Inf(-1)
+	for i, v := range scores {
+		if v > top {
+			best, top = i, v
+		}
+	}
+	topBuiltin := math.Inf(-1)
+	for _, n := range req.Nodes {
+		topBuiltin = math.Max(topBuiltin, n.BuiltinScore)
+	}
+	for _, n := range req.Nodes {
+		if n.BuiltinScore == topBuiltin {
+			builtin = n.Name
+			break
+		}
+	}
+	agree = req.Nodes[best].BuiltinScore == topBuiltin
+	mode := string(s.cfg.Mode)
+	compared.WithLabelValues(mode).Inc()
+	if !agree {
+		disagreements.WithLabelValues(mode).Inc()
+	}
+	return agree, req.Nodes[best].Name, builtin
+}
+
+// Rescale maps scores min-max onto 0..maxOut, rounding: the service's
+// scores are cardinal, and the scheduler's are integers. Equal scores all
+// get maxOut.
+func Rescale(scores []float64, maxOut int64) []int64 {
+	lo, hi := math.Inf(1), math.Inf(-1)
+	for _, v := range scores {
+		lo, hi = math.Min(lo, v), math.Max(hi, v)
+	}
+	out := make([]int64, len(scores))
+	for i, v := range scores {
+		if hi == lo {
+			out[i] = maxOut
+			continue
+		}
+		out[i] = int64(math.Round((v - lo) / (hi - lo) * float64(maxOut)))
+	}
+	return out
+}

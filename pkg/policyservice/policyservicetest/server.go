@@ -1,0 +1,121 @@
+// Package policyservicetest runs a policy service on loopback whose answers
+// a test chooses, and reads the policy service's metrics back from the
+// registry the scheduler's /metrics serves.
+package policyservicetest
+
+import (
+	"context"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"google.golang.org/grpc"
+	"k8s.io/component-base/metrics/legacyregistry"
+
+	pb "github.com/gpusched/gpusched/pkg/policyservice/v1alpha1"
+)
+
+// Answer answers one request.
+type Answer func(ctx context.Context, req *pb.ScoreRequest) (*pb.ScoreReply, error)
+
+// Server is a policy service on 127.0.0.1.
+type Server struct {
+	pb.UnimplementedPolicyServiceServer
+	// Addr is the service's host:port.
+	Addr string
+	// Calls counts the requests received.
+	Calls atomic.Int64
+
+	mu     sync.Mutex
+	answer Answer
+	last   *pb.ScoreRequest
+}
+
+// Start serves answer until the test ends.
+func Start(t testing.TB, answer Answer) *Server {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Server{Addr: lis.Addr().String(), answer: answer}
+	g := grpc.NewServer()
+	pb.RegisterPolicyServiceServer(g, s)
+	go func() { _ = g.Serve(lis) }()
+	t.Cleanup(g.Stop)
+	return s
+}
+
+// Set changes the answer.
+func (s *Server) Set(answer Answer) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.answer = answer
+}
+
+// Last is the last request received; nil before the first.
+func (s *Server) Last() *pb.ScoreRequest {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.last
+}
+
+// Score implements pb.PolicyServiceServer.
+func (s *Server) Score(ctx context.Context, req *pb.ScoreRequest) (*pb.ScoreReply, error) {
+	s.Calls.Add(1)
+	s.mu.Lock()
+	answer := s.answer
+	s.last = req
+	s.mu.Unlock()
+	return answer(ctx, req)
+}
+
+// Prefer answers score 1 for the named node and 0 for every other.
+func Prefer(node string) Answer {
+	return func(_ context.Context, req *pb.ScoreRequest) (*pb.ScoreReply, error) {
+		reply := &pb.ScoreReply{}
+		for _, n := range req.Nodes {
+			score := 0.0
+			if n.Name == node {
+				score = 1
+			}
+			reply.Scores = append(reply.Scores, &pb.NodeScore{Node: n.Name, Score: score})
+		}
+		return reply, nil
+	}
+}
+
+// Metric is the value of the named counter or gauge with the given label
+// (name=value; "" for none) in the registry the scheduler's /metrics
+// serves; 0 when it has no such series.
+func Metric(t testing.TB, name, label, value string) float64 {
+	t.Helper()
+	families, err := legacyregistry.DefaultGatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			match := label == ""
+			for _, l := range m.GetLabel() {
+				if l.GetName() == label && l.GetValue() == value {
+					match = true
+				}
+			}
+			if !match {
+				continue
+			}
+			switch {
+			case m.GetCounter() != nil:
+				return m.GetCounter().GetValue()
+			case m.GetGauge() != nil:
+				return m.GetGauge().GetValue()
+			}
+		}
+	}
+	return 0
+}
