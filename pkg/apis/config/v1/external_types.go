@@ -113,7 +113,7 @@ func convertExternalFromConfig(in *config.ExternalPolicy) *ExternalPolicy {
 	}
 	failures := in.CircuitBreaker.Failures
 	out := &ExternalPolicy{Endpoint: in.Endpoint, Fallback: string(in.Fallback), Mode: string(in.Mode),
-		Timeout: &metav1.Duration{Duration: in.Timeout},
+		Timeout:        &metav1.Duration{Duration: in.Timeout},
 		CircuitBreaker: &CircuitBreaker{Failures: &failures, OpenFor: &metav1.Duration{Duration: in.CircuitBreaker.OpenFor}}}
 	if in.TLS != nil {
 		out.TLS = &ExternalTLS{CAFile: in.TLS.CAFile, CertFile: in.TLS.CertFile, KeyFile: in.TLS.KeyFile, ServerName: in.TLS.ServerName}
