@@ -90,7 +90,7 @@ write. See docs/simulator.md.`,
 		c.SetOut(c.OutOrStdout())
 		_ = c.Usage()
 	})
-	cmd.AddCommand(newMergeCommand())
+	cmd.AddCommand(newMergeCommand(), newEnvCommand())
 	return cmd
 }
 
@@ -346,4 +346,72 @@ func (b *progressBar) finish() {
 	if b != nil && b.tty {
 		fmt.Fprintln(b.w)
 	}
+}
+
+// envFlags are the environment command's options.
+type envFlags struct {
+	nodes, pods, config, policy string
+	arrival, tieBreak, reward   string
+	noScreen                    bool
+}
+
+// newEnvCommand is `gpusched simulate env`.
+func newEnvCommand() *cobra.Command {
+	var f envFlags
+	cmd := &cobra.Command{
+		Use:   "env",
+		Short: "Serve the simulator as a reinforcement-learning environment over stdin and stdout",
+		Long: `env steps the simulator one pending pod at a time for an external policy, with
+Gymnasium's conventions: it reads EnvRequest messages (reset with a seed, step
+with a node index) on stdin and writes an EnvReply for each on stdout, each
+message preceded by its length as a 4-byte little-endian unsigned integer
+(proto/gpusched/policy/v1alpha1/policy.proto). An episode is the run that
+simulate makes of the policy with the seed; each observation is the pod, one
+feature row per node, the mask of the nodes every Filter plugin accepts, and
+the node the policy itself would choose. The Python package in python/
+(gpusched_policy.env.SimEnv) speaks it. Logs go to stderr.`,
+		Example: `  gpusched simulate env --nodes openb_node_list_gpu_node.csv --pods openb_pod_list_default.csv --reward fragmentation`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			if ctx == nil {
+				ctx = context.Background()
+			}
+			env, err := envFromFlags(f)
+			if err != nil {
+				return err
+			}
+			defer env.Close()
+			return ServeEnv(ctx, env, cmd.InOrStdin(), cmd.OutOrStdout())
+		},
+		SilenceUsage: true,
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&f.nodes, "nodes", "", "cluster: Alibaba node CSV or YAML of Node objects; default: the built-in synthetic cluster")
+	fs.StringVar(&f.pods, "pods", "", "workload: Alibaba pod CSV or YAML of Pod objects; default: the built-in synthetic workload")
+	fs.StringVar(&f.config, "config", "", "a KubeSchedulerConfiguration; default: the built-in simulation profile")
+	fs.StringVar(&f.policy, "policy", "", "the policy whose profile runs the episodes, from the config's first profile; default: the config's first profile as it is")
+	fs.StringVar(&f.arrival, "arrival", string(ArrivalFGD), "arrival process: fgd or replay (as simulate's)")
+	fs.StringVar(&f.tieBreak, "tie-break", "", "tie-break among equally scored nodes for builtin_action: node-order or random (as simulate's)")
+	fs.StringVar(&f.reward, "reward", string(RewardFragmentation), "step reward: fragmentation (−change of fragmented GPU, % of capacity), allocation (GPU % allocated) or unallocated (−unallocated % at 100% arrived, on the last step)")
+	fs.BoolVar(&f.noScreen, "no-screen", false, "run the Filter plugins on every node, without the simulator's GPU screen (same results, slower)")
+	return cmd
+}
+
+// envFromFlags builds the environment the flags describe.
+func envFromFlags(f envFlags) (*Env, error) {
+	sim, workloads, err := optionsFromFlags(flags{nodes: f.nodes, pods: f.pods, config: f.config, policies: f.policy,
+		seeds: "42", arrival: f.arrival, tieBreak: f.tieBreak})
+	if err != nil {
+		return nil, err
+	}
+	if len(workloads) != 1 {
+		return nil, fmt.Errorf("--pods %s: an environment runs one pod list, not %d", f.pods, len(workloads))
+	}
+	_, pods, err := workloads[0].load()
+	if err != nil {
+		return nil, err
+	}
+	return NewEnv(EnvOptions{Nodes: sim.Nodes, Pods: pods, Profile: sim.Profiles[0], Arrival: sim.Arrival,
+		TieBreak: sim.TieBreak, NoScreen: f.noScreen, Reward: Reward(f.reward)})
 }

@@ -98,12 +98,8 @@ func Simulate(ctx context.Context, opts Options) ([]Run, error) {
 	if len(opts.Nodes) == 0 || len(opts.Pods) == 0 || len(opts.Profiles) == 0 || len(opts.Seeds) == 0 {
 		return nil, fmt.Errorf("a simulation needs nodes, pods, profiles and seeds")
 	}
-	if opts.Arrival == ArrivalReplay {
-		for _, p := range opts.Pods {
-			if !p.HasTimes {
-				return nil, fmt.Errorf("arrival %q needs creation and deletion times, and pod %s has none", ArrivalReplay, p.Pod.Name)
-			}
-		}
+	if err := checkArrivalTimes(opts); err != nil {
+		return nil, err
 	}
 	parallel := cmp.Or(opts.Parallel, runtime.GOMAXPROCS(0))
 	type job struct{ profile, seed int }
@@ -161,6 +157,19 @@ func Simulate(ctx context.Context, opts Options) ([]Run, error) {
 		}
 	}
 	return runs, nil
+}
+
+// checkArrivalTimes refuses a replay of pods without creation and deletion
+// times.
+func checkArrivalTimes(opts Options) error {
+	if opts.Arrival == ArrivalReplay {
+		for _, p := range opts.Pods {
+			if !p.HasTimes {
+				return fmt.Errorf("arrival %q needs creation and deletion times, and pod %s has none", ArrivalReplay, p.Pod.Name)
+			}
+		}
+	}
+	return nil
 }
 
 // expectedEvents estimates the pods one run schedules, for progress.

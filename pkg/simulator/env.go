@@ -1,0 +1,462 @@
+package simulator
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"math"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	v1 "k8s.io/api/core/v1"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+
+	"github.com/gpusched/gpusched/pkg/gpu"
+	"github.com/gpusched/gpusched/pkg/plugins/gpuplacement"
+	"github.com/gpusched/gpusched/pkg/policyservice"
+	pb "github.com/gpusched/gpusched/pkg/policyservice/v1alpha1"
+)
+
+// Reward is what an environment step rewards.
+type Reward string
+
+const (
+	// RewardFragmentation is −(the change of the cluster's fragmented
+	// milli-GPU the placement made), in % of GPU capacity.
+	RewardFragmentation Reward = "fragmentation"
+	// RewardAllocation is the GPU the placement allocated, in % of capacity.
+	RewardAllocation Reward = "allocation"
+	// RewardUnallocated is 0 until the episode's last step, then
+	// −(unallocated GPU % at 100% arrived), simulate's headline; 0 when the
+	// workload never reached 100%.
+	RewardUnallocated Reward = "unallocated"
+)
+
+// Rewards lists the rewards, for validation messages.
+var Rewards = []Reward{RewardFragmentation, RewardAllocation, RewardUnallocated}
+
+// EnvOptions is an environment: one cluster, workload and profile, the
+// arrival protocol and tie-break, and the reward.
+type EnvOptions struct {
+	Nodes    []*v1.Node
+	Pods     []TracePod
+	Profile  Profile
+	Arrival  Arrival
+	TieBreak TieBreak
+	NoScreen bool
+	Reward   Reward
+}
+
+// Env is the simulator as a Gymnasium-style environment for an external
+// policy (proto/gpusched/policy/v1alpha1, EnvRequest): Reset starts an
+// episode exactly as simulate starts a run of the profile with the seed,
+// and each Step places the pending pod on the node the agent chooses, where
+// simulate places it on the scheduler's own choice (the observation's
+// builtin_action). An episode that always takes builtin_action is
+// simulate's run.
+type Env struct {
+	opts     Options
+	profile  Profile
+	reward   Reward
+	capacity int64
+	typical  []gpu.TypicalPod
+	// names and models are the cluster's nodes in the order of actions and
+	// of the observation's rows; index finds a node's.
+	names, models []string
+	index         map[string]int
+	columns       []string
+	// rows caches each node's row for pods that do not fit it: the node's
+	// state alone, valid while the node's generation is gen.
+	rows []cachedRow
+	// fitsColumn is the index of the "fits" column.
+	fitsColumn int
+	// nextSeed is the seed of a reset without one.
+	nextSeed int64
+	// probe is the episode's cycle state of a one-GPU pod after PreFilter,
+	// which node rows without the pod's columns are described with.
+	probe *framework.CycleState
+
+	ep *episode
+	// pending is the observation's decision, mask its action mask; nil
+	// when no episode is under way or it is over.
+	pending *decision
+	mask    []byte
+	timings EnvTimings
+}
+
+type cachedRow struct {
+	gen    int64
+	values []byte
+}
+
+// EnvTimings is where an environment's time went, summed over its calls.
+type EnvTimings struct {
+	// Steps counts the calls to Step that placed a pod.
+	Steps int
+	// Schedule is the scheduler's time (Filter, Score, Reserve, bind),
+	// Features the observations' node features and mask, Measure the
+	// measurements (fragmentation, curve).
+	Schedule, Features, Measure time.Duration
+}
+
+// NewEnv is an environment over opts; Reset starts its first episode.
+func NewEnv(opts EnvOptions) (*Env, error) {
+	if len(opts.Nodes) == 0 || len(opts.Pods) == 0 {
+		return nil, fmt.Errorf("an environment needs nodes and pods")
+	}
+	if opts.Reward == "" {
+		opts.Reward = RewardFragmentation
+	}
+	if !slices.Contains(Rewards, opts.Reward) {
+		return nil, fmt.Errorf("reward %q: want %s, %s or %s", opts.Reward, RewardFragmentation, RewardAllocation, RewardUnallocated)
+	}
+	sim := Options{Nodes: opts.Nodes, Pods: opts.Pods, Profiles: []Profile{opts.Profile}, Arrival: opts.Arrival,
+		TieBreak: opts.TieBreak, NoScreen: opts.NoScreen}
+	if err := checkArrivalTimes(sim); err != nil {
+		return nil, err
+	}
+	e := &Env{opts: sim, reward: opts.Reward, capacity: capacityMilli(opts.Nodes), typical: typicalPods(opts.Pods),
+		index: map[string]int{}, columns: gpu.FeatureColumns(), rows: make([]cachedRow, len(opts.Nodes)), nextSeed: 42}
+	e.fitsColumn = slices.Index(e.columns, "fits")
+	e.profile = withWorkloadShapes(opts.Profile, e.typical)
+	for i, n := range opts.Nodes {
+		if _, dup := e.index[n.Name]; dup {
+			return nil, fmt.Errorf("node %s is listed twice", n.Name)
+		}
+		e.index[n.Name] = i
+		e.names = append(e.names, n.Name)
+		model := ""
+		if inv, err := gpu.InventoryFromNode(n); err == nil && inv.Len() > 0 {
+			model = inv.Devices[0].Model
+		}
+		e.models = append(e.models, model)
+		e.rows[i].gen = -1
+	}
+	return e, nil
+}
+
+// Close ends the episode under way.
+func (e *Env) Close() {
+	if e.ep != nil {
+		e.ep.close()
+		e.ep, e.pending, e.probe = nil, nil, nil
+		for i := range e.rows {
+			e.rows[i].gen = -1
+		}
+	}
+}
+
+// Timings is where the environment's time went so far.
+func (e *Env) Timings() EnvTimings { return e.timings }
+
+// Reset starts an episode with seed (nil: the last seed + 1, from 42),
+// advanced to the first pod that fits somewhere.
+func (e *Env) Reset(ctx context.Context, seed *int64) (*pb.ResetReply, error) {
+	e.Close()
+	s := e.nextSeed
+	if seed != nil {
+		s = *seed
+	}
+	e.nextSeed = s + 1
+	r := &runner{opts: &e.opts, profile: e.profile, seed: s, capacity: e.capacity, typical: e.typical,
+		parallelism: runtime.GOMAXPROCS(0), tick: func() {}}
+	ep, err := r.newEpisode(ctx)
+	if err != nil {
+		return nil, err
+	}
+	e.ep = ep
+	obs, err := e.advance()
+	if err != nil {
+		e.Close()
+		return nil, err
+	}
+	return &pb.ResetReply{Observation: obs, Info: e.info(), Nodes: e.names, NodeModels: e.models}, nil
+}
+
+// ActionError is a step the environment refuses; the episode is unchanged.
+type ActionError struct{ msg string }
+
+func (e *ActionError) Error() string { return e.msg }
+
+// Step places the pending pod on node action (an index of ResetReply.nodes
+// inside the observation's mask) and advances to the next pod.
+func (e *Env) Step(ctx context.Context, action int32) (*pb.StepReply, error) {
+	if e.ep == nil {
+		return nil, &ActionError{"step before reset: no episode is under way"}
+	}
+	if e.pending == nil {
+		return nil, &ActionError{"the episode is over: reset to start another"}
+	}
+	if action < 0 || int(action) >= len(e.names) || e.mask[action] == 0 {
+		return nil, &ActionError{e.refusal(action)}
+	}
+	ep := e.ep
+	fragBefore := ep.frag.total
+	usedBefore := ep.used
+	t0 := time.Now()
+	ep.place(e.names[action])
+	e.timings.Steps++
+	e.timings.Schedule += time.Since(t0)
+	out := &pb.StepReply{}
+	switch e.reward {
+	case RewardFragmentation:
+		out.Reward = -100 * (ep.frag.total - fragBefore) / float64(e.capacity)
+	case RewardAllocation:
+		out.Reward = 100 * float64(ep.used-usedBefore) / float64(e.capacity)
+	}
+	obs, err := e.advance()
+	if err != nil {
+		return nil, err
+	}
+	out.Observation, out.Info = obs, e.info()
+	if e.pending == nil {
+		out.Terminated = true
+		if u := out.Info.UnallocatedPctAt_100; u != nil && e.reward == RewardUnallocated {
+			out.Reward = -*u
+		}
+	}
+	return out, nil
+}
+
+// refusal says why action is not allowed, and which are.
+func (e *Env) refusal(action int32) string {
+	if action < 0 || int(action) >= len(e.names) {
+		return fmt.Sprintf("action %d is out of range: want a node index 0..%d whose action_mask byte is 1", action, len(e.names)-1)
+	}
+	var allowed []string
+	n := 0
+	for i, m := range e.mask {
+		if m == 1 {
+			if n++; n <= 20 {
+				allowed = append(allowed, fmt.Sprint(i))
+			}
+		}
+	}
+	list := strings.Join(allowed, ", ")
+	if n > 20 {
+		list += ", …"
+	}
+	return fmt.Sprintf("action %d (node %s) is outside the action mask: the Filter plugins reject pod %s there; allowed: %s (%d of %d nodes)",
+		action, e.names[action], e.pending.pod.Name, list, n, len(e.names))
+}
+
+// advance runs the episode to the next pod that fits somewhere and
+// observes it; nil when the episode is over.
+func (e *Env) advance() (*pb.Observation, error) {
+	sched0, measure0 := e.ep.schedTime, e.ep.metricTime
+	d, err := e.ep.advance()
+	e.timings.Schedule += e.ep.schedTime - sched0
+	e.timings.Measure += e.ep.metricTime - measure0
+	e.pending = d
+	if err != nil || d == nil {
+		return nil, err
+	}
+	t0 := time.Now()
+	obs, err := e.observe(d)
+	e.timings.Features += time.Since(t0)
+	return obs, err
+}
+
+// observe is the observation of a decision: the pod, every node's row, the
+// mask of the nodes every Filter plugin accepts, and the scheduler's own
+// choice.
+func (e *Env) observe(d *decision) (*pb.Observation, error) {
+	demand, err := gpu.DemandFromPod(d.pod)
+	if err != nil {
+		return nil, fmt.Errorf("pod %s: %w", d.pod.Name, err)
+	}
+	demand.FillHost(d.pod)
+	fit, err := e.fitting(d)
+	if err != nil {
+		return nil, err
+	}
+	e.mask = make([]byte, len(e.names))
+	for _, ni := range fit {
+		e.mask[e.index[ni.Node().Name]] = 1
+	}
+	width := 4 * len(e.columns)
+	values := make([]byte, width*len(e.names))
+	if err := e.nodeRows(values); err != nil {
+		return nil, err
+	}
+	if fitFeatures, err := gpuplacement.Features(e.ep.sched.fw, d.state, fit, nil); err == nil {
+		m := policyservice.Matrix(fitFeatures, &demand, nil).Values
+		for i, ni := range fit {
+			copy(values[e.index[ni.Node().Name]*width:], m[i*width:(i+1)*width])
+		}
+	} else {
+		// A pod without GPUs under a policy that weighs GPUs alone leaves
+		// GPUPlacement no state: its rows are the nodes' state, fits set.
+		one := binary.LittleEndian.AppendUint32(nil, math.Float32bits(1))
+		for _, ni := range fit {
+			copy(values[e.index[ni.Node().Name]*width+4*e.fitsColumn:], one)
+		}
+	}
+	return &pb.Observation{
+		Pod:           policyservice.PodMessage(d.pod, &demand),
+		Nodes:         &pb.FeatureMatrix{Columns: e.columns, Rows: int32(len(e.names)), Values: values},
+		ActionMask:    e.mask,
+		BuiltinAction: int32(e.index[d.node]),
+	}, nil
+}
+
+// fitting is the nodes every Filter plugin accepts for the decision's pod.
+// The decision's feasible nodes are all of them unless Filter scanned only
+// part of the nodes; the rest are then filtered here. (The simulator's GPU
+// screen rejects only nodes GPUPlacement's Filter rejects, so it leaves
+// the set as it is.)
+func (e *Env) fitting(d *decision) ([]fwk.NodeInfo, error) {
+	if !d.partial {
+		return d.feasible, nil
+	}
+	seen := map[string]bool{}
+	for _, ni := range d.feasible {
+		seen[ni.Node().Name] = true
+	}
+	var rest []fwk.NodeInfo
+	for _, ni := range d.nodes {
+		if !seen[ni.Node().Name] {
+			rest = append(rest, ni)
+		}
+	}
+	ok := make([]bool, len(rest))
+	fw := e.ep.sched.fw
+	fw.Parallelizer().Until(e.ep.ctx, len(rest), func(i int) {
+		ok[i] = fw.RunFilterPlugins(e.ep.ctx, d.state, d.pod, rest[i]).IsSuccess()
+	}, "Filter")
+	out := append([]fwk.NodeInfo(nil), d.feasible...)
+	for i, ni := range rest {
+		if ok[i] {
+			out = append(out, ni)
+		}
+	}
+	return out, e.ep.ctx.Err()
+}
+
+// nodeRows writes every node's row for a pod that does not fit it into
+// values: the node's state alone, cached while the node's generation is
+// the cached one. Rows are described for a probe pod of one GPU (e.probe):
+// a row without the pod-dependent columns is the same for every pod.
+func (e *Env) nodeRows(values []byte) error {
+	all, err := e.ep.sched.snapshot.NodeInfos().List()
+	if err != nil {
+		return err
+	}
+	var stale []fwk.NodeInfo
+	for _, ni := range all {
+		if i, ok := e.index[ni.Node().Name]; ok && e.rows[i].gen != ni.GetGeneration() {
+			stale = append(stale, ni)
+		}
+	}
+	if len(stale) > 0 {
+		if e.probe == nil {
+			e.probe = framework.NewCycleState()
+			pod := NewTracePod("gpusched-env-probe", 0, 0, 1, gpu.MilliPerGPU, nil)
+			if _, status, _ := e.ep.sched.fw.RunPreFilterPlugins(e.ep.ctx, e.probe, pod); !status.IsSuccess() {
+				return fmt.Errorf("describing the nodes: PreFilter of a one-GPU probe pod: %w", status.AsError())
+			}
+		}
+		feats, err := gpuplacement.Features(e.ep.sched.fw, e.probe, stale, make([]bool, len(stale)))
+		if err != nil {
+			return fmt.Errorf("describing the nodes: %w", err)
+		}
+		for j, ni := range stale {
+			e.rows[e.index[ni.Node().Name]] = cachedRow{gen: ni.GetGeneration(),
+				values: policyservice.Matrix(feats[j:j+1], &gpu.Demand{}, nil).Values}
+		}
+	}
+	width := 4 * len(e.columns)
+	for i := range e.rows {
+		copy(values[i*width:(i+1)*width], e.rows[i].values)
+	}
+	return nil
+}
+
+// info is the episode's progress.
+func (e *Env) info() *pb.Info {
+	ep, c := e.ep, float64(e.capacity)
+	out := &pb.Info{
+		SubmittedPods: int32(ep.out.Submitted), PlacedPods: int32(ep.out.Placed), FailedPods: int32(ep.out.Failed),
+		ArrivedPct: 100 * float64(ep.arrived) / c, AllocatedPct: 100 * float64(ep.used) / c, FragmentPct: 100 * ep.frag.total / c,
+	}
+	if e.pending == nil {
+		out.UnallocatedPctAt_100 = ep.result().UnallocatedPctAt100
+	}
+	return out
+}
+
+// Handle answers one request; a refused or failed call is an error reply.
+func (e *Env) Handle(ctx context.Context, req *pb.EnvRequest) *pb.EnvReply {
+	switch call := req.GetCall().(type) {
+	case *pb.EnvRequest_Reset_:
+		reply, err := e.Reset(ctx, call.Reset_.Seed)
+		if err != nil {
+			return &pb.EnvReply{Reply: &pb.EnvReply_Error{Error: "reset: " + err.Error()}}
+		}
+		return &pb.EnvReply{Reply: &pb.EnvReply_Reset_{Reset_: reply}}
+	case *pb.EnvRequest_Step:
+		reply, err := e.Step(ctx, call.Step.Action)
+		if err != nil {
+			return &pb.EnvReply{Reply: &pb.EnvReply_Error{Error: "step: " + err.Error()}}
+		}
+		return &pb.EnvReply{Reply: &pb.EnvReply_Step{Step: reply}}
+	default:
+		return &pb.EnvReply{Reply: &pb.EnvReply_Error{Error: "empty request: want reset or step"}}
+	}
+}
+
+// maxFrame bounds a request frame: a request is a seed or an action.
+const maxFrame = 1 << 20
+
+// ServeEnv answers the environment's requests read from in, each frame a
+// 4-byte little-endian length and an EnvRequest, with EnvReply frames
+// written to out, until in ends.
+func ServeEnv(ctx context.Context, env *Env, in io.Reader, out io.Writer) error {
+	r := bufio.NewReaderSize(in, 64<<10)
+	w := bufio.NewWriterSize(out, 1<<20)
+	var head [4]byte
+	var buf, reply []byte
+	for {
+		if _, err := io.ReadFull(r, head[:]); err != nil {
+			if err == io.EOF {
+				return nil
+			}
+			return fmt.Errorf("reading a request's length: %w", err)
+		}
+		n := binary.LittleEndian.Uint32(head[:])
+		if n > maxFrame {
+			return fmt.Errorf("a request of %d bytes: want at most %d (is the input framed as 4-byte little-endian length + EnvRequest?)", n, maxFrame)
+		}
+		buf = slices.Grow(buf[:0], int(n))[:n]
+		if _, err := io.ReadFull(r, buf); err != nil {
+			return fmt.Errorf("reading a request of %d bytes: %w", n, err)
+		}
+		var req pb.EnvRequest
+		var answer *pb.EnvReply
+		if err := proto.Unmarshal(buf, &req); err != nil {
+			answer = &pb.EnvReply{Reply: &pb.EnvReply_Error{Error: fmt.Sprintf("a request of %d bytes is not an EnvRequest: %v", n, err)}}
+		} else {
+			answer = env.Handle(ctx, &req)
+		}
+		var err error
+		if reply, err = (proto.MarshalOptions{}).MarshalAppend(reply[:0], answer); err != nil {
+			return fmt.Errorf("encoding a reply: %w", err)
+		}
+		binary.LittleEndian.PutUint32(head[:], uint32(len(reply)))
+		if _, err := w.Write(head[:]); err != nil {
+			return err
+		}
+		if _, err := w.Write(reply); err != nil {
+			return err
+		}
+		if err := w.Flush(); err != nil {
+			return err
+		}
+	}
+}

@@ -1,0 +1,219 @@
+package simulator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	pb "github.com/gpusched/gpusched/pkg/policyservice/v1alpha1"
+)
+
+// newTestEnv is an environment over the synthetic cluster of 24 nodes and
+// its workload, with the policy's profile.
+func newTestEnv(t *testing.T, policy string, arrival Arrival, tieBreak TieBreak) (*Env, Options) {
+	t.Helper()
+	nodes, pods := Synthetic(SyntheticOptions{Nodes: 24})
+	profile := defaultProfiles(t, policy)[0]
+	env, err := NewEnv(EnvOptions{Nodes: nodes, Pods: pods, Profile: profile, Arrival: arrival, TieBreak: tieBreak})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(env.Close)
+	return env, Options{Nodes: nodes, Pods: pods, Profiles: []Profile{profile}, Arrival: arrival, TieBreak: tieBreak}
+}
+
+// TestEnvironmentBuiltinReproducesSimulate: an episode that always takes
+// builtin_action is simulate's run of the same profile and seed — same
+// unallocated % at 100% arrived, same placed and failed pods — with either
+// tie-break (node-order draws the node order from the seed, random draws
+// every tie from it).
+func TestEnvironmentBuiltinReproducesSimulate(t *testing.T) {
+	for _, tc := range []struct {
+		policy   string
+		arrival  Arrival
+		tieBreak TieBreak
+	}{
+		{"FragFit", ArrivalFGD, TieBreakNodeOrder},
+		{"FragFit", ArrivalFGD, TieBreakRandom},
+		{"BestFit", ArrivalFGD, TieBreakRandom},
+		{"BestFit", ArrivalReplay, TieBreakRandom},
+	} {
+		t.Run(fmt.Sprintf("%s/%s/%s", tc.policy, tc.arrival, tc.tieBreak), func(t *testing.T) {
+			env, opts := newTestEnv(t, tc.policy, tc.arrival, tc.tieBreak)
+			for _, seed := range []int64{1, 7} {
+				opts.Seeds = []int64{seed}
+				runs, err := Simulate(context.Background(), opts)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want := runs[0]
+				info, steps := runBuiltin(t, env, seed)
+				if want.UnallocatedPctAt100 == nil || info.UnallocatedPctAt_100 == nil {
+					t.Fatalf("seed %d: unallocated at 100%%: simulate %v, environment %v; want both set", seed, want.UnallocatedPctAt100, info.UnallocatedPctAt_100)
+				}
+				if got := *info.UnallocatedPctAt_100; got != *want.UnallocatedPctAt100 || int(info.PlacedPods) != want.Placed || int(info.FailedPods) != want.Failed {
+					t.Errorf("seed %d: environment unallocated %.2f%%, placed %d, failed %d; simulate %.2f%%, %d, %d",
+						seed, got, info.PlacedPods, info.FailedPods, *want.UnallocatedPctAt100, want.Placed, want.Failed)
+				}
+				// Every placed pod took one step.
+				if steps != want.Placed {
+					t.Errorf("seed %d: %d steps, want one per placed pod (%d)", seed, steps, want.Placed)
+				}
+			}
+		})
+	}
+}
+
+// runBuiltin runs an episode taking builtin_action at every step and returns
+// its last info and its steps.
+func runBuiltin(t *testing.T, env *Env, seed int64) (*pb.Info, int) {
+	t.Helper()
+	ctx := context.Background()
+	reset, err := env.Reset(ctx, &seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	obs, steps := reset.Observation, 0
+	for {
+		reply, err := env.Step(ctx, obs.BuiltinAction)
+		if err != nil {
+			t.Fatalf("step %d: %v", steps, err)
+		}
+		steps++
+		if reply.Terminated {
+			return reply.Info, steps
+		}
+		obs = reply.Observation
+	}
+}
+
+// TestEnvironmentMaskMatchesFilter runs an episode that takes the last
+// allowed node (not the scheduler's choice, to reach other states) and
+// checks at every step that the mask is exactly the nodes on which every
+// Filter plugin accepts the pod, run here on every node, and that the rows
+// have one row per node with fits = the mask.
+func TestEnvironmentMaskMatchesFilter(t *testing.T) {
+	env, _ := newTestEnv(t, "FragFit", ArrivalFGD, TieBreakNodeOrder)
+	ctx := context.Background()
+	seed := int64(3)
+	reset, err := env.Reset(ctx, &seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(reset.Nodes) != 24 || len(reset.NodeModels) != 24 {
+		t.Fatalf("%d nodes, %d models; want 24 of each", len(reset.Nodes), len(reset.NodeModels))
+	}
+	obs, masked := reset.Observation, 0
+	for step := 0; ; step++ {
+		want := make([]byte, len(reset.Nodes))
+		all, err := env.ep.sched.snapshot.NodeInfos().List()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ni := range all {
+			if env.ep.sched.fw.RunFilterPlugins(ctx, env.pending.state, env.pending.pod, ni).IsSuccess() {
+				want[env.index[ni.Node().Name]] = 1
+			}
+		}
+		if string(obs.ActionMask) != string(want) {
+			t.Fatalf("step %d, pod %s: mask %v, Filter accepts %v", step, obs.Pod.Name, obs.ActionMask, want)
+		}
+		if obs.ActionMask[obs.BuiltinAction] != 1 {
+			t.Fatalf("step %d: builtin action %d is outside the mask", step, obs.BuiltinAction)
+		}
+		rows, cols := int(obs.Nodes.Rows), len(obs.Nodes.Columns)
+		if rows != 24 || len(obs.Nodes.Values) != 4*rows*cols {
+			t.Fatalf("step %d: %d rows, %d bytes; want 24 rows of %d float32", step, rows, len(obs.Nodes.Values), cols)
+		}
+		for i, m := range obs.ActionMask {
+			if fits := featureValue(obs.Nodes, i, env.fitsColumn); fits != float32(m) {
+				t.Fatalf("step %d: node %d fits = %v, mask %d", step, i, fits, m)
+			}
+			masked += 1 - int(m)
+		}
+		last := 0
+		for i, m := range obs.ActionMask {
+			if m == 1 {
+				last = i
+			}
+		}
+		reply, err := env.Step(ctx, int32(last))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if reply.Terminated {
+			break
+		}
+		obs = reply.Observation
+	}
+	if masked == 0 {
+		t.Error("no node was ever outside the mask: the test checks nothing")
+	}
+}
+
+// TestEnvironmentRejectsMaskedAction: a step outside the mask or out of
+// range is refused with the action and what is allowed, and the episode is
+// as it was: the same pod is still pending.
+func TestEnvironmentRejectsMaskedAction(t *testing.T) {
+	env, _ := newTestEnv(t, "BestFit", ArrivalFGD, TieBreakNodeOrder)
+	ctx := context.Background()
+	if _, err := env.Step(ctx, 0); err == nil || !strings.Contains(err.Error(), "reset") {
+		t.Errorf("step before reset: %v, want an error saying to reset", err)
+	}
+	reset, err := env.Reset(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Fill the cluster with the scheduler's choices until some node is
+	// outside the mask.
+	obs := reset.Observation
+	for !strings.Contains(string(obs.ActionMask), "\x00") {
+		reply, err := env.Step(ctx, obs.BuiltinAction)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if reply.Terminated {
+			t.Fatal("the episode ended with every node in every mask")
+		}
+		obs = reply.Observation
+	}
+	masked := strings.IndexByte(string(obs.ActionMask), 0)
+	before := env.info()
+	for _, tc := range []struct {
+		action int32
+		want   string
+	}{
+		{int32(masked), fmt.Sprintf("action %d (node %s) is outside the action mask", masked, reset.Nodes[masked])},
+		{-1, "action -1 is out of range: want a node index 0..23"},
+		{24, "action 24 is out of range"},
+	} {
+		_, err := env.Step(ctx, tc.action)
+		var refused *ActionError
+		if !errors.As(err, &refused) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("step %d: %v, want an ActionError containing %q", tc.action, err, tc.want)
+		}
+	}
+	if after := env.info(); !proto.Equal(before, after) || env.pending.pod.Name != obs.Pod.Name {
+		t.Errorf("refused steps changed the episode: %v → %v", before, after)
+	}
+	// Over the wire the refusal is an error reply.
+	reply := env.Handle(ctx, &pb.EnvRequest{Call: &pb.EnvRequest_Step{Step: &pb.StepRequest{Action: int32(masked)}}})
+	if !strings.Contains(reply.GetError(), "outside the action mask") {
+		t.Errorf("reply %v, want an error", reply)
+	}
+	if _, err := env.Step(ctx, obs.BuiltinAction); err != nil {
+		t.Errorf("the builtin action after refusals: %v", err)
+	}
+}
+
+// featureValue is row i, column j of a feature matrix.
+func featureValue(m *pb.FeatureMatrix, i, j int) float32 {
+	off := 4 * (i*len(m.Columns) + j)
+	b := m.Values[off : off+4]
+	return math.Float32frombits(uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24)
+}
