@@ -26,6 +26,7 @@ import (
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
 	"github.com/gpusched/gpusched/pkg/gpu"
+	"github.com/gpusched/gpusched/pkg/policyservice"
 )
 
 // MsgUnknownNode is the failure message for a node the extender's informers
@@ -39,6 +40,9 @@ type Extender struct {
 	ledger  *gpu.Ledger
 	policy  *gpu.Policy
 	client  kubernetes.Interface
+	// external is the External scoring strategy's policy service; nil for
+	// the engine's policies (UseExternal).
+	external *policyservice.Scorer
 
 	// bindMu serializes the part of each bind that reads a node's GPUs,
 	// chooses GPUs, assumes them and holds the pod on the node, as
@@ -71,9 +75,12 @@ type candidate struct {
 	// informer's; nil when unknown.
 	node  *v1.Node
 	state *NodeState
-	// reasons (Filter) and score (Prioritize) are the results.
+	// reasons (Filter) and score (Prioritize) are the results; Prioritize
+	// also notes whether the demand fits, and the GPUs the policy chose.
 	reasons gpu.Reasons
 	score   int64
+	fits    bool
+	chosen  gpu.DeviceSet
 }
 
 // candidates resolves the request's nodes against the cluster view, in the
@@ -263,10 +270,14 @@ func (e *Extender) Prioritize(ctx context.Context, args *extenderv1.ExtenderArgs
 				req := gpu.Request{Demand: &demand, Host: hostOf(c.state, m)}
 				if chosen, fit := e.policy.Place(n, &req); fit.OK() {
 					c.score = e.policy.Score(n, &req, chosen)
+					c.fits, c.chosen = true, chosen
 				}
 			}
 		}
 	})
+	if e.external != nil && e.prioritizeExternal(ctx, args, &demand, cands, m, out) {
+		return out
+	}
 	raw := make([]int64, 0, len(cands))
 	for i := range cands {
 		if cands[i].node != nil {

@@ -45,7 +45,11 @@ func Start(ctx context.Context, opts *Options, client kubernetes.Interface) (*Se
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	policy, err := opts.NewPolicy()
+	args, err := opts.PlacementArgs()
+	if err != nil {
+		return nil, err
+	}
+	policy, err := args.NewPolicy()
 	if err != nil {
 		return nil, err
 	}
@@ -71,6 +75,10 @@ func Start(ctx context.Context, opts *Options, client kubernetes.Interface) (*Se
 	logger := klog.FromContext(ctx).WithName("extender")
 	ctx = klog.NewContext(ctx, logger)
 	ext := New(cluster, client, policy)
+	if err := ext.UseExternal(args); err != nil {
+		ln.Close()
+		return nil, err
+	}
 	handler := NewHandler(ext, opts.MaxRequestBytes)
 	campaignCtx, stopCampaign := context.WithCancel(ctx)
 	var campaignDone <-chan struct{}
@@ -157,7 +165,7 @@ func (s *Server) Stop() error {
 		}
 		s.stopInformers()
 		s.factory.Shutdown()
-		s.stopErr = errors.Join(s.serveErr, shutdownErr)
+		s.stopErr = errors.Join(s.serveErr, shutdownErr, s.ext.Close())
 		s.logger.Info("Stopped", "err", s.stopErr)
 	})
 	return s.stopErr

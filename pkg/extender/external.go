@@ -1,0 +1,82 @@
+package extender
+
+import (
+	"context"
+
+	"k8s.io/klog/v2"
+	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+
+	"github.com/gpusched/gpusched/pkg/apis/config"
+	"github.com/gpusched/gpusched/pkg/gpu"
+	"github.com/gpusched/gpusched/pkg/policyservice"
+)
+
+// UseExternal makes the extender's Prioritize ask the External scoring
+// strategy's policy service, as GPUPlacement does (docs/policy-service.md);
+// a no-op for the engine's policies. Call it before serving; Close closes
+// the connection.
+func (e *Extender) UseExternal(args *config.GPUPlacementArgs) error {
+	if args.ScoringStrategy.Type != config.ScoringStrategyExternal {
+		return nil
+	}
+	s, err := policyservice.New(args.External)
+	if err != nil {
+		return err
+	}
+	e.external = s
+	return nil
+}
+
+// Close lets go of the policy service's connection, if any.
+func (e *Extender) Close() error {
+	if e.external != nil {
+		return e.external.Close()
+	}
+	return nil
+}
+
+// prioritizeExternal asks the policy service to score the candidates the
+// demand fits on (their engine scores and chosen GPUs already in cands),
+// and writes its scores, rescaled to 0..MaxExtenderPriority, into out;
+// false when its answer is not used (Shadow mode, or a fallback, logged
+// with its cause) and the engine's scores stand.
+func (e *Extender) prioritizeExternal(ctx context.Context, args *extenderv1.ExtenderArgs, demand *gpu.Demand, cands []candidate, m maxima, out extenderv1.HostPriorityList) bool {
+	var fitting []int
+	var builtin []int64
+	for i := range cands {
+		if cands[i].node != nil && cands[i].fits {
+			fitting = append(fitting, i)
+			builtin = append(builtin, cands[i].score)
+		}
+	}
+	if len(fitting) == 0 {
+		return false
+	}
+	e.policy.Rescale(builtin, 100)
+	feats := make([]gpu.NodeFeatures, len(fitting))
+	for k, i := range fitting {
+		c := &cands[i]
+		n := e.view(c)
+		req := gpu.Request{Demand: demand, Host: hostOf(c.state, m)}
+		alloc := c.state.Node.Status.Allocatable
+		feats[k] = e.policy.Features(n, &req, true, c.chosen, float64(builtin[k])/100, alloc.Cpu().MilliValue(), alloc.Memory().Value()>>20)
+	}
+	req := policyservice.ScoreRequest(args.Pod, demand, feats, e.policy.Type())
+	scores, fb := e.external.Score(ctx, req)
+	logger := klog.FromContext(ctx)
+	if fb != nil {
+		logger.Info("Policy service not used; the fallback policy scored the nodes", "pod", klog.KObj(args.Pod), "cause", fb.Cause, "err", fb.Err, "fallbackPolicy", e.policy.Type())
+		return false
+	}
+	if agree, external, builtin := e.external.Compare(req, scores); !agree {
+		logger.V(2).Info("Policy service's best node differs from the fallback policy's", "pod", klog.KObj(args.Pod),
+			"mode", e.external.Config().Mode, "external", external, "fallback", builtin)
+	}
+	if e.external.Shadow() {
+		return false
+	}
+	for k, v := range policyservice.Rescale(scores, extenderv1.MaxExtenderPriority) {
+		out[fitting[k]].Score = v
+	}
+	return true
+}
