@@ -352,7 +352,7 @@ func (b *progressBar) finish() {
 type envFlags struct {
 	nodes, pods, config, policy string
 	arrival, tieBreak, reward   string
-	noScreen                    bool
+	noScreen, timings           bool
 }
 
 // newEnvCommand is `gpusched simulate env`.
@@ -382,7 +382,11 @@ the node the policy itself would choose. The Python package in python/
 				return err
 			}
 			defer env.Close()
-			return ServeEnv(ctx, env, cmd.InOrStdin(), cmd.OutOrStdout())
+			err = ServeEnv(ctx, env, cmd.InOrStdin(), cmd.OutOrStdout())
+			if f.timings {
+				fmt.Fprintf(cmd.ErrOrStderr(), "simulate env: %s\n", env.Timings())
+			}
+			return err
 		},
 		SilenceUsage: true,
 	}
@@ -394,6 +398,7 @@ the node the policy itself would choose. The Python package in python/
 	fs.StringVar(&f.arrival, "arrival", string(ArrivalFGD), "arrival process: fgd or replay (as simulate's)")
 	fs.StringVar(&f.tieBreak, "tie-break", "", "tie-break among equally scored nodes for builtin_action: node-order or random (as simulate's)")
 	fs.StringVar(&f.reward, "reward", string(RewardFragmentation), "step reward: fragmentation (−change of fragmented GPU, % of capacity), allocation (GPU % allocated) or unallocated (−unallocated % at 100% arrived, on the last step)")
+	fs.BoolVar(&f.timings, "timings", false, "print where the time went, per step, on stderr at the end")
 	fs.BoolVar(&f.noScreen, "no-screen", false, "run the Filter plugins on every node, without the simulator's GPU screen (same results, slower)")
 	return cmd
 }

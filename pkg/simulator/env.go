@@ -74,8 +74,15 @@ type Env struct {
 	// rows caches each node's row for pods that do not fit it: the node's
 	// state alone, valid while the node's generation is gen.
 	rows []cachedRow
-	// fitsColumn is the index of the "fits" column.
-	fitsColumn int
+	// fitsColumn and builtinColumn are the indices of the "fits" and
+	// "builtin_score" columns.
+	fitsColumn, builtinColumn int
+	// scoreWeight is GPUPlacement's Score weight in the episode's
+	// framework, which its normalized score is multiplied by; 0 when it
+	// does not score.
+	scoreWeight int64
+	// noCache describes every fitting node anew at every step (tests).
+	noCache bool
 	// nextSeed is the seed of a reset without one.
 	nextSeed int64
 	// probe is the episode's cycle state of a one-GPU pod after PreFilter,
@@ -90,9 +97,13 @@ type Env struct {
 	timings EnvTimings
 }
 
+// cachedRow is a node's rows at one generation of the node: for pods that
+// do not fit (values), and for pods of each demand that fit (fit), whose
+// builtin_score column is rewritten at each step from the cycle's scores.
 type cachedRow struct {
 	gen    int64
 	values []byte
+	fit    map[gpu.DemandKey][]byte
 }
 
 // EnvTimings is where an environment's time went, summed over its calls.
@@ -103,6 +114,19 @@ type EnvTimings struct {
 	// Features the observations' node features and mask, Measure the
 	// measurements (fragmentation, curve).
 	Schedule, Features, Measure time.Duration
+	// Wait is ServeEnv's time waiting for requests (the agent's and the
+	// pipe's), Codec its time decoding requests and encoding and writing
+	// replies.
+	Wait, Codec time.Duration
+}
+
+// String is the timings per step.
+func (t EnvTimings) String() string {
+	per := func(d time.Duration) string {
+		return fmt.Sprintf("%.3f ms", float64(d.Microseconds())/1e3/float64(max(t.Steps, 1)))
+	}
+	return fmt.Sprintf("%d steps; per step: schedule %s, features %s, measure %s, codec %s, waiting for the agent %s",
+		t.Steps, per(t.Schedule), per(t.Features), per(t.Measure), per(t.Codec), per(t.Wait))
 }
 
 // NewEnv is an environment over opts; Reset starts its first episode.
@@ -123,7 +147,7 @@ func NewEnv(opts EnvOptions) (*Env, error) {
 	}
 	e := &Env{opts: sim, reward: opts.Reward, capacity: capacityMilli(opts.Nodes), typical: typicalPods(opts.Pods),
 		index: map[string]int{}, columns: gpu.FeatureColumns(), rows: make([]cachedRow, len(opts.Nodes)), nextSeed: 42}
-	e.fitsColumn = slices.Index(e.columns, "fits")
+	e.fitsColumn, e.builtinColumn = slices.Index(e.columns, "fits"), slices.Index(e.columns, "builtin_score")
 	e.profile = withWorkloadShapes(opts.Profile, e.typical)
 	for i, n := range opts.Nodes {
 		if _, dup := e.index[n.Name]; dup {
@@ -171,6 +195,12 @@ func (e *Env) Reset(ctx context.Context, seed *int64) (*pb.ResetReply, error) {
 		return nil, err
 	}
 	e.ep = ep
+	e.scoreWeight = 0
+	for _, pl := range ep.sched.fw.ListPlugins().Score.Enabled {
+		if pl.Name == gpuplacement.Name {
+			e.scoreWeight = int64(pl.Weight)
+		}
+	}
 	obs, err := e.advance()
 	if err != nil {
 		e.Close()
@@ -285,18 +315,8 @@ func (e *Env) observe(d *decision) (*pb.Observation, error) {
 	if err := e.nodeRows(values); err != nil {
 		return nil, err
 	}
-	if fitFeatures, err := gpuplacement.Features(e.ep.sched.fw, d.state, fit, nil); err == nil {
-		m := policyservice.Matrix(fitFeatures, &demand, nil).Values
-		for i, ni := range fit {
-			copy(values[e.index[ni.Node().Name]*width:], m[i*width:(i+1)*width])
-		}
-	} else {
-		// A pod without GPUs under a policy that weighs GPUs alone leaves
-		// GPUPlacement no state: its rows are the nodes' state, fits set.
-		one := binary.LittleEndian.AppendUint32(nil, math.Float32bits(1))
-		for _, ni := range fit {
-			copy(values[e.index[ni.Node().Name]*width+4*e.fitsColumn:], one)
-		}
+	if err := e.fitRows(d, fit, &demand, values); err != nil {
+		return nil, err
 	}
 	return &pb.Observation{
 		Pod:           policyservice.PodMessage(d.pod, &demand),
@@ -304,6 +324,66 @@ func (e *Env) observe(d *decision) (*pb.Observation, error) {
 		ActionMask:    e.mask,
 		BuiltinAction: int32(e.index[d.node]),
 	}, nil
+}
+
+// fitRows writes the rows of the nodes the pod fits into values. The
+// features of a node depend on the node's state and the pod's demand,
+// except the built-in score, rescaled over the feasible nodes: rows are
+// cached by demand at the node's generation and their built-in score taken
+// from the cycle's own (normalized, weighted) GPUPlacement scores, which
+// are the same numbers (TestEnvironmentCachedRowsMatchFeatures). Where the
+// cycle has no scores for every fitting node (one feasible node, a partial
+// Filter scan), the rows are described anew.
+func (e *Env) fitRows(d *decision, fit []fwk.NodeInfo, demand *gpu.Demand, values []byte) error {
+	width := 4 * len(e.columns)
+	cached := !e.noCache && !d.partial && d.scores != nil && e.scoreWeight > 0
+	key := demand.Key()
+	var miss []fwk.NodeInfo
+	for _, ni := range fit {
+		i := e.index[ni.Node().Name]
+		if row, ok := e.rows[i].fit[key]; ok && cached {
+			copy(values[i*width:], row)
+		} else {
+			miss = append(miss, ni)
+		}
+	}
+	if len(miss) > 0 {
+		feats, err := gpuplacement.Features(e.ep.sched.fw, d.state, miss, nil)
+		if err != nil {
+			// A pod without GPUs under a policy that weighs GPUs alone
+			// leaves GPUPlacement no state: its rows are the nodes' state,
+			// fits set.
+			one := binary.LittleEndian.AppendUint32(nil, math.Float32bits(1))
+			for _, ni := range fit {
+				copy(values[e.index[ni.Node().Name]*width+4*e.fitsColumn:], one)
+			}
+			return nil
+		}
+		m := policyservice.Matrix(feats, demand, nil).Values
+		for j, ni := range miss {
+			i := e.index[ni.Node().Name]
+			row := m[j*width : (j+1)*width]
+			copy(values[i*width:], row)
+			if cached {
+				if e.rows[i].fit == nil {
+					e.rows[i].fit = map[gpu.DemandKey][]byte{}
+				}
+				e.rows[i].fit[key] = row
+			}
+		}
+	}
+	if !cached {
+		return nil
+	}
+	for _, ns := range d.scores {
+		for _, ps := range ns.Scores {
+			if ps.Name == gpuplacement.Name {
+				v := float32(float64(ps.Score) / float64(e.scoreWeight) / float64(fwk.MaxNodeScore))
+				binary.LittleEndian.PutUint32(values[e.index[ns.Name]*width+4*e.builtinColumn:], math.Float32bits(v))
+			}
+		}
+	}
+	return nil
 }
 
 // fitting is the nodes every Filter plugin accepts for the decision's pod.
@@ -367,7 +447,7 @@ func (e *Env) nodeRows(values []byte) error {
 			return fmt.Errorf("describing the nodes: %w", err)
 		}
 		for j, ni := range stale {
-			e.rows[e.index[ni.Node().Name]] = cachedRow{gen: ni.GetGeneration(),
+			e.rows[e.index[ni.Node().Name]] = cachedRow{gen: ni.GetGeneration(), // and no fitting rows yet
 				values: policyservice.Matrix(feats[j:j+1], &gpu.Demand{}, nil).Values}
 		}
 	}
@@ -423,6 +503,7 @@ func ServeEnv(ctx context.Context, env *Env, in io.Reader, out io.Writer) error 
 	var head [4]byte
 	var buf, reply []byte
 	for {
+		t0 := time.Now()
 		if _, err := io.ReadFull(r, head[:]); err != nil {
 			if err == io.EOF {
 				return nil
@@ -437,14 +518,18 @@ func ServeEnv(ctx context.Context, env *Env, in io.Reader, out io.Writer) error 
 		if _, err := io.ReadFull(r, buf); err != nil {
 			return fmt.Errorf("reading a request of %d bytes: %w", n, err)
 		}
+		t1 := time.Now()
+		env.timings.Wait += t1.Sub(t0)
 		var req pb.EnvRequest
 		var answer *pb.EnvReply
-		if err := proto.Unmarshal(buf, &req); err != nil {
+		err := proto.Unmarshal(buf, &req)
+		t2 := time.Now()
+		if err != nil {
 			answer = &pb.EnvReply{Reply: &pb.EnvReply_Error{Error: fmt.Sprintf("a request of %d bytes is not an EnvRequest: %v", n, err)}}
 		} else {
 			answer = env.Handle(ctx, &req)
 		}
-		var err error
+		t3 := time.Now()
 		if reply, err = (proto.MarshalOptions{}).MarshalAppend(reply[:0], answer); err != nil {
 			return fmt.Errorf("encoding a reply: %w", err)
 		}
@@ -458,5 +543,6 @@ func ServeEnv(ctx context.Context, env *Env, in io.Reader, out io.Writer) error 
 		if err := w.Flush(); err != nil {
 			return err
 		}
+		env.timings.Codec += t2.Sub(t1) + time.Since(t3)
 	}
 }

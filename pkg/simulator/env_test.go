@@ -217,3 +217,48 @@ func featureValue(m *pb.FeatureMatrix, i, j int) float32 {
 	b := m.Values[off : off+4]
 	return math.Float32frombits(uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24)
 }
+
+// TestEnvironmentCachedRowsMatchFeatures: the rows of fitting nodes taken
+// from the cache, with the built-in score from the cycle's scores, are the
+// rows GPUPlacement's feature extractor describes anew, byte for byte, at
+// every step of an episode.
+func TestEnvironmentCachedRowsMatchFeatures(t *testing.T) {
+	for _, policy := range []string{"FragFit", "BestFit"} {
+		t.Run(policy, func(t *testing.T) {
+			cached, _ := newTestEnv(t, policy, ArrivalFGD, TieBreakRandom)
+			fresh, _ := newTestEnv(t, policy, ArrivalFGD, TieBreakRandom)
+			fresh.noCache = true
+			ctx := context.Background()
+			seed := int64(5)
+			a, err := cached.Reset(ctx, &seed)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := fresh.Reset(ctx, &seed)
+			if err != nil {
+				t.Fatal(err)
+			}
+			x, y := a.Observation, b.Observation
+			for step := 0; ; step++ {
+				if !proto.Equal(x, y) {
+					t.Fatalf("step %d, pod %s: cached and fresh observations differ", step, x.Pod.Name)
+				}
+				ra, err := cached.Step(ctx, x.BuiltinAction)
+				if err != nil {
+					t.Fatal(err)
+				}
+				rb, err := fresh.Step(ctx, y.BuiltinAction)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if ra.Terminated || rb.Terminated {
+					if ra.Terminated != rb.Terminated {
+						t.Fatalf("step %d: terminated %v and %v", step, ra.Terminated, rb.Terminated)
+					}
+					return
+				}
+				x, y = ra.Observation, rb.Observation
+			}
+		})
+	}
+}

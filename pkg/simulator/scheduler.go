@@ -200,7 +200,9 @@ type decision struct {
 	// partial is set when Filter scanned only part of nodes
 	// (numFeasibleNodesToFind): feasible need not be every node that fits.
 	partial bool
-	node    string
+	// scores are the feasible nodes' scores; nil when one node is feasible.
+	scores []fwk.NodePluginScores
+	node   string
 }
 
 // decide runs the cycle for pod up to the choice of a node. A nil decision
@@ -255,7 +257,7 @@ func (s *scheduler) decide(ctx context.Context, pod *v1.Pod) (*decision, placeme
 		if !status.IsSuccess() {
 			return nil, placement{reason: status.Message()}
 		}
-		d.node = s.selectHost(scores)
+		d.scores, d.node = scores, s.selectHost(scores)
 	}
 	return d, placement{}
 }
