@@ -1,0 +1,55 @@
+"""Measures the environment's speed: steps per second of an episode driven
+by builtin_action from Python, and where the time goes (the Go side's
+scheduling, features and measurements, as it reports them on stderr at
+exit; Python's decoding; the rest is the pipe).
+
+    /usr/bin/python3 python/examples/bench_env.py \
+        --nodes ../shared/traces/alibaba-gpu-2023/openb_node_list_gpu_node.csv \
+        --pods ../shared/traces/alibaba-gpu-2023/openb_pod_list_default.csv
+"""
+
+import argparse
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from gpusched_policy.env import SimEnv  # noqa: E402
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--nodes", required=True)
+    ap.add_argument("--pods", required=True)
+    ap.add_argument("--policy")
+    ap.add_argument("--arrival", default="fgd")
+    ap.add_argument("--seed", type=int, default=42)
+    ap.add_argument("--binary")
+    args = ap.parse_args()
+
+    env = SimEnv(args.nodes, args.pods, binary=args.binary, policy=args.policy, arrival=args.arrival,
+                 extra_args=["--timings"])
+    t0 = time.perf_counter()
+    obs, info = env.reset(seed=args.seed)
+    t_reset = time.perf_counter() - t0
+    steps, t_call = 0, 0.0
+    t1 = time.perf_counter()
+    while True:
+        a = obs["builtin_action"]
+        s = time.perf_counter()
+        obs, reward, terminated, truncated, info = env.step(a)
+        t_call += time.perf_counter() - s
+        steps += 1
+        if terminated or truncated:
+            break
+    wall = time.perf_counter() - t1
+    env.close()
+    print(f"reset {t_reset:.2f}s; {steps} steps in {wall:.2f}s: {steps / wall:.0f} steps/s "
+          f"({1e3 * wall / steps:.3f} ms/step, of which {1e3 * t_call / steps:.3f} ms in step())")
+    print(f"info at the end: {info}")
+    print(env.stderr_text.strip().splitlines()[-1])
+
+
+if __name__ == "__main__":
+    main()
