@@ -132,19 +132,24 @@ func FeatureColumns() []string {
 
 // AppendRow appends the node's row of FeatureColumns for demand d to dst.
 func (f *NodeFeatures) AppendRow(dst []float32, d *Demand) []float32 {
-	maxCPU, maxGPU := f.Host.maxima(&NodeGPUs{Used: make([]Usage, len(f.GPUs))})
-	cpu := float64(maxCPU)
-	gpuCap := float64(maxGPU)
+	maxGPUs := f.Host.MaxGPUs
+	if maxGPUs <= 0 {
+		maxGPUs = len(f.GPUs)
+	}
+	cpu := float64(max(f.Host.MaxMilliCPU, 1))
+	gpuCap := float64(max(int64(maxGPUs)*MilliPerGPU, 1))
 	mem := float64(max(f.AllocatableMemoryMiB, 1))
 	var freeGPU, freeAfter int64
 	var idle, idleAfter, partial, partialAfter int
 	chosenFree := 0.0
-	groups := map[string]struct{}{}
+	groups := 0 // distinct groups of the chosen GPUs
 	for i, g := range f.GPUs {
 		after := g.FreeMilli
 		if f.Chosen.Has(i) {
 			after -= d.Milli
-			groups[g.Group] = struct{}{}
+			if !f.chosenGroupBefore(i) {
+				groups++
+			}
 			if d.IsShare() {
 				chosenFree = float64(after) / MilliPerGPU
 			}
@@ -172,7 +177,7 @@ func (f *NodeFeatures) AppendRow(dst []float32, d *Demand) []float32 {
 		float64(partial) / gpuCount,
 		float64(partialAfter) / gpuCount,
 		chosenFree,
-		float64(len(groups)) / gpuCount,
+		float64(groups) / gpuCount,
 		f.FragmentBefore / gpuCap,
 		f.FragmentAfter / gpuCap,
 		(f.FragmentAfter - f.FragmentBefore) / MilliPerGPU,
@@ -184,6 +189,17 @@ func (f *NodeFeatures) AppendRow(dst []float32, d *Demand) []float32 {
 		dst = append(dst, float32(v))
 	}
 	return dst
+}
+
+// chosenGroupBefore reports whether a chosen GPU before position i is in
+// GPU i's group.
+func (f *NodeFeatures) chosenGroupBefore(i int) bool {
+	for j := range i {
+		if f.Chosen.Has(j) && f.GPUs[j].Group == f.GPUs[i].Group {
+			return true
+		}
+	}
+	return false
 }
 
 func b2i(b bool) int {

@@ -34,25 +34,55 @@ func PodMessage(pod *v1.Pod, d *gpu.Demand) *pb.Pod {
 	return out
 }
 
-// NodeMessage is one node's features as the protocol describes them.
-func NodeMessage(f *gpu.NodeFeatures) *pb.Node {
+// NodeMessage is one node's features as the protocol describes them; the
+// GPUs' models and groups are indexed in t, which the request carries.
+func NodeMessage(f *gpu.NodeFeatures, t *Tables) *pb.Node {
+	n := len(f.GPUs)
 	out := &pb.Node{
 		Name:                 f.Name,
 		AllocatableMilliCpu:  f.AllocatableMilliCPU,
 		AllocatableMemoryMib: f.AllocatableMemoryMiB,
 		FreeMilliCpu:         f.Host.FreeMilliCPU,
 		FreeMemoryMib:        f.Host.FreeMemoryMiB,
-		Gpus:                 make([]*pb.GPU, len(f.GPUs)),
+		GpuIndex:             make([]int32, n),
+		GpuModel:             make([]int32, n),
+		GpuFreeMilli:         make([]int64, n),
+		GpuMemoryMib:         make([]int64, n),
+		GpuFreeMemoryMib:     make([]int64, n),
+		GpuGroup:             make([]int32, n),
 		BuiltinScore:         f.BuiltinScore,
 	}
 	for i, g := range f.GPUs {
-		out.Gpus[i] = &pb.GPU{Index: int32(g.Index), Model: g.Model, FreeMilli: g.FreeMilli,
-			MemoryMib: g.MemoryMiB, FreeMemoryMib: g.FreeMemoryMiB, Group: g.Group}
+		out.GpuIndex[i], out.GpuModel[i], out.GpuGroup[i] = int32(g.Index), t.model(g.Model), t.group(g.Group)
+		out.GpuFreeMilli[i], out.GpuMemoryMib[i], out.GpuFreeMemoryMib[i] = g.FreeMilli, g.MemoryMiB, g.FreeMemoryMiB
 		if f.Chosen.Has(i) {
 			out.Chosen = append(out.Chosen, int32(g.Index))
 		}
 	}
 	return out
+}
+
+// Tables are the GPU models and interconnect groups of a request's nodes,
+// each named once and indexed by Node.gpu_model and Node.gpu_group.
+type Tables struct {
+	Models, Groups []string
+	models, groups map[string]int32
+}
+
+func (t *Tables) model(name string) int32 { return index(&t.Models, &t.models, name) }
+func (t *Tables) group(name string) int32 { return index(&t.Groups, &t.groups, name) }
+
+func index(list *[]string, byName *map[string]int32, name string) int32 {
+	if i, ok := (*byName)[name]; ok {
+		return i
+	}
+	if *byName == nil {
+		*byName = map[string]int32{}
+	}
+	i := int32(len(*list))
+	*list = append(*list, name)
+	(*byName)[name] = i
+	return i
 }
 
 // Matrix is the nodes' rows of gpu.FeatureColumns for demand d, as the
@@ -79,8 +109,10 @@ func Matrix(nodes []gpu.NodeFeatures, d *gpu.Demand, buf []byte) *pb.FeatureMatr
 func ScoreRequest(pod *v1.Pod, d *gpu.Demand, nodes []gpu.NodeFeatures, fallback gpu.PolicyType) *pb.ScoreRequest {
 	req := &pb.ScoreRequest{Pod: PodMessage(pod, d), Nodes: make([]*pb.Node, len(nodes)),
 		Features: Matrix(nodes, d, nil), FallbackPolicy: string(fallback)}
+	var t Tables
 	for i := range nodes {
-		req.Nodes[i] = NodeMessage(&nodes[i])
+		req.Nodes[i] = NodeMessage(&nodes[i], &t)
 	}
+	req.Models, req.Groups = t.Models, t.Groups
 	return req
 }

@@ -13,7 +13,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0cpolicy.proto\x12\x18gpusched.policy.v1alpha1\"\xb5\x01\n\x03Pod\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0b\n\x03uid\x18\x03 \x01(\t\x12\x0c\n\x04gpus\x18\x04 \x01(\x05\x12\x11\n\tmilli_gpu\x18\x05 \x01(\x03\x12\x16\n\x0egpu_memory_mib\x18\x06 \x01(\x03\x12\x0e\n\x06models\x18\x07 \x03(\t\x12\x11\n\tmilli_cpu\x18\x08 \x01(\x03\x12\x12\n\nmemory_mib\x18\t \x01(\x03\x12\x10\n\x08priority\x18\n \x01(\x05\"s\n\x03GPU\x12\r\n\x05index\x18\x01 \x01(\x05\x12\r\n\x05model\x18\x02 \x01(\t\x12\x12\n\nfree_milli\x18\x03 \x01(\x03\x12\x12\n\nmemory_mib\x18\x04 \x01(\x03\x12\x17\n\x0f\x66ree_memory_mib\x18\x05 \x01(\x03\x12\r\n\x05group\x18\x06 \x01(\t\"\xd8\x01\n\x04Node\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x1d\n\x15\x61llocatable_milli_cpu\x18\x02 \x01(\x03\x12\x1e\n\x16\x61llocatable_memory_mib\x18\x03 \x01(\x03\x12\x16\n\x0e\x66ree_milli_cpu\x18\x04 \x01(\x03\x12\x17\n\x0f\x66ree_memory_mib\x18\x05 \x01(\x03\x12+\n\x04gpus\x18\x06 \x03(\x0b\x32\x1d.gpusched.policy.v1alpha1.GPU\x12\x0e\n\x06\x63hosen\x18\x07 \x03(\x05\x12\x15\n\rbuiltin_score\x18\x08 \x01(\x01\">\n\rFeatureMatrix\x12\x0f\n\x07\x63olumns\x18\x01 \x03(\t\x12\x0c\n\x04rows\x18\x02 \x01(\x05\x12\x0e\n\x06values\x18\x03 \x01(\x0c\"\xbd\x01\n\x0cScoreRequest\x12*\n\x03pod\x18\x01 \x01(\x0b\x32\x1d.gpusched.policy.v1alpha1.Pod\x12-\n\x05nodes\x18\x02 \x03(\x0b\x32\x1e.gpusched.policy.v1alpha1.Node\x12\x39\n\x08\x66\x65\x61tures\x18\x03 \x01(\x0b\x32\'.gpusched.policy.v1alpha1.FeatureMatrix\x12\x17\n\x0f\x66\x61llback_policy\x18\x04 \x01(\t\"A\n\nScoreReply\x12\x33\n\x06scores\x18\x01 \x03(\x0b\x32#.gpusched.policy.v1alpha1.NodeScore\"(\n\tNodeScore\x12\x0c\n\x04node\x18\x01 \x01(\t\x12\r\n\x05score\x18\x02 \x01(\x01\"\x84\x01\n\nEnvRequest\x12\x37\n\x05reset\x18\x01 \x01(\x0b\x32&.gpusched.policy.v1alpha1.ResetRequestH\x00\x12\x35\n\x04step\x18\x02 \x01(\x0b\x32%.gpusched.policy.v1alpha1.StepRequestH\x00\x42\x06\n\x04\x63\x61ll\"\x90\x01\n\x08\x45nvReply\x12\x35\n\x05reset\x18\x01 \x01(\x0b\x32$.gpusched.policy.v1alpha1.ResetReplyH\x00\x12\x33\n\x04step\x18\x02 \x01(\x0b\x32#.gpusched.policy.v1alpha1.StepReplyH\x00\x12\x0f\n\x05\x65rror\x18\x03 \x01(\tH\x00\x42\x07\n\x05reply\"*\n\x0cResetRequest\x12\x11\n\x04seed\x18\x01 \x01(\x03H\x00\x88\x01\x01\x42\x07\n\x05_seed\"\x9a\x01\n\nResetReply\x12:\n\x0bobservation\x18\x01 \x01(\x0b\x32%.gpusched.policy.v1alpha1.Observation\x12,\n\x04info\x18\x02 \x01(\x0b\x32\x1e.gpusched.policy.v1alpha1.Info\x12\r\n\x05nodes\x18\x03 \x03(\t\x12\x13\n\x0bnode_models\x18\x04 \x03(\t\"\x1d\n\x0bStepRequest\x12\x0e\n\x06\x61\x63tion\x18\x01 \x01(\x05\"\xac\x01\n\tStepReply\x12:\n\x0bobservation\x18\x01 \x01(\x0b\x32%.gpusched.policy.v1alpha1.Observation\x12\x0e\n\x06reward\x18\x02 \x01(\x01\x12\x12\n\nterminated\x18\x03 \x01(\x08\x12\x11\n\ttruncated\x18\x04 \x01(\x08\x12,\n\x04info\x18\x05 \x01(\x0b\x32\x1e.gpusched.policy.v1alpha1.Info\"\x9e\x01\n\x0bObservation\x12*\n\x03pod\x18\x01 \x01(\x0b\x32\x1d.gpusched.policy.v1alpha1.Pod\x12\x36\n\x05nodes\x18\x02 \x01(\x0b\x32\'.gpusched.policy.v1alpha1.FeatureMatrix\x12\x13\n\x0b\x61\x63tion_mask\x18\x03 \x01(\x0c\x12\x16\n\x0e\x62uiltin_action\x18\x04 \x01(\x05\"\xca\x01\n\x04Info\x12\x16\n\x0esubmitted_pods\x18\x01 \x01(\x05\x12\x13\n\x0bplaced_pods\x18\x02 \x01(\x05\x12\x13\n\x0b\x66\x61iled_pods\x18\x03 \x01(\x05\x12\x13\n\x0b\x61rrived_pct\x18\x04 \x01(\x01\x12\x15\n\rallocated_pct\x18\x05 \x01(\x01\x12\x14\n\x0c\x66ragment_pct\x18\x06 \x01(\x01\x12#\n\x16unallocated_pct_at_100\x18\x07 \x01(\x01H\x00\x88\x01\x01\x42\x19\n\x17_unallocated_pct_at_1002f\n\rPolicyService\x12U\n\x05Score\x12&.gpusched.policy.v1alpha1.ScoreRequest\x1a$.gpusched.policy.v1alpha1.ScoreReplyBHZFgithub.com/gpusched/gpusched/pkg/policyservice/v1alpha1;policyv1alpha1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0cpolicy.proto\x12\x18gpusched.policy.v1alpha1\"\xb5\x01\n\x03Pod\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0b\n\x03uid\x18\x03 \x01(\t\x12\x0c\n\x04gpus\x18\x04 \x01(\x05\x12\x11\n\tmilli_gpu\x18\x05 \x01(\x03\x12\x16\n\x0egpu_memory_mib\x18\x06 \x01(\x03\x12\x0e\n\x06models\x18\x07 \x03(\t\x12\x11\n\tmilli_cpu\x18\x08 \x01(\x03\x12\x12\n\nmemory_mib\x18\t \x01(\x03\x12\x10\n\x08priority\x18\n \x01(\x05\"\xb1\x02\n\x04Node\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x1d\n\x15\x61llocatable_milli_cpu\x18\x02 \x01(\x03\x12\x1e\n\x16\x61llocatable_memory_mib\x18\x03 \x01(\x03\x12\x16\n\x0e\x66ree_milli_cpu\x18\x04 \x01(\x03\x12\x17\n\x0f\x66ree_memory_mib\x18\x05 \x01(\x03\x12\x11\n\tgpu_index\x18\x06 \x03(\x05\x12\x11\n\tgpu_model\x18\x07 \x03(\x05\x12\x16\n\x0egpu_free_milli\x18\x08 \x03(\x03\x12\x16\n\x0egpu_memory_mib\x18\t \x03(\x03\x12\x1b\n\x13gpu_free_memory_mib\x18\n \x03(\x03\x12\x11\n\tgpu_group\x18\x0b \x03(\x05\x12\x0e\n\x06\x63hosen\x18\x0c \x03(\x05\x12\x15\n\rbuiltin_score\x18\r \x01(\x01\">\n\rFeatureMatrix\x12\x0f\n\x07\x63olumns\x18\x01 \x03(\t\x12\x0c\n\x04rows\x18\x02 \x01(\x05\x12\x0e\n\x06values\x18\x03 \x01(\x0c\"\xdd\x01\n\x0cScoreRequest\x12*\n\x03pod\x18\x01 \x01(\x0b\x32\x1d.gpusched.policy.v1alpha1.Pod\x12-\n\x05nodes\x18\x02 \x03(\x0b\x32\x1e.gpusched.policy.v1alpha1.Node\x12\x39\n\x08\x66\x65\x61tures\x18\x03 \x01(\x0b\x32\'.gpusched.policy.v1alpha1.FeatureMatrix\x12\x17\n\x0f\x66\x61llback_policy\x18\x04 \x01(\t\x12\x0e\n\x06models\x18\x05 \x03(\t\x12\x0e\n\x06groups\x18\x06 \x03(\t\"A\n\nScoreReply\x12\x33\n\x06scores\x18\x01 \x03(\x0b\x32#.gpusched.policy.v1alpha1.NodeScore\"(\n\tNodeScore\x12\x0c\n\x04node\x18\x01 \x01(\t\x12\r\n\x05score\x18\x02 \x01(\x01\"\x84\x01\n\nEnvRequest\x12\x37\n\x05reset\x18\x01 \x01(\x0b\x32&.gpusched.policy.v1alpha1.ResetRequestH\x00\x12\x35\n\x04step\x18\x02 \x01(\x0b\x32%.gpusched.policy.v1alpha1.StepRequestH\x00\x42\x06\n\x04\x63\x61ll\"\x90\x01\n\x08\x45nvReply\x12\x35\n\x05reset\x18\x01 \x01(\x0b\x32$.gpusched.policy.v1alpha1.ResetReplyH\x00\x12\x33\n\x04step\x18\x02 \x01(\x0b\x32#.gpusched.policy.v1alpha1.StepReplyH\x00\x12\x0f\n\x05\x65rror\x18\x03 \x01(\tH\x00\x42\x07\n\x05reply\"*\n\x0cResetRequest\x12\x11\n\x04seed\x18\x01 \x01(\x03H\x00\x88\x01\x01\x42\x07\n\x05_seed\"\x9a\x01\n\nResetReply\x12:\n\x0bobservation\x18\x01 \x01(\x0b\x32%.gpusched.policy.v1alpha1.Observation\x12,\n\x04info\x18\x02 \x01(\x0b\x32\x1e.gpusched.policy.v1alpha1.Info\x12\r\n\x05nodes\x18\x03 \x03(\t\x12\x13\n\x0bnode_models\x18\x04 \x03(\t\"\x1d\n\x0bStepRequest\x12\x0e\n\x06\x61\x63tion\x18\x01 \x01(\x05\"\xac\x01\n\tStepReply\x12:\n\x0bobservation\x18\x01 \x01(\x0b\x32%.gpusched.policy.v1alpha1.Observation\x12\x0e\n\x06reward\x18\x02 \x01(\x01\x12\x12\n\nterminated\x18\x03 \x01(\x08\x12\x11\n\ttruncated\x18\x04 \x01(\x08\x12,\n\x04info\x18\x05 \x01(\x0b\x32\x1e.gpusched.policy.v1alpha1.Info\"\x9e\x01\n\x0bObservation\x12*\n\x03pod\x18\x01 \x01(\x0b\x32\x1d.gpusched.policy.v1alpha1.Pod\x12\x36\n\x05nodes\x18\x02 \x01(\x0b\x32\'.gpusched.policy.v1alpha1.FeatureMatrix\x12\x13\n\x0b\x61\x63tion_mask\x18\x03 \x01(\x0c\x12\x16\n\x0e\x62uiltin_action\x18\x04 \x01(\x05\"\xca\x01\n\x04Info\x12\x16\n\x0esubmitted_pods\x18\x01 \x01(\x05\x12\x13\n\x0bplaced_pods\x18\x02 \x01(\x05\x12\x13\n\x0b\x66\x61iled_pods\x18\x03 \x01(\x05\x12\x13\n\x0b\x61rrived_pct\x18\x04 \x01(\x01\x12\x15\n\rallocated_pct\x18\x05 \x01(\x01\x12\x14\n\x0c\x66ragment_pct\x18\x06 \x01(\x01\x12#\n\x16unallocated_pct_at_100\x18\x07 \x01(\x01H\x00\x88\x01\x01\x42\x19\n\x17_unallocated_pct_at_1002f\n\rPolicyService\x12U\n\x05Score\x12&.gpusched.policy.v1alpha1.ScoreRequest\x1a$.gpusched.policy.v1alpha1.ScoreReplyBHZFgithub.com/gpusched/gpusched/pkg/policyservice/v1alpha1;policyv1alpha1b\x06proto3')
 
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, globals())
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'policy_pb2', globals())
@@ -23,34 +23,32 @@ if _descriptor._USE_C_DESCRIPTORS == False:
   DESCRIPTOR._serialized_options = b'ZFgithub.com/gpusched/gpusched/pkg/policyservice/v1alpha1;policyv1alpha1'
   _POD._serialized_start=43
   _POD._serialized_end=224
-  _GPU._serialized_start=226
-  _GPU._serialized_end=341
-  _NODE._serialized_start=344
-  _NODE._serialized_end=560
-  _FEATUREMATRIX._serialized_start=562
-  _FEATUREMATRIX._serialized_end=624
-  _SCOREREQUEST._serialized_start=627
-  _SCOREREQUEST._serialized_end=816
-  _SCOREREPLY._serialized_start=818
-  _SCOREREPLY._serialized_end=883
-  _NODESCORE._serialized_start=885
-  _NODESCORE._serialized_end=925
-  _ENVREQUEST._serialized_start=928
-  _ENVREQUEST._serialized_end=1060
-  _ENVREPLY._serialized_start=1063
-  _ENVREPLY._serialized_end=1207
-  _RESETREQUEST._serialized_start=1209
-  _RESETREQUEST._serialized_end=1251
-  _RESETREPLY._serialized_start=1254
-  _RESETREPLY._serialized_end=1408
-  _STEPREQUEST._serialized_start=1410
-  _STEPREQUEST._serialized_end=1439
-  _STEPREPLY._serialized_start=1442
-  _STEPREPLY._serialized_end=1614
-  _OBSERVATION._serialized_start=1617
-  _OBSERVATION._serialized_end=1775
-  _INFO._serialized_start=1778
-  _INFO._serialized_end=1980
-  _POLICYSERVICE._serialized_start=1982
-  _POLICYSERVICE._serialized_end=2084
+  _NODE._serialized_start=227
+  _NODE._serialized_end=532
+  _FEATUREMATRIX._serialized_start=534
+  _FEATUREMATRIX._serialized_end=596
+  _SCOREREQUEST._serialized_start=599
+  _SCOREREQUEST._serialized_end=820
+  _SCOREREPLY._serialized_start=822
+  _SCOREREPLY._serialized_end=887
+  _NODESCORE._serialized_start=889
+  _NODESCORE._serialized_end=929
+  _ENVREQUEST._serialized_start=932
+  _ENVREQUEST._serialized_end=1064
+  _ENVREPLY._serialized_start=1067
+  _ENVREPLY._serialized_end=1211
+  _RESETREQUEST._serialized_start=1213
+  _RESETREQUEST._serialized_end=1255
+  _RESETREPLY._serialized_start=1258
+  _RESETREPLY._serialized_end=1412
+  _STEPREQUEST._serialized_start=1414
+  _STEPREQUEST._serialized_end=1443
+  _STEPREPLY._serialized_start=1446
+  _STEPREPLY._serialized_end=1618
+  _OBSERVATION._serialized_start=1621
+  _OBSERVATION._serialized_end=1779
+  _INFO._serialized_start=1782
+  _INFO._serialized_end=1984
+  _POLICYSERVICE._serialized_start=1986
+  _POLICYSERVICE._serialized_end=2088
 # @@protoc_insertion_point(module_scope)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/gpusched/gpusched/pkg/apis/config"
 	"github.com/gpusched/gpusched/pkg/apis/config/load"
+	"github.com/gpusched/gpusched/pkg/gpu"
 	gt "github.com/gpusched/gpusched/pkg/gpu/gputest"
 	"github.com/gpusched/gpusched/pkg/policyservice/policyservicetest"
 	pb "github.com/gpusched/gpusched/pkg/policyservice/v1alpha1"
@@ -41,7 +42,7 @@ func externalArgs(t *testing.T, endpoint, extra string) *config.GPUPlacementArgs
 // half-used GPU) and an idle T4 node.
 func externalNodes() ([]*v1.Node, []*v1.Pod) {
 	nodes := []*v1.Node{gt.MakeGPUNode("a100").GFD(a100, 2, 81920).Obj(), gt.MakeGPUNode("t4").GFD(t4, 2, 15360).Obj()}
-	held := gt.MakeGPUPod("held").Milli(500).Annotation("gpusched.io/assigned", "a100:0@500").Obj()
+	held := gt.MakeGPUPod("held").Milli(500).Annotation(gpu.AnnotationAssigned, "a100:0@500").Obj()
 	held.Spec.NodeName = "a100"
 	return nodes, []*v1.Pod{held}
 }
@@ -100,11 +101,11 @@ func TestExternalPolicyScoresRankNodes(t *testing.T) {
 		switch n.Name {
 		case "a100":
 			// FragFit fills the half-used GPU 0; rank-rescaled, its best node scores 1.
-			if len(n.Gpus) != 2 || n.Gpus[0].FreeMilli != 500 || n.Gpus[1].FreeMilli != 1000 || len(n.Chosen) != 1 || n.Chosen[0] != 0 || n.BuiltinScore != 1 {
+			if len(n.GpuIndex) != 2 || n.GpuFreeMilli[0] != 500 || n.GpuFreeMilli[1] != 1000 || len(n.Chosen) != 1 || n.Chosen[0] != 0 || n.BuiltinScore != 1 {
 				t.Errorf("a100 described as %v", n)
 			}
 		case "t4":
-			if n.Gpus[0].Model != t4 || n.BuiltinScore >= 1 {
+			if req.Models[n.GpuModel[0]] != t4 || n.GpuFreeMemoryMib[1] != 15360 || n.BuiltinScore >= 1 {
 				t.Errorf("t4 described as %v", n)
 			}
 		}

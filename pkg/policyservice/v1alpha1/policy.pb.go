@@ -158,95 +158,9 @@ func (x *Pod) GetPriority() int32 {
 	return 0
 }
 
-// GPU is one GPU of a node as the pod would find it.
-type GPU struct {
-	state protoimpl.MessageState `protogen:"open.v1"`
-	Index int32                  `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
-	Model string                 `protobuf:"bytes,2,opt,name=model,proto3" json:"model,omitempty"`
-	// free_milli is the compute no pod holds, 0..1000.
-	FreeMilli     int64 `protobuf:"varint,3,opt,name=free_milli,json=freeMilli,proto3" json:"free_milli,omitempty"`
-	MemoryMib     int64 `protobuf:"varint,4,opt,name=memory_mib,json=memoryMib,proto3" json:"memory_mib,omitempty"`
-	FreeMemoryMib int64 `protobuf:"varint,5,opt,name=free_memory_mib,json=freeMemoryMib,proto3" json:"free_memory_mib,omitempty"`
-	// group is the GPU's interconnect group (NVLink clique, PCIe root); ""
-	// when the node does not say.
-	Group         string `protobuf:"bytes,6,opt,name=group,proto3" json:"group,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *GPU) Reset() {
-	*x = GPU{}
-	mi := &file_gpusched_policy_v1alpha1_policy_proto_msgTypes[1]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *GPU) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*GPU) ProtoMessage() {}
-
-func (x *GPU) ProtoReflect() protoreflect.Message {
-	mi := &file_gpusched_policy_v1alpha1_policy_proto_msgTypes[1]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use GPU.ProtoReflect.Descriptor instead.
-func (*GPU) Descriptor() ([]byte, []int) {
-	return file_gpusched_policy_v1alpha1_policy_proto_rawDescGZIP(), []int{1}
-}
-
-func (x *GPU) GetIndex() int32 {
-	if x != nil {
-		return x.Index
-	}
-	return 0
-}
-
-func (x *GPU) GetModel() string {
-	if x != nil {
-		return x.Model
-	}
-	return ""
-}
-
-func (x *GPU) GetFreeMilli() int64 {
-	if x != nil {
-		return x.FreeMilli
-	}
-	return 0
-}
-
-func (x *GPU) GetMemoryMib() int64 {
-	if x != nil {
-		return x.MemoryMib
-	}
-	return 0
-}
-
-func (x *GPU) GetFreeMemoryMib() int64 {
-	if x != nil {
-		return x.FreeMemoryMib
-	}
-	return 0
-}
-
-func (x *GPU) GetGroup() string {
-	if x != nil {
-		return x.Group
-	}
-	return ""
-}
-
-// Node is one node the pod fits on.
+// Node is one node the pod fits on. Its GPUs are described column by
+// column, one entry per GPU in the node's order in each gpu_ list, so that
+// a request for hundreds of nodes encodes and decodes fast.
 type Node struct {
 	state                protoimpl.MessageState `protogen:"open.v1"`
 	Name                 string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -254,20 +168,31 @@ type Node struct {
 	AllocatableMemoryMib int64                  `protobuf:"varint,3,opt,name=allocatable_memory_mib,json=allocatableMemoryMib,proto3" json:"allocatable_memory_mib,omitempty"`
 	FreeMilliCpu         int64                  `protobuf:"varint,4,opt,name=free_milli_cpu,json=freeMilliCpu,proto3" json:"free_milli_cpu,omitempty"`
 	FreeMemoryMib        int64                  `protobuf:"varint,5,opt,name=free_memory_mib,json=freeMemoryMib,proto3" json:"free_memory_mib,omitempty"`
-	Gpus                 []*GPU                 `protobuf:"bytes,6,rep,name=gpus,proto3" json:"gpus,omitempty"`
-	// chosen are the indices of the GPUs the engine would give the pod on
-	// this node (the fallback policy's choice); the scheduler gives these.
-	Chosen []int32 `protobuf:"varint,7,rep,packed,name=chosen,proto3" json:"chosen,omitempty"`
+	// gpu_index is each GPU's index on the node.
+	GpuIndex []int32 `protobuf:"varint,6,rep,packed,name=gpu_index,json=gpuIndex,proto3" json:"gpu_index,omitempty"`
+	// gpu_model indexes ScoreRequest.models.
+	GpuModel []int32 `protobuf:"varint,7,rep,packed,name=gpu_model,json=gpuModel,proto3" json:"gpu_model,omitempty"`
+	// gpu_free_milli is the compute no pod holds, 0..1000.
+	GpuFreeMilli     []int64 `protobuf:"varint,8,rep,packed,name=gpu_free_milli,json=gpuFreeMilli,proto3" json:"gpu_free_milli,omitempty"`
+	GpuMemoryMib     []int64 `protobuf:"varint,9,rep,packed,name=gpu_memory_mib,json=gpuMemoryMib,proto3" json:"gpu_memory_mib,omitempty"`
+	GpuFreeMemoryMib []int64 `protobuf:"varint,10,rep,packed,name=gpu_free_memory_mib,json=gpuFreeMemoryMib,proto3" json:"gpu_free_memory_mib,omitempty"`
+	// gpu_group indexes ScoreRequest.groups: the GPU's interconnect group
+	// (NVLink clique, PCIe root; "" when the node does not say).
+	GpuGroup []int32 `protobuf:"varint,11,rep,packed,name=gpu_group,json=gpuGroup,proto3" json:"gpu_group,omitempty"`
+	// chosen are the indices (gpu_index) of the GPUs the engine would give
+	// the pod on this node (the fallback policy's choice); the scheduler
+	// gives these.
+	Chosen []int32 `protobuf:"varint,12,rep,packed,name=chosen,proto3" json:"chosen,omitempty"`
 	// builtin_score is the fallback policy's score for this node, rescaled
 	// over the request's nodes to 0..1 as the scheduler compares it.
-	BuiltinScore  float64 `protobuf:"fixed64,8,opt,name=builtin_score,json=builtinScore,proto3" json:"builtin_score,omitempty"`
+	BuiltinScore  float64 `protobuf:"fixed64,13,opt,name=builtin_score,json=builtinScore,proto3" json:"builtin_score,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_gpusched_policy_v1alpha1_policy_proto_msgTypes[2]
+	mi := &file_gpusched_policy_v1alpha1_policy_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -279,7 +204,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_gpusched_policy_v1alpha1_policy_proto_msgTypes[2]
+	mi := &file_gpusched_policy_v1alpha1_policy_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -292,7 +217,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_gpusched_policy_v1alpha1_policy_proto_rawDescGZIP(), []int{2}
+	return file_gpusched_policy_v1alpha1_policy_proto_rawDescGZIP(), []int{1}
 }
 
 func (x *Node) GetName() string {
@@ -330,9 +255,44 @@ func (x *Node) GetFreeMemoryMib() int64 {
 	return 0
 }
 
-func (x *Node) GetGpus() []*GPU {
+func (x *Node) GetGpuIndex() []int32 {
 	if x != nil {
-		return x.Gpus
+		return x.GpuIndex
+	}
+	return nil
+}
+
+func (x *Node) GetGpuModel() []int32 {
+	if x != nil {
+		return x.GpuModel
+	}
+	return nil
+}
+
+func (x *Node) GetGpuFreeMilli() []int64 {
+	if x != nil {
+		return x.GpuFreeMilli
+	}
+	return nil
+}
+
+func (x *Node) GetGpuMemoryMib() []int64 {
+	if x != nil {
+		return x.GpuMemoryMib
+	}
+	return nil
+}
+
+func (x *Node) GetGpuFreeMemoryMib() []int64 {
+	if x != nil {
+		return x.GpuFreeMemoryMib
+	}
+	return nil
+}
+
+func (x *Node) GetGpuGroup() []int32 {
+	if x != nil {
+		return x.GpuGroup
 	}
 	return nil
 }
@@ -366,7 +326,7 @@ type FeatureMatrix struct {
 
 func (x *FeatureMatrix) Reset() {
 	*x = FeatureMatrix{}
-	mi := &file_gpusched_policy_v1alpha1_policy_proto_msgTypes[3]
+	mi := &file_gpusched_policy_v1alpha1_policy_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -378,7 +338,7 @@ func (x *FeatureMatrix) String() string {
 func (*FeatureMatrix) ProtoMessage() {}
 
 func (x *FeatureMatrix) ProtoReflect() protoreflect.Message {
-	mi := &file_gpusched_policy_v1alpha1_policy_proto_msgTypes[3]
+	mi := &file_gpusched_policy_v1alpha1_policy_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -391,7 +351,7 @@ func (x *FeatureMatrix) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FeatureMatrix.ProtoReflect.Descriptor instead.
 func (*FeatureMatrix) Descriptor() ([]byte, []int) {
-	return file_gpusched_policy_v1alpha1_policy_proto_rawDescGZIP(), []int{3}
+	return file_gpusched_policy_v1alpha1_policy_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *FeatureMatrix) GetColumns() []string {
@@ -426,13 +386,17 @@ type ScoreRequest struct {
 	Features *FeatureMatrix `protobuf:"bytes,3,opt,name=features,proto3" json:"features,omitempty"`
 	// fallback_policy is the policy that decides when the reply is not used.
 	FallbackPolicy string `protobuf:"bytes,4,opt,name=fallback_policy,json=fallbackPolicy,proto3" json:"fallback_policy,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// models and groups are the GPU models and interconnect groups that
+	// Node.gpu_model and Node.gpu_group index.
+	Models        []string `protobuf:"bytes,5,rep,name=models,proto3" json:"models,omitempty"`
+	Groups        []string `protobuf:"bytes,6,rep,name=groups,proto3" json:"groups,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ScoreRequest) Reset() {
 	*x = ScoreRequest{}
-	mi := &file_gpusched_policy_v1alpha1_policy_proto_msgTypes[4]
+	mi := &file_gpusched_policy_v1alpha1_policy_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -444,7 +408,7 @@ func (x *ScoreRequest) String() string {
 func (*ScoreRequest) ProtoMessage() {}
 
 func (x *ScoreRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpusched_policy_v1alpha1_policy_proto_msgTypes[4]
+	mi := &file_gpusched_policy_v1alpha1_policy_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -457,7 +421,7 @@ func (x *ScoreRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScoreRequest.ProtoReflect.Descriptor instead.
 func (*ScoreRequest) Descriptor() ([]byte, []int) {
-	return file_gpusched_policy_v1alpha1_policy_proto_rawDescGZIP(), []int{4}
+	return file_gpusched_policy_v1alpha1_policy_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ScoreRequest) GetPod() *Pod {
@@ -488,6 +452,20 @@ func (x *ScoreRequest) GetFallbackPolicy() string {
 	return ""
 }
 
+func (x *ScoreRequest) GetModels() []string {
+	if x != nil {
+		return x.Models
+	}
+	return nil
+}
+
+func (x *ScoreRequest) GetGroups() []string {
+	if x != nil {
+		return x.Groups
+	}
+	return nil
+}
+
 // ScoreReply holds one score per node of the request.
 type ScoreReply struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -498,7 +476,7 @@ type ScoreReply struct {
 
 func (x *ScoreReply) Reset() {
 	*x = ScoreReply{}
-	mi := &file_gpusched_policy_v1alpha1_policy_proto_msgTypes[5]
+	mi := &file_gpusched_policy_v1alpha1_policy_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -510,7 +488,7 @@ func (x *ScoreReply) String() string {
 func (*ScoreReply) ProtoMessage() {}
 
 func (x *ScoreReply) ProtoReflect() protoreflect.Message {
-	mi := &file_gpusched_policy_v1alpha1_policy_proto_msgTypes[5]
+	mi := &file_gpusched_policy_v1alpha1_policy_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -523,7 +501,7 @@ func (x *ScoreReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScoreReply.ProtoReflect.Descriptor instead.
 func (*ScoreReply) Descriptor() ([]byte, []int) {
-	return file_gpusched_policy_v1alpha1_policy_proto_rawDescGZIP(), []int{5}
+	return file_gpusched_policy_v1alpha1_policy_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ScoreReply) GetScores() []*NodeScore {
@@ -543,7 +521,7 @@ type NodeScore struct {
 
 func (x *NodeScore) Reset() {
 	*x = NodeScore{}
-	mi := &file_gpusched_policy_v1alpha1_policy_proto_msgTypes[6]
+	mi := &file_gpusched_policy_v1alpha1_policy_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -555,7 +533,7 @@ func (x *NodeScore) String() string {
 func (*NodeScore) ProtoMessage() {}
 
 func (x *NodeScore) ProtoReflect() protoreflect.Message {
-	mi := &file_gpusched_policy_v1alpha1_policy_proto_msgTypes[6]
+	mi := &file_gpusched_policy_v1alpha1_policy_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -568,7 +546,7 @@ func (x *NodeScore) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeScore.ProtoReflect.Descriptor instead.
 func (*NodeScore) Descriptor() ([]byte, []int) {
-	return file_gpusched_policy_v1alpha1_policy_proto_rawDescGZIP(), []int{6}
+	return file_gpusched_policy_v1alpha1_policy_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *NodeScore) GetNode() string {
@@ -599,7 +577,7 @@ type EnvRequest struct {
 
 func (x *EnvRequest) Reset() {
 	*x = EnvRequest{}
-	mi := &file_gpusched_policy_v1alpha1_policy_proto_msgTypes[7]
+	mi := &file_gpusched_policy_v1alpha1_policy_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -611,7 +589,7 @@ func (x *EnvRequest) String() string {
 func (*EnvRequest) ProtoMessage() {}
 
 func (x *EnvRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpusched_policy_v1alpha1_policy_proto_msgTypes[7]
+	mi := &file_gpusched_policy_v1alpha1_policy_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -624,7 +602,7 @@ func (x *EnvRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnvRequest.ProtoReflect.Descriptor instead.
 func (*EnvRequest) Descriptor() ([]byte, []int) {
-	return file_gpusched_policy_v1alpha1_policy_proto_rawDescGZIP(), []int{7}
+	return file_gpusched_policy_v1alpha1_policy_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *EnvRequest) GetCall() isEnvRequest_Call {
@@ -685,7 +663,7 @@ type EnvReply struct {
 
 func (x *EnvReply) Reset() {
 	*x = EnvReply{}
-	mi := &file_gpusched_policy_v1alpha1_policy_proto_msgTypes[8]
+	mi := &file_gpusched_policy_v1alpha1_policy_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -697,7 +675,7 @@ func (x *EnvReply) String() string {
 func (*EnvReply) ProtoMessage() {}
 
 func (x *EnvReply) ProtoReflect() protoreflect.Message {
-	mi := &file_gpusched_policy_v1alpha1_policy_proto_msgTypes[8]
+	mi := &file_gpusched_policy_v1alpha1_policy_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -710,7 +688,7 @@ func (x *EnvReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnvReply.ProtoReflect.Descriptor instead.
 func (*EnvReply) Descriptor() ([]byte, []int) {
-	return file_gpusched_policy_v1alpha1_policy_proto_rawDescGZIP(), []int{8}
+	return file_gpusched_policy_v1alpha1_policy_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *EnvReply) GetReply() isEnvReply_Reply {
@@ -780,7 +758,7 @@ type ResetRequest struct {
 
 func (x *ResetRequest) Reset() {
 	*x = ResetRequest{}
-	mi := &file_gpusched_policy_v1alpha1_policy_proto_msgTypes[9]
+	mi := &file_gpusched_policy_v1alpha1_policy_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -792,7 +770,7 @@ func (x *ResetRequest) String() string {
 func (*ResetRequest) ProtoMessage() {}
 
 func (x *ResetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpusched_policy_v1alpha1_policy_proto_msgTypes[9]
+	mi := &file_gpusched_policy_v1alpha1_policy_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -805,7 +783,7 @@ func (x *ResetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetRequest.ProtoReflect.Descriptor instead.
 func (*ResetRequest) Descriptor() ([]byte, []int) {
-	return file_gpusched_policy_v1alpha1_policy_proto_rawDescGZIP(), []int{9}
+	return file_gpusched_policy_v1alpha1_policy_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ResetRequest) GetSeed() int64 {
@@ -829,7 +807,7 @@ type ResetReply struct {
 
 func (x *ResetReply) Reset() {
 	*x = ResetReply{}
-	mi := &file_gpusched_policy_v1alpha1_policy_proto_msgTypes[10]
+	mi := &file_gpusched_policy_v1alpha1_policy_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -841,7 +819,7 @@ func (x *ResetReply) String() string {
 func (*ResetReply) ProtoMessage() {}
 
 func (x *ResetReply) ProtoReflect() protoreflect.Message {
-	mi := &file_gpusched_policy_v1alpha1_policy_proto_msgTypes[10]
+	mi := &file_gpusched_policy_v1alpha1_policy_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -854,7 +832,7 @@ func (x *ResetReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetReply.ProtoReflect.Descriptor instead.
 func (*ResetReply) Descriptor() ([]byte, []int) {
-	return file_gpusched_policy_v1alpha1_policy_proto_rawDescGZIP(), []int{10}
+	return file_gpusched_policy_v1alpha1_policy_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ResetReply) GetObservation() *Observation {
@@ -897,7 +875,7 @@ type StepRequest struct {
 
 func (x *StepRequest) Reset() {
 	*x = StepRequest{}
-	mi := &file_gpusched_policy_v1alpha1_policy_proto_msgTypes[11]
+	mi := &file_gpusched_policy_v1alpha1_policy_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -909,7 +887,7 @@ func (x *StepRequest) String() string {
 func (*StepRequest) ProtoMessage() {}
 
 func (x *StepRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpusched_policy_v1alpha1_policy_proto_msgTypes[11]
+	mi := &file_gpusched_policy_v1alpha1_policy_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -922,7 +900,7 @@ func (x *StepRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepRequest.ProtoReflect.Descriptor instead.
 func (*StepRequest) Descriptor() ([]byte, []int) {
-	return file_gpusched_policy_v1alpha1_policy_proto_rawDescGZIP(), []int{11}
+	return file_gpusched_policy_v1alpha1_policy_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *StepRequest) GetAction() int32 {
@@ -947,7 +925,7 @@ type StepReply struct {
 
 func (x *StepReply) Reset() {
 	*x = StepReply{}
-	mi := &file_gpusched_policy_v1alpha1_policy_proto_msgTypes[12]
+	mi := &file_gpusched_policy_v1alpha1_policy_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -959,7 +937,7 @@ func (x *StepReply) String() string {
 func (*StepReply) ProtoMessage() {}
 
 func (x *StepReply) ProtoReflect() protoreflect.Message {
-	mi := &file_gpusched_policy_v1alpha1_policy_proto_msgTypes[12]
+	mi := &file_gpusched_policy_v1alpha1_policy_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -972,7 +950,7 @@ func (x *StepReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepReply.ProtoReflect.Descriptor instead.
 func (*StepReply) Descriptor() ([]byte, []int) {
-	return file_gpusched_policy_v1alpha1_policy_proto_rawDescGZIP(), []int{12}
+	return file_gpusched_policy_v1alpha1_policy_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *StepReply) GetObservation() *Observation {
@@ -1030,7 +1008,7 @@ type Observation struct {
 
 func (x *Observation) Reset() {
 	*x = Observation{}
-	mi := &file_gpusched_policy_v1alpha1_policy_proto_msgTypes[13]
+	mi := &file_gpusched_policy_v1alpha1_policy_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1042,7 +1020,7 @@ func (x *Observation) String() string {
 func (*Observation) ProtoMessage() {}
 
 func (x *Observation) ProtoReflect() protoreflect.Message {
-	mi := &file_gpusched_policy_v1alpha1_policy_proto_msgTypes[13]
+	mi := &file_gpusched_policy_v1alpha1_policy_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1055,7 +1033,7 @@ func (x *Observation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Observation.ProtoReflect.Descriptor instead.
 func (*Observation) Descriptor() ([]byte, []int) {
-	return file_gpusched_policy_v1alpha1_policy_proto_rawDescGZIP(), []int{13}
+	return file_gpusched_policy_v1alpha1_policy_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Observation) GetPod() *Pod {
@@ -1108,7 +1086,7 @@ type Info struct {
 
 func (x *Info) Reset() {
 	*x = Info{}
-	mi := &file_gpusched_policy_v1alpha1_policy_proto_msgTypes[14]
+	mi := &file_gpusched_policy_v1alpha1_policy_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1120,7 +1098,7 @@ func (x *Info) String() string {
 func (*Info) ProtoMessage() {}
 
 func (x *Info) ProtoReflect() protoreflect.Message {
-	mi := &file_gpusched_policy_v1alpha1_policy_proto_msgTypes[14]
+	mi := &file_gpusched_policy_v1alpha1_policy_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1133,7 +1111,7 @@ func (x *Info) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Info.ProtoReflect.Descriptor instead.
 func (*Info) Descriptor() ([]byte, []int) {
-	return file_gpusched_policy_v1alpha1_policy_proto_rawDescGZIP(), []int{14}
+	return file_gpusched_policy_v1alpha1_policy_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Info) GetSubmittedPods() int32 {
@@ -1202,34 +1180,33 @@ const file_gpusched_policy_v1alpha1_policy_proto_rawDesc = "" +
 	"\n" +
 	"memory_mib\x18\t \x01(\x03R\tmemoryMib\x12\x1a\n" +
 	"\bpriority\x18\n" +
-	" \x01(\x05R\bpriority\"\xad\x01\n" +
-	"\x03GPU\x12\x14\n" +
-	"\x05index\x18\x01 \x01(\x05R\x05index\x12\x14\n" +
-	"\x05model\x18\x02 \x01(\tR\x05model\x12\x1d\n" +
-	"\n" +
-	"free_milli\x18\x03 \x01(\x03R\tfreeMilli\x12\x1d\n" +
-	"\n" +
-	"memory_mib\x18\x04 \x01(\x03R\tmemoryMib\x12&\n" +
-	"\x0ffree_memory_mib\x18\x05 \x01(\x03R\rfreeMemoryMib\x12\x14\n" +
-	"\x05group\x18\x06 \x01(\tR\x05group\"\xc2\x02\n" +
+	" \x01(\x05R\bpriority\"\xe1\x03\n" +
 	"\x04Node\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x122\n" +
 	"\x15allocatable_milli_cpu\x18\x02 \x01(\x03R\x13allocatableMilliCpu\x124\n" +
 	"\x16allocatable_memory_mib\x18\x03 \x01(\x03R\x14allocatableMemoryMib\x12$\n" +
 	"\x0efree_milli_cpu\x18\x04 \x01(\x03R\ffreeMilliCpu\x12&\n" +
-	"\x0ffree_memory_mib\x18\x05 \x01(\x03R\rfreeMemoryMib\x121\n" +
-	"\x04gpus\x18\x06 \x03(\v2\x1d.gpusched.policy.v1alpha1.GPUR\x04gpus\x12\x16\n" +
-	"\x06chosen\x18\a \x03(\x05R\x06chosen\x12#\n" +
-	"\rbuiltin_score\x18\b \x01(\x01R\fbuiltinScore\"U\n" +
+	"\x0ffree_memory_mib\x18\x05 \x01(\x03R\rfreeMemoryMib\x12\x1b\n" +
+	"\tgpu_index\x18\x06 \x03(\x05R\bgpuIndex\x12\x1b\n" +
+	"\tgpu_model\x18\a \x03(\x05R\bgpuModel\x12$\n" +
+	"\x0egpu_free_milli\x18\b \x03(\x03R\fgpuFreeMilli\x12$\n" +
+	"\x0egpu_memory_mib\x18\t \x03(\x03R\fgpuMemoryMib\x12-\n" +
+	"\x13gpu_free_memory_mib\x18\n" +
+	" \x03(\x03R\x10gpuFreeMemoryMib\x12\x1b\n" +
+	"\tgpu_group\x18\v \x03(\x05R\bgpuGroup\x12\x16\n" +
+	"\x06chosen\x18\f \x03(\x05R\x06chosen\x12#\n" +
+	"\rbuiltin_score\x18\r \x01(\x01R\fbuiltinScore\"U\n" +
 	"\rFeatureMatrix\x12\x18\n" +
 	"\acolumns\x18\x01 \x03(\tR\acolumns\x12\x12\n" +
 	"\x04rows\x18\x02 \x01(\x05R\x04rows\x12\x16\n" +
-	"\x06values\x18\x03 \x01(\fR\x06values\"\xe3\x01\n" +
+	"\x06values\x18\x03 \x01(\fR\x06values\"\x93\x02\n" +
 	"\fScoreRequest\x12/\n" +
 	"\x03pod\x18\x01 \x01(\v2\x1d.gpusched.policy.v1alpha1.PodR\x03pod\x124\n" +
 	"\x05nodes\x18\x02 \x03(\v2\x1e.gpusched.policy.v1alpha1.NodeR\x05nodes\x12C\n" +
 	"\bfeatures\x18\x03 \x01(\v2'.gpusched.policy.v1alpha1.FeatureMatrixR\bfeatures\x12'\n" +
-	"\x0ffallback_policy\x18\x04 \x01(\tR\x0efallbackPolicy\"I\n" +
+	"\x0ffallback_policy\x18\x04 \x01(\tR\x0efallbackPolicy\x12\x16\n" +
+	"\x06models\x18\x05 \x03(\tR\x06models\x12\x16\n" +
+	"\x06groups\x18\x06 \x03(\tR\x06groups\"I\n" +
 	"\n" +
 	"ScoreReply\x12;\n" +
 	"\x06scores\x18\x01 \x03(\v2#.gpusched.policy.v1alpha1.NodeScoreR\x06scores\"5\n" +
@@ -1299,47 +1276,45 @@ func file_gpusched_policy_v1alpha1_policy_proto_rawDescGZIP() []byte {
 	return file_gpusched_policy_v1alpha1_policy_proto_rawDescData
 }
 
-var file_gpusched_policy_v1alpha1_policy_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_gpusched_policy_v1alpha1_policy_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_gpusched_policy_v1alpha1_policy_proto_goTypes = []any{
 	(*Pod)(nil),           // 0: gpusched.policy.v1alpha1.Pod
-	(*GPU)(nil),           // 1: gpusched.policy.v1alpha1.GPU
-	(*Node)(nil),          // 2: gpusched.policy.v1alpha1.Node
-	(*FeatureMatrix)(nil), // 3: gpusched.policy.v1alpha1.FeatureMatrix
-	(*ScoreRequest)(nil),  // 4: gpusched.policy.v1alpha1.ScoreRequest
-	(*ScoreReply)(nil),    // 5: gpusched.policy.v1alpha1.ScoreReply
-	(*NodeScore)(nil),     // 6: gpusched.policy.v1alpha1.NodeScore
-	(*EnvRequest)(nil),    // 7: gpusched.policy.v1alpha1.EnvRequest
-	(*EnvReply)(nil),      // 8: gpusched.policy.v1alpha1.EnvReply
-	(*ResetRequest)(nil),  // 9: gpusched.policy.v1alpha1.ResetRequest
-	(*ResetReply)(nil),    // 10: gpusched.policy.v1alpha1.ResetReply
-	(*StepRequest)(nil),   // 11: gpusched.policy.v1alpha1.StepRequest
-	(*StepReply)(nil),     // 12: gpusched.policy.v1alpha1.StepReply
-	(*Observation)(nil),   // 13: gpusched.policy.v1alpha1.Observation
-	(*Info)(nil),          // 14: gpusched.policy.v1alpha1.Info
+	(*Node)(nil),          // 1: gpusched.policy.v1alpha1.Node
+	(*FeatureMatrix)(nil), // 2: gpusched.policy.v1alpha1.FeatureMatrix
+	(*ScoreRequest)(nil),  // 3: gpusched.policy.v1alpha1.ScoreRequest
+	(*ScoreReply)(nil),    // 4: gpusched.policy.v1alpha1.ScoreReply
+	(*NodeScore)(nil),     // 5: gpusched.policy.v1alpha1.NodeScore
+	(*EnvRequest)(nil),    // 6: gpusched.policy.v1alpha1.EnvRequest
+	(*EnvReply)(nil),      // 7: gpusched.policy.v1alpha1.EnvReply
+	(*ResetRequest)(nil),  // 8: gpusched.policy.v1alpha1.ResetRequest
+	(*ResetReply)(nil),    // 9: gpusched.policy.v1alpha1.ResetReply
+	(*StepRequest)(nil),   // 10: gpusched.policy.v1alpha1.StepRequest
+	(*StepReply)(nil),     // 11: gpusched.policy.v1alpha1.StepReply
+	(*Observation)(nil),   // 12: gpusched.policy.v1alpha1.Observation
+	(*Info)(nil),          // 13: gpusched.policy.v1alpha1.Info
 }
 var file_gpusched_policy_v1alpha1_policy_proto_depIdxs = []int32{
-	1,  // 0: gpusched.policy.v1alpha1.Node.gpus:type_name -> gpusched.policy.v1alpha1.GPU
-	0,  // 1: gpusched.policy.v1alpha1.ScoreRequest.pod:type_name -> gpusched.policy.v1alpha1.Pod
-	2,  // 2: gpusched.policy.v1alpha1.ScoreRequest.nodes:type_name -> gpusched.policy.v1alpha1.Node
-	3,  // 3: gpusched.policy.v1alpha1.ScoreRequest.features:type_name -> gpusched.policy.v1alpha1.FeatureMatrix
-	6,  // 4: gpusched.policy.v1alpha1.ScoreReply.scores:type_name -> gpusched.policy.v1alpha1.NodeScore
-	9,  // 5: gpusched.policy.v1alpha1.EnvRequest.reset:type_name -> gpusched.policy.v1alpha1.ResetRequest
-	11, // 6: gpusched.policy.v1alpha1.EnvRequest.step:type_name -> gpusched.policy.v1alpha1.StepRequest
-	10, // 7: gpusched.policy.v1alpha1.EnvReply.reset:type_name -> gpusched.policy.v1alpha1.ResetReply
-	12, // 8: gpusched.policy.v1alpha1.EnvReply.step:type_name -> gpusched.policy.v1alpha1.StepReply
-	13, // 9: gpusched.policy.v1alpha1.ResetReply.observation:type_name -> gpusched.policy.v1alpha1.Observation
-	14, // 10: gpusched.policy.v1alpha1.ResetReply.info:type_name -> gpusched.policy.v1alpha1.Info
-	13, // 11: gpusched.policy.v1alpha1.StepReply.observation:type_name -> gpusched.policy.v1alpha1.Observation
-	14, // 12: gpusched.policy.v1alpha1.StepReply.info:type_name -> gpusched.policy.v1alpha1.Info
-	0,  // 13: gpusched.policy.v1alpha1.Observation.pod:type_name -> gpusched.policy.v1alpha1.Pod
-	3,  // 14: gpusched.policy.v1alpha1.Observation.nodes:type_name -> gpusched.policy.v1alpha1.FeatureMatrix
-	4,  // 15: gpusched.policy.v1alpha1.PolicyService.Score:input_type -> gpusched.policy.v1alpha1.ScoreRequest
-	5,  // 16: gpusched.policy.v1alpha1.PolicyService.Score:output_type -> gpusched.policy.v1alpha1.ScoreReply
-	16, // [16:17] is the sub-list for method output_type
-	15, // [15:16] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	0,  // 0: gpusched.policy.v1alpha1.ScoreRequest.pod:type_name -> gpusched.policy.v1alpha1.Pod
+	1,  // 1: gpusched.policy.v1alpha1.ScoreRequest.nodes:type_name -> gpusched.policy.v1alpha1.Node
+	2,  // 2: gpusched.policy.v1alpha1.ScoreRequest.features:type_name -> gpusched.policy.v1alpha1.FeatureMatrix
+	5,  // 3: gpusched.policy.v1alpha1.ScoreReply.scores:type_name -> gpusched.policy.v1alpha1.NodeScore
+	8,  // 4: gpusched.policy.v1alpha1.EnvRequest.reset:type_name -> gpusched.policy.v1alpha1.ResetRequest
+	10, // 5: gpusched.policy.v1alpha1.EnvRequest.step:type_name -> gpusched.policy.v1alpha1.StepRequest
+	9,  // 6: gpusched.policy.v1alpha1.EnvReply.reset:type_name -> gpusched.policy.v1alpha1.ResetReply
+	11, // 7: gpusched.policy.v1alpha1.EnvReply.step:type_name -> gpusched.policy.v1alpha1.StepReply
+	12, // 8: gpusched.policy.v1alpha1.ResetReply.observation:type_name -> gpusched.policy.v1alpha1.Observation
+	13, // 9: gpusched.policy.v1alpha1.ResetReply.info:type_name -> gpusched.policy.v1alpha1.Info
+	12, // 10: gpusched.policy.v1alpha1.StepReply.observation:type_name -> gpusched.policy.v1alpha1.Observation
+	13, // 11: gpusched.policy.v1alpha1.StepReply.info:type_name -> gpusched.policy.v1alpha1.Info
+	0,  // 12: gpusched.policy.v1alpha1.Observation.pod:type_name -> gpusched.policy.v1alpha1.Pod
+	2,  // 13: gpusched.policy.v1alpha1.Observation.nodes:type_name -> gpusched.policy.v1alpha1.FeatureMatrix
+	3,  // 14: gpusched.policy.v1alpha1.PolicyService.Score:input_type -> gpusched.policy.v1alpha1.ScoreRequest
+	4,  // 15: gpusched.policy.v1alpha1.PolicyService.Score:output_type -> gpusched.policy.v1alpha1.ScoreReply
+	15, // [15:16] is the sub-list for method output_type
+	14, // [14:15] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_gpusched_policy_v1alpha1_policy_proto_init() }
@@ -1347,24 +1322,24 @@ func file_gpusched_policy_v1alpha1_policy_proto_init() {
 	if File_gpusched_policy_v1alpha1_policy_proto != nil {
 		return
 	}
-	file_gpusched_policy_v1alpha1_policy_proto_msgTypes[7].OneofWrappers = []any{
+	file_gpusched_policy_v1alpha1_policy_proto_msgTypes[6].OneofWrappers = []any{
 		(*EnvRequest_Reset_)(nil),
 		(*EnvRequest_Step)(nil),
 	}
-	file_gpusched_policy_v1alpha1_policy_proto_msgTypes[8].OneofWrappers = []any{
+	file_gpusched_policy_v1alpha1_policy_proto_msgTypes[7].OneofWrappers = []any{
 		(*EnvReply_Reset_)(nil),
 		(*EnvReply_Step)(nil),
 		(*EnvReply_Error)(nil),
 	}
-	file_gpusched_policy_v1alpha1_policy_proto_msgTypes[9].OneofWrappers = []any{}
-	file_gpusched_policy_v1alpha1_policy_proto_msgTypes[14].OneofWrappers = []any{}
+	file_gpusched_policy_v1alpha1_policy_proto_msgTypes[8].OneofWrappers = []any{}
+	file_gpusched_policy_v1alpha1_policy_proto_msgTypes[13].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gpusched_policy_v1alpha1_policy_proto_rawDesc), len(file_gpusched_policy_v1alpha1_policy_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   15,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
