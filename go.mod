@@ -35,6 +35,8 @@ require (
 	sigs.k8s.io/yaml v1.6.0
 )
 
+require gonum.org/v1/gonum v0.17.0
+
 require (
 	cel.dev/expr v0.25.1 // indirect
 	cyphar.com/go-pathrs v0.2.5 // indirect

@@ -1,33 +1,47 @@
 package simulator
 
 import (
+	"math"
 	"slices"
+	"strconv"
 
 	"github.com/gpusched/gpusched/pkg/gpu"
 )
 
-// Floor is how low the headline metric can go on one seed's workload,
-// whatever the policy: the pods that arrive until their GPU demand reaches
-// the cluster's capacity, placed as well as the shares among them allow.
-// It tells how much of a policy's unallocated capacity the workload forces
-// and how much the policy could still win back.
+// Floor is how low the headline metric can go on one seed's workload: the
+// pods that arrive until their GPU demand reaches the cluster's capacity,
+// and how much of that capacity stays unallocated. Each measure holds for
+// the placements it names, and only the bounds are floors; docs/simulator.md
+// explains each.
 type Floor struct {
 	Seed int64 `json:"seed"`
-	// LargeSharesPct is a lower bound on the unallocated GPU % at arrived
-	// 100% for every placement that places each share above 500 milli-GPU:
-	// such a share leaves 1000 − milli free on its GPU that only smaller
-	// shares can fill. See largeShareBound.
+	// AnyPlacementPct is a lower bound on the unallocated GPU % at arrived
+	// 100% for every placement, online or offline, under every constraint:
+	// the configuration LP's certificate (lpPackingBound) in LPWeights and
+	// LPPerGPU.
+	AnyPlacementPct float64 `json:"any_placement_pct"`
+	// LPWeights is the certificate's weight per item size (milli-GPU, as a
+	// string key; "1000" for each GPU of a whole-GPU pod), and LPPerGPU the
+	// most weight one GPU holds: allocated ≤ LPPerGPU × GPUs + Σ(size −
+	// weight).
+	LPWeights map[string]float64 `json:"lp_weights"`
+	LPPerGPU  float64            `json:"lp_per_gpu"`
+	// LargeSharesPct is a lower bound for the placements that place every
+	// share above 500 milli-GPU (as a scheduler that never refuses a pod
+	// that fits does while there is room): such a share leaves 1000 − milli
+	// free on its GPU that only smaller shares can fill. See
+	// largeShareBound.
 	LargeSharesPct float64 `json:"large_shares_pct"`
-	// OfflineBFDPct is the unallocated GPU % left by offline
-	// best-fit-decreasing bin packing of the same pods: every pod known in
-	// advance, CPU, memory, GPU models and node boundaries ignored. It is
-	// not a bound, but a placement that sees pods one at a time under every
-	// constraint does not do better in practice. See offlineBestFitDecreasing.
+	// OfflineBFDPct is what offline best-fit-decreasing bin packing of the
+	// same pods leaves: every pod known in advance, CPU, memory, GPU models
+	// and node boundaries ignored. A heuristic packing, neither a bound nor
+	// a placement the cluster allows. See offlineBestFitDecreasing.
 	OfflineBFDPct float64 `json:"offline_bfd_pct"`
 }
 
 // workloadFloors computes the Floor of each seed's workload under the FGD
-// arrival process; replay has departures, for which neither measure holds.
+// arrival process; replay has departures, for which none of the measures
+// holds.
 func workloadFloors(opts Options, capacity int64) []Floor {
 	if opts.Arrival == ArrivalReplay || capacity == 0 {
 		return nil
@@ -51,11 +65,21 @@ func workloadFloors(opts Options, capacity int64) []Floor {
 			continue // the workload never reaches capacity: no metric to bound
 		}
 		gpus := capacity / gpu.MilliPerGPU
-		floors = append(floors, Floor{
+		pct := func(unallocated float64) float64 { return round2(100 * unallocated / float64(capacity)) }
+		f := Floor{
 			Seed:           seed,
-			LargeSharesPct: round2(100 * float64(largeShareBound(arrived)) / float64(capacity)),
-			OfflineBFDPct:  round2(100 * float64(capacity-offlineBestFitDecreasing(arrived, gpus)) / float64(capacity)),
-		})
+			LargeSharesPct: pct(float64(largeShareBound(arrived))),
+			OfflineBFDPct:  pct(float64(capacity - offlineBestFitDecreasing(arrived, gpus))),
+		}
+		if cert, err := lpPackingBound(arrived, gpus); err == nil {
+			f.AnyPlacementPct = pct(float64(capacity) - cert.AllocatedMilli)
+			f.LPPerGPU = cert.PerGPU
+			f.LPWeights = map[string]float64{}
+			for size, w := range cert.Weights {
+				f.LPWeights[strconv.FormatInt(size, 10)] = math.Round(w*100) / 100
+			}
+		}
+		floors = append(floors, f)
 	}
 	return floors
 }

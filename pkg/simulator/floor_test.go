@@ -105,9 +105,10 @@ func TestOfflineBestFitDecreasing(t *testing.T) {
 	}
 }
 
-// On the synthetic workload both measures exist for every seed, and the
-// bound is no more than what best-fit-decreasing leaves: BFD places every
-// share above 500 first, so the bound holds for it.
+// On the synthetic workload every measure exists for every seed, and the
+// bounds are no more than what best-fit-decreasing leaves: BFD is a
+// placement of the LP's relaxation (GPUs only), and it places every share
+// above 500 first, so both bounds hold for it.
 func TestWorkloadFloors(t *testing.T) {
 	nodes, pods := Synthetic(SyntheticOptions{})
 	opts := Options{Nodes: nodes, Pods: pods, Seeds: []int64{1, 2, 3}, Arrival: ArrivalFGD}
@@ -118,6 +119,10 @@ func TestWorkloadFloors(t *testing.T) {
 	for _, f := range floors {
 		if f.LargeSharesPct < 0 || f.OfflineBFDPct < f.LargeSharesPct || f.OfflineBFDPct >= 100 {
 			t.Errorf("seed %d: large-share bound %.2f%%, offline BFD %.2f%%: want 0 ≤ bound ≤ BFD < 100", f.Seed, f.LargeSharesPct, f.OfflineBFDPct)
+		}
+		if f.AnyPlacementPct < 0 || f.AnyPlacementPct > f.OfflineBFDPct || f.LPPerGPU <= 0 || len(f.LPWeights) == 0 {
+			t.Errorf("seed %d: LP bound %.2f%% (%v per GPU, weights %v), offline BFD %.2f%%: want 0 ≤ bound ≤ BFD and a certificate",
+				f.Seed, f.AnyPlacementPct, f.LPPerGPU, f.LPWeights, f.OfflineBFDPct)
 		}
 	}
 	opts.Arrival = ArrivalReplay

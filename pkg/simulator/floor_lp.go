@@ -1,0 +1,202 @@
+package simulator
+
+import (
+	"fmt"
+	"slices"
+
+	"gonum.org/v1/gonum/mat"
+	"gonum.org/v1/gonum/optimize/convex/lp"
+
+	"github.com/gpusched/gpusched/pkg/gpu"
+)
+
+// packingCertificate proves an upper bound on the milli-GPU that any
+// placement of a set of demands on a number of GPUs allocates. It gives
+// each item a weight w of at most its size (a share's milli-GPU; each GPU of
+// a whole-GPU pod is an item of 1000) such that no set of items that fits
+// on one GPU weighs more than PerGPU. A placement's GPUs then hold at most
+// PerGPU × GPUs of weight, and its items at most Σ(size − w) more:
+//
+//	allocated ≤ PerGPU × GPUs + Σ over the items of (size − w).
+//
+// It is the dual of the linear relaxation over per-GPU packing patterns
+// (the configuration LP), which ignores node boundaries, CPU, memory and
+// GPU models: relaxing only loosens the bound, so it holds for every
+// placement under every constraint, online or offline.
+type packingCertificate struct {
+	// Weights maps an item size (milli-GPU; 1000 for a whole GPU) to its
+	// weight.
+	Weights map[int64]float64
+	// PerGPU is the most weight one GPU holds, found by an exact knapsack
+	// over the item sizes and counts.
+	PerGPU float64
+	// AllocatedMilli is the bound: PerGPU × GPUs + Σ(size − w), at most
+	// the items' total.
+	AllocatedMilli float64
+}
+
+// itemCounts counts the demands' items by size: a share is one item of
+// its milli-GPU, a pod of n whole GPUs n items of 1000. Sizes ascend.
+func itemCounts(demands []gpu.Demand) (sizes, counts []int64) {
+	byS := map[int64]int64{}
+	for _, d := range demands {
+		switch {
+		case d.IsShare():
+			byS[d.Milli]++
+		case d.Count > 0:
+			byS[gpu.MilliPerGPU] += int64(d.Count)
+		}
+	}
+	for s := range byS {
+		sizes = append(sizes, s)
+	}
+	slices.Sort(sizes)
+	for _, s := range sizes {
+		counts = append(counts, byS[s])
+	}
+	return sizes, counts
+}
+
+// lpPackingBound finds the packing certificate with the lowest bound for
+// demands on gpus GPUs: the configuration LP's dual, solved by adding the
+// packing patterns it violates (the most violated, by a knapsack) until
+// none is. The certificate is then checked exactly, so it is valid
+// whatever the LP solver's tolerance.
+//
+// The dual: minimize GPUs·y + Σ n_s·u_s over y ≥ 0 and 0 ≤ u_s ≤ s, such
+// that y + Σ a_s·u_s ≥ Σ a_s·s for every pattern a (a_s items of size s
+// fitting one GPU). With w_s = s − u_s this is the certificate above.
+func lpPackingBound(demands []gpu.Demand, gpus int64) (packingCertificate, error) {
+	sizes, counts := itemCounts(demands)
+	var total int64
+	for i, s := range sizes {
+		total += s * counts[i]
+	}
+	if len(sizes) == 0 || gpus <= 0 {
+		return packingCertificate{Weights: map[int64]float64{}}, nil
+	}
+	k := len(sizes)
+	// Start with every one-item pattern.
+	var patterns [][]int64
+	for i := range sizes {
+		a := make([]int64, k)
+		a[i] = 1
+		patterns = append(patterns, a)
+	}
+	var u []float64
+	for range 1000 {
+		y, sol, err := solveDual(sizes, counts, gpus, patterns)
+		if err != nil {
+			return packingCertificate{}, err
+		}
+		u = sol
+		w := weightsOf(sizes, u)
+		best, pattern := heaviestPattern(sizes, counts, w)
+		if best <= y+1e-7 {
+			break
+		}
+		patterns = append(patterns, pattern)
+	}
+	w := weightsOf(sizes, u)
+	perGPU, _ := heaviestPattern(sizes, counts, w)
+	cert := packingCertificate{Weights: map[int64]float64{}, PerGPU: perGPU}
+	bound := perGPU * float64(gpus)
+	for i, s := range sizes {
+		cert.Weights[s] = w[i]
+		bound += float64(counts[i]) * (float64(s) - w[i])
+	}
+	cert.AllocatedMilli = min(bound, float64(total))
+	return cert, nil
+}
+
+// weightsOf is w_s = s − u_s, kept within 0..s.
+func weightsOf(sizes []int64, u []float64) []float64 {
+	w := make([]float64, len(sizes))
+	for i, s := range sizes {
+		w[i] = min(max(float64(s)-u[i], 0), float64(s))
+	}
+	return w
+}
+
+// heaviestPattern is the heaviest set of items that fits one GPU, at most
+// counts[i] of size sizes[i], and its weight: a bounded knapsack over the
+// GPU's 1000 milli-GPU, exact.
+func heaviestPattern(sizes, counts []int64, w []float64) (float64, []int64) {
+	const capacity = gpu.MilliPerGPU
+	// Split each size's copies into powers of two (0/1 knapsack items).
+	type item struct {
+		kind    int
+		copies  int64
+		size    int64
+		weigh   float64
+	}
+	var items []item
+	for i, s := range sizes {
+		if w[i] <= 0 {
+			continue
+		}
+		n := min(counts[i], capacity/s)
+		for c := int64(1); n > 0; c *= 2 {
+			take := min(c, n)
+			items = append(items, item{i, take, take * s, float64(take) * w[i]})
+			n -= take
+		}
+	}
+	best := make([][]float64, len(items)+1)
+	best[0] = make([]float64, capacity+1)
+	for j, it := range items {
+		prev, cur := best[j], make([]float64, capacity+1)
+		for c := range cur {
+			cur[c] = prev[c]
+			if int64(c) >= it.size {
+				cur[c] = max(cur[c], prev[int64(c)-it.size]+it.weigh)
+			}
+		}
+		best[j+1] = cur
+	}
+	pattern := make([]int64, len(sizes))
+	c := int64(capacity)
+	for j := len(items); j > 0; j-- {
+		if best[j][c] != best[j-1][c] {
+			it := items[j-1]
+			pattern[it.kind] += it.copies
+			c -= it.size
+		}
+	}
+	return best[len(items)][capacity], pattern
+}
+
+// solveDual solves the dual restricted to patterns, in standard form for
+// the simplex: variables y, u_1..u_k, a surplus per pattern, a slack per
+// u_s ≤ s.
+func solveDual(sizes, counts []int64, gpus int64, patterns [][]int64) (y float64, u []float64, err error) {
+	k, p := len(sizes), len(patterns)
+	rows, cols := p+k, 1+k+p+k
+	A := mat.NewDense(rows, cols, nil)
+	b := make([]float64, rows)
+	c := make([]float64, cols)
+	c[0] = float64(gpus)
+	for i := range k {
+		c[1+i] = float64(counts[i])
+	}
+	for r, a := range patterns {
+		A.Set(r, 0, 1)
+		for i, n := range a {
+			if n > 0 {
+				A.Set(r, 1+i, float64(n))
+				b[r] += float64(n * sizes[i])
+			}
+		}
+		A.Set(r, 1+k+r, -1)
+	}
+	for i := range k {
+		A.Set(p+i, 1+i, 1)
+		A.Set(p+i, 1+k+p+i, 1)
+		b[p+i] = float64(sizes[i])
+	}
+	_, x, err := lp.Simplex(c, A, b, 1e-9, nil)
+	if err != nil {
+		return 0, nil, fmt.Errorf("the packing LP: %w", err)
+	}
+	return x[0], x[1 : 1+k], nil
+}

@@ -1,0 +1,161 @@
+package simulator
+
+import (
+	"context"
+	"math"
+	"testing"
+
+	"github.com/gpusched/gpusched/pkg/gpu"
+)
+
+func shares(milli ...int64) []gpu.Demand {
+	var out []gpu.Demand
+	for _, m := range milli {
+		out = append(out, gpu.Demand{Count: 1, Milli: m})
+	}
+	return out
+}
+
+// TestLPPackingBound: the configuration LP's bound on small workloads whose
+// best placement is known, and its certificate's arithmetic.
+func TestLPPackingBound(t *testing.T) {
+	whole := func(n int) gpu.Demand { return gpu.Demand{Count: n, Milli: gpu.MilliPerGPU} }
+	tests := []struct {
+		name    string
+		demands []gpu.Demand
+		gpus    int64
+		want    float64 // the most any placement allocates, and the bound
+	}{
+		// Two 600s never share a GPU: 2 × 600.
+		{"large shares alone", shares(600, 600, 600), 2, 1200},
+		// 500 + 500 fill a GPU; the 300 has no room.
+		{"a perfect pair", shares(500, 500, 300), 1, 1000},
+		// 400 + 400 on one GPU, 400 on the other: 1200 of 2000.
+		{"three 400s", shares(400, 400, 400), 2, 1200},
+		// Whole GPUs fill their GPUs; the 810 takes the third, whose 190
+		// only the 160 can use: 2000 + 810 + 160.
+		{"whole GPUs and shares", append([]gpu.Demand{whole(2)}, shares(810, 160, 810)...), 3, 2970},
+		// More arrives than fits: 4 GPUs hold 4000 at most.
+		{"more than capacity", []gpu.Demand{whole(3), whole(2)}, 4, 4000},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cert, err := lpPackingBound(tt.demands, tt.gpus)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if math.Abs(cert.AllocatedMilli-tt.want) > 1e-6 {
+				t.Errorf("bound %v milli-GPU, want %v (certificate %+v)", cert.AllocatedMilli, tt.want, cert)
+			}
+			// The certificate proves what it says: every pattern weighs at
+			// most PerGPU, and the bound is its arithmetic.
+			sizes, counts := itemCounts(tt.demands)
+			w := make([]float64, len(sizes))
+			bound := cert.PerGPU * float64(tt.gpus)
+			var total float64
+			for i, s := range sizes {
+				w[i] = cert.Weights[s]
+				if w[i] < 0 || w[i] > float64(s) {
+					t.Errorf("weight %v for size %d: want 0..%d", w[i], s, s)
+				}
+				bound += float64(counts[i]) * (float64(s) - w[i])
+				total += float64(counts[i] * s)
+			}
+			if heaviest, _ := heaviestPattern(sizes, counts, w); heaviest > cert.PerGPU+1e-9 {
+				t.Errorf("a GPU holds %v of weight, more than the certificate's %v", heaviest, cert.PerGPU)
+			}
+			if want := math.Min(bound, total); math.Abs(cert.AllocatedMilli-want) > 1e-6 {
+				t.Errorf("bound %v, but the certificate's arithmetic gives %v", cert.AllocatedMilli, want)
+			}
+		})
+	}
+}
+
+// TestHeaviestPattern: the knapsack finds the heaviest set that fits one GPU.
+func TestHeaviestPattern(t *testing.T) {
+	sizes, counts := []int64{160, 470, 810}, []int64{5, 3, 2}
+	// 470 + 470 weighs 2 × 405 = 810; 810 + 160 weighs 810 + 0; 470 + 160×3
+	// = 950 weighs 405: the pair of 470s or the 810 alone, 810.
+	got, pattern := heaviestPattern(sizes, counts, []float64{0, 405, 810})
+	if got != 810 {
+		t.Errorf("heaviest %v, want 810 (pattern %v)", got, pattern)
+	}
+	// With the 160s weighing 100: 810 + 160 = 910 beats 470 + 470 = 810.
+	if got, pattern := heaviestPattern(sizes, counts, []float64{100, 405, 810}); got != 910 || pattern[0] != 1 || pattern[2] != 1 {
+		t.Errorf("heaviest %v %v, want 910 from one 160 and one 810", got, pattern)
+	}
+}
+
+// TestLPBoundOnTheTrace: on the Alibaba default trace the LP's certificate
+// is at least as strong as the hand-made one (weights 810 for 810-milli
+// shares and whole GPUs, 540 for 550–650, 405 for 460–480, 270 for
+// 320–440, 202.5 for 230–290, 67.5 for 220, 0 for ≤ 160: no GPU holds
+// more than 810), and no policy's run goes below it.
+func TestLPBoundOnTheTrace(t *testing.T) {
+	opts, _ := loadTrace(t, "openb_pod_list_default.csv")
+	opts.Seeds = []int64{42}
+	capacity := capacityMilli(opts.Nodes)
+	floors := workloadFloors(opts, capacity)
+	if len(floors) != 1 {
+		t.Fatalf("%d floors, want 1", len(floors))
+	}
+	var arrived []gpu.Demand
+	var total int64
+	for _, p := range fgdSequence(opts.Pods, 42, capacity) {
+		d, err := gpu.DemandFromPod(p.Pod)
+		if err != nil || d.TotalMilli() == 0 {
+			continue
+		}
+		if total+d.TotalMilli() > capacity {
+			break
+		}
+		total += d.TotalMilli()
+		arrived = append(arrived, d)
+	}
+	handMade := func(s int64) float64 {
+		switch {
+		case s >= 810:
+			return 810
+		case s >= 550:
+			return 540
+		case s >= 460:
+			return 405
+		case s >= 320:
+			return 270
+		case s >= 230:
+			return 202.5
+		case s == 220:
+			return 67.5
+		}
+		return 0
+	}
+	sizes, counts := itemCounts(arrived)
+	w := make([]float64, len(sizes))
+	bound := 810 * float64(capacity/gpu.MilliPerGPU)
+	for i, s := range sizes {
+		w[i] = handMade(s)
+		bound += float64(counts[i]) * (float64(s) - w[i])
+	}
+	if heaviest, _ := heaviestPattern(sizes, counts, w); heaviest > 810 {
+		t.Fatalf("the hand-made certificate is not one: a GPU holds %v", heaviest)
+	}
+	handMadePct := 100 * (float64(capacity) - bound) / float64(capacity)
+	if got := floors[0].AnyPlacementPct; got < handMadePct-0.01 {
+		t.Errorf("LP bound %.2f%%, below the hand-made certificate's %.2f%%", got, handMadePct)
+	}
+
+	cfg, err := LoadConfig("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if opts.Profiles, err = ProfilesFor(cfg, []string{"FragFit"}); err != nil {
+		t.Fatal(err)
+	}
+	runs, err := Simulate(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := *runs[0].UnallocatedPctAt100; got < floors[0].AnyPlacementPct {
+		t.Errorf("FragFit left %.2f%% unallocated, below the bound %.2f%%", got, floors[0].AnyPlacementPct)
+	}
+}
