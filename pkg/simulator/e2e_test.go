@@ -135,7 +135,7 @@ func TestCommandSynthetic(t *testing.T) {
 	}
 
 	dom := renderHTML(t, htmlPath)
-	for _, chart := range []string{"unallocated", "fragmentation", "models"} {
+	for _, chart := range []string{"unallocated", "zoom", "fragmentation", "models"} {
 		svg := regexp.MustCompile(`(?s)<svg[^>]*data-chart="` + chart + `"[^>]*>.*?</svg>`).FindString(dom)
 		if !strings.Contains(svg, `data-drawn="true"`) {
 			t.Errorf("chart %s did not draw", chart)

@@ -35,8 +35,8 @@ type Report struct {
 	GPUs     int64     `json:"gpus"`
 	Pods     int       `json:"pods"`
 	Summary  []Summary `json:"summary"`
-	// Floor is how low any policy could go on these workloads (see Floor),
-	// over the seeds; nil for replay arrival.
+	// Floor is the workload's floors (see Floor) over the seeds; nil for
+	// replay arrival.
 	Floor       *FloorSummary `json:"floor,omitempty"`
 	Runs        []Run         `json:"runs"`
 	WallSeconds float64       `json:"wall_seconds"`
