@@ -262,3 +262,36 @@ func TestEnvironmentCachedRowsMatchFeatures(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkEnvironmentTrace is one episode of the default trace driven by
+// builtin_action, in Go: the environment's cost without the pipe and the
+// agent (python/examples/bench_env.py measures both).
+func BenchmarkEnvironmentTrace(b *testing.B) {
+	opts, _ := loadTrace(b, "openb_pod_list_default.csv")
+	env, err := NewEnv(EnvOptions{Nodes: opts.Nodes, Pods: opts.Pods, Profile: defaultProfiles(b)[0], Arrival: ArrivalFGD})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer env.Close()
+	ctx := context.Background()
+	for b.Loop() {
+		seed := int64(42)
+		reset, err := env.Reset(ctx, &seed)
+		if err != nil {
+			b.Fatal(err)
+		}
+		obs := reset.Observation
+		for {
+			reply, err := env.Step(ctx, obs.BuiltinAction)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if reply.Terminated {
+				break
+			}
+			obs = reply.Observation
+		}
+	}
+	t := env.Timings()
+	b.ReportMetric(float64(t.Steps)/b.Elapsed().Seconds(), "steps/s")
+}
