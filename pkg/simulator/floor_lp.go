@@ -125,10 +125,10 @@ func heaviestPattern(sizes, counts []int64, w []float64) (float64, []int64) {
 	const capacity = gpu.MilliPerGPU
 	// Split each size's copies into powers of two (0/1 knapsack items).
 	type item struct {
-		kind    int
-		copies  int64
-		size    int64
-		weigh   float64
+		kind   int
+		copies int64
+		size   int64
+		weigh  float64
 	}
 	var items []item
 	for i, s := range sizes {

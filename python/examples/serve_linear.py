@@ -4,8 +4,9 @@
         --address 127.0.0.1:50051 [--decisions decisions.jsonl]
 
 With --decisions, each request appends one JSON line: the pod's namespace
-and name, and the node with the best score (the first of equal ones), so
-that a test can check where the scheduler bound the pod. It prints
+and name, the node with the best score (the first of equal ones), every
+node with that score, and each node's score, so that a test can check
+where the scheduler bound the pod. It prints
 "serving on HOST:PORT" once it listens.
 """
 
@@ -15,7 +16,6 @@ import os
 import sys
 import threading
 
-import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
@@ -37,9 +37,11 @@ def main():
         lock = threading.Lock()
 
         def on_reply(request, reply):
-            best = int(np.argmax([s.score for s in reply.scores])) if reply.scores else -1
+            scores = {s.node: s.score for s in reply.scores}
+            top = max(scores.values()) if scores else 0.0
+            best = [s.node for s in reply.scores if s.score >= top - 1e-9]
             line = {"namespace": request.pod.namespace, "pod": request.pod.name,
-                    "node": reply.scores[best].node if best >= 0 else "", "nodes": len(reply.scores)}
+                    "node": best[0] if best else "", "best": best, "scores": scores, "nodes": len(reply.scores)}
             with lock:
                 out.write(json.dumps(line) + "\n")
                 out.flush()

@@ -77,7 +77,12 @@ class ServerTest(unittest.TestCase):
                 channel.close()
                 self.assertEqual(reply.scores[1].node, "n1")
                 with open(decisions) as f:
-                    self.assertEqual(json.loads(f.readline()), {"namespace": "default", "pod": "p", "node": "n1", "nodes": 2})
+                    line = json.loads(f.readline())
+                scores = line.pop("scores")
+                self.assertEqual(line, {"namespace": "default", "pod": "p", "node": "n1", "best": ["n1"], "nodes": 2})
+                # free_gpu weighted -1: n0 -0.9, n1 -0.2 (float32 features).
+                self.assertAlmostEqual(scores["n0"], -0.9, places=5)
+                self.assertAlmostEqual(scores["n1"], -0.2, places=5)
             finally:
                 proc.terminate()
                 proc.wait(timeout=10)

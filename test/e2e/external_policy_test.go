@@ -111,9 +111,10 @@ func TestExternalPolicyServedFromPython(t *testing.T) {
 // decision is one line of serve_linear.py's --decisions file: the pod, the
 // nodes with the highest score, and every node's score.
 type decision struct {
-	Pod    string             `json:"pod"`
-	Best   []string           `json:"best"`
-	Scores map[string]float64 `json:"scores"`
+	Namespace string             `json:"namespace"`
+	Pod       string             `json:"pod"`
+	Best      []string           `json:"best"`
+	Scores    map[string]float64 `json:"scores"`
 }
 
 // lastDecision is the service's last decision for pod.
@@ -132,7 +133,7 @@ func lastDecision(t *testing.T, path, pod string) decision {
 		if err := json.Unmarshal(sc.Bytes(), &d); err != nil {
 			t.Fatalf("decision %q: %v", sc.Text(), err)
 		}
-		if d.Pod == pod {
+		if d.Namespace+"/"+d.Pod == pod {
 			last = &d
 		}
 	}
