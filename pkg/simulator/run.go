@@ -38,6 +38,10 @@ type Options struct {
 	// GPUPlacement would reject (see fragTracker.screen); results are the
 	// same either way, only slower without it.
 	NoScreen bool
+	// NoFilterMemo turns off the memo of Filter verdicts per node and pod
+	// shape (see filterMemo); results are the same either way, only slower
+	// without it.
+	NoFilterMemo bool
 	// Select, when set, limits the runs to those it returns true for, given
 	// the indices of the run's profile and seed: a shard of a sweep
 	// (Shard.Selects).
@@ -213,6 +217,9 @@ func (r *runner) run(ctx context.Context) (Run, error) {
 	// the DRA path does not make.
 	if !r.opts.NoScreen && !r.opts.DRA && filtersWithGPUPlacement(r.profile) {
 		sched.screen = frag.screen
+	}
+	if !r.opts.NoFilterMemo {
+		sched.filterMemo = newFilterMemo(filterNames(sched.fw), r.opts.DRA, r.opts.Telemetry != nil)
 	}
 	c := newCurve(r.capacity)
 	var arrived, used int64
