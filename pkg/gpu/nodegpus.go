@@ -35,10 +35,14 @@ type NodeGPUs struct {
 	unhealthy DeviceSet
 	// classes counts the pods on the node by class (see PodClass).
 	classes map[PodClass]int
+	// memo holds the policies' answers about this view (see
+	// Policy.PlaceAndScore); nil for a view built outside this package's
+	// constructors, which is then answered afresh every time.
+	memo *viewMemo
 }
 
 func newNodeGPUs(name string, inv *Inventory, err error) *NodeGPUs {
-	n := &NodeGPUs{Name: name, Inventory: inv, Err: err}
+	n := &NodeGPUs{Name: name, Inventory: inv, Err: err, memo: &viewMemo{}}
 	if inv != nil {
 		n.Used = make([]Usage, inv.Len())
 		n.unhealthy = inv.unhealthy
@@ -87,6 +91,7 @@ func (n *NodeGPUs) FreeMilliTotal() int64 {
 // clone returns a copy of n that add may change.
 func (n *NodeGPUs) clone() *NodeGPUs {
 	out := *n
+	out.memo = &viewMemo{} // the answers about n are not about out
 	out.Used = append([]Usage(nil), n.Used...)
 	out.classes = make(map[PodClass]int, len(n.classes))
 	for c, count := range n.classes {

@@ -70,6 +70,8 @@ type Policy struct {
 	info     *PolicyInfo
 	strategy Strategy
 	shapes   Shapes
+	// demands interns the demands PlaceAndScore remembers answers for.
+	demands demandIDs
 }
 
 // Type is the policy's registered name.

@@ -100,8 +100,8 @@ func TestShardedSweepMergesToOneProcess(t *testing.T) {
 
 	// Each workload's charts draw in its own section of the page.
 	dom := renderHTML(t, merged+".html")
-	if n := strings.Count(dom, `data-drawn="true"`); n != 6 {
-		t.Errorf("%d charts drew, want 3 for each of the 2 workloads", n)
+	if n := strings.Count(dom, `data-drawn="true"`); n != 8 {
+		t.Errorf("%d charts drew, want 4 for each of the 2 workloads", n)
 	}
 	if m := regexp.MustCompile(`<body[^>]*data-error="([^"]*)"`).FindStringSubmatch(dom); m != nil {
 		t.Errorf("the report's script failed: %s", m[1])

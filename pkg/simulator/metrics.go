@@ -94,6 +94,8 @@ type fragTracker struct {
 	typical []gpu.TypicalPod
 	nodes   map[string]*trackedNode
 	total   float64
+	// reasons holds the screen's rejection reasons as strings (reasonStrings).
+	reasons map[gpu.Reasons][]string
 }
 
 type trackedNode struct {
@@ -206,8 +208,23 @@ func (t *fragTracker) screen(pod *v1.Pod) func(node string) (bool, []string) {
 			return true, nil
 		}
 		if fit := gpu.Check(tn.view, &gpu.Request{Demand: &d}); fit.Reasons != 0 {
-			return false, fit.Reasons.Strings()
+			return false, t.reasonStrings(fit.Reasons)
 		}
 		return true, nil
 	}
+}
+
+// reasonStrings is rs.Strings(), made once per set of reasons: the screen
+// rejects most nodes of a full cluster, for few reasons. The callers only
+// read the slice.
+func (t *fragTracker) reasonStrings(rs gpu.Reasons) []string {
+	out, ok := t.reasons[rs]
+	if !ok {
+		out = rs.Strings()
+		if t.reasons == nil {
+			t.reasons = map[gpu.Reasons][]string{}
+		}
+		t.reasons[rs] = out
+	}
+	return out
 }

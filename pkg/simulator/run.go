@@ -38,6 +38,10 @@ type Options struct {
 	// GPUPlacement would reject (see fragTracker.screen); results are the
 	// same either way, only slower without it.
 	NoScreen bool
+	// NoFilterMemo turns off the memo of Filter verdicts per node and pod
+	// shape (see filterMemo); results are the same either way, only slower
+	// without it.
+	NoFilterMemo bool
 	// Select, when set, limits the runs to those it returns true for, given
 	// the indices of the run's profile and seed: a shard of a sweep
 	// (Shard.Selects).
@@ -269,6 +273,9 @@ func (r *runner) newEpisode(ctx context.Context) (*episode, error) {
 	// the DRA path does not make.
 	if !r.opts.NoScreen && !r.opts.DRA && filtersWithGPUPlacement(r.profile) {
 		e.sched.screen = e.frag.screen
+	}
+	if !r.opts.NoFilterMemo {
+		e.sched.filterMemo = newFilterMemo(filterNames(e.sched.fw), r.opts.DRA, r.opts.Telemetry != nil)
 	}
 	e.curve = newCurve(r.capacity)
 	e.pods = r.opts.Pods

@@ -87,6 +87,9 @@ type scheduler struct {
 	// rank orders the nodes for TieBreakNodeOrder: a permutation drawn
 	// from the run's seed. nil for TieBreakRandom.
 	rank map[string]int
+	// filterMemo, when set, remembers the Filter plugins' verdicts per node
+	// and pod shape (see filterMemo).
+	filterMemo *filterMemo
 }
 
 // newScheduler builds a run's scheduler over nodes. With dra set, the
@@ -378,9 +381,17 @@ func (s *scheduler) filter(ctx context.Context, state fwk.CycleState, pod *v1.Po
 	want := numFeasibleNodesToFind(s.pct, len(nodes))
 	if want >= len(nodes) {
 		statuses := make([]*fwk.Status, len(nodes))
-		s.fw.Parallelizer().Until(ctx, len(nodes), func(i int) {
-			statuses[i] = s.fw.RunFilterPlugins(ctx, state, pod, nodes[i])
+		shape, memo := s.filterMemo.shape(state, pod)
+		todo := nodeIndices(len(nodes))
+		if memo {
+			todo = s.filterMemo.recall(shape, nodes, statuses)
+		}
+		s.fw.Parallelizer().Until(ctx, len(todo), func(k int) {
+			statuses[todo[k]] = s.fw.RunFilterPlugins(ctx, state, pod, nodes[todo[k]])
 		}, "Filter")
+		if memo {
+			s.filterMemo.remember(shape, nodes, statuses, todo)
+		}
 		for i, st := range statuses {
 			if st.IsSuccess() {
 				feasible = append(feasible, nodes[i])

@@ -380,11 +380,10 @@ func (p *GPUPlacement) Score(ctx context.Context, state fwk.CycleState, pod *v1.
 	}
 	n := p.nodeGPUs(nodeInfo)
 	req := requestOf(state, nodeInfo, demand)
-	chosen, fit := p.policy.Place(n, &req)
-	if !fit.OK() {
-		return 0, nil // the node changed since Filter; it will not be chosen
-	}
-	return p.policy.Score(n, &req, chosen), nil
+	// A demand that no longer fits scores 0: the node changed since Filter,
+	// and it will not be chosen.
+	_, _, score := p.policy.PlaceAndScore(n, &req)
+	return score, nil
 }
 
 // requestOf is the engine request for the pod on the node: its demand, the

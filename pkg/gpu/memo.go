@@ -1,0 +1,164 @@
+package gpu
+
+import (
+	"slices"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+)
+
+// PlaceAndScore is Place followed, when the demand fits, by Score of the
+// chosen GPUs: what a front end's score step asks of every feasible node.
+// score is 0 when the demand does not fit.
+//
+// For a policy that measures fragmentation (PolicyInfo.NeedsShapes), whose
+// answers cost a fragment measurement per GPU and typical pod, the answer
+// is remembered with the node's view (see viewMemo) and given again while
+// the node keeps that view: a scheduler asks about every node for every
+// pod, and between two pods only the nodes a pod came to or left change. A
+// request that excludes GPUs is always answered afresh, since what it
+// excludes may change while the view stays.
+func (p *Policy) PlaceAndScore(n *NodeGPUs, req *Request) (chosen DeviceSet, fit Fit, score int64) {
+	if !p.info.NeedsShapes || req.Exclude != nil || req.Demand == nil || n.memo == nil {
+		return p.placeAndScore(n, req)
+	}
+	id, ok := p.demands.id(req.Demand)
+	if !ok {
+		return p.placeAndScore(n, req)
+	}
+	typical := p.shapes.Typical()
+	if r, ok := n.memo.get(p, id, req.Host, typical); ok {
+		return r.chosen, r.fit, r.score
+	}
+	chosen, fit, score = p.placeAndScore(n, req)
+	n.memo.put(p, id, req.Host, typical, memoResult{chosen, fit, score})
+	return chosen, fit, score
+}
+
+func (p *Policy) placeAndScore(n *NodeGPUs, req *Request) (DeviceSet, Fit, int64) {
+	chosen, fit := p.Place(n, req)
+	if !fit.OK() {
+		return chosen, fit, 0
+	}
+	return chosen, fit, p.Score(n, req, chosen)
+}
+
+// viewMemo remembers policies' answers (Policy.PlaceAndScore) about one
+// view of a node, by demand. A view is immutable, and a strategy's Choose
+// and Score are functions of the view, the demand, the host and the
+// typical pods alone, so an answer holds for as long as the view lives,
+// asked with the same host, and the policy measures against the same
+// typical pods; answers measured against other typical pods (a ShapeWindow
+// recomputes them) are dropped. Safe for concurrent use.
+type viewMemo struct {
+	mu sync.Mutex
+	// typical is the typical pods the answers were measured against; its
+	// backing array, held here, cannot be reused while the memo holds it.
+	typical []TypicalPod
+	results map[demandID]memoEntry
+}
+
+// memoEntry is one remembered answer and the question's other terms.
+type memoEntry struct {
+	policy *Policy
+	host   Host
+	result memoResult
+}
+
+type memoResult struct {
+	chosen DeviceSet
+	fit    Fit
+	score  int64
+}
+
+func (m *viewMemo) get(p *Policy, id demandID, h Host, typical []TypicalPod) (memoResult, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !sameTypical(m.typical, typical) {
+		return memoResult{}, false
+	}
+	e, ok := m.results[id]
+	if !ok || e.policy != p || e.host != h {
+		return memoResult{}, false
+	}
+	return e.result, true
+}
+
+func (m *viewMemo) put(p *Policy, id demandID, h Host, typical []TypicalPod, r memoResult) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.results == nil || !sameTypical(m.typical, typical) {
+		m.typical, m.results = typical, map[demandID]memoEntry{}
+	}
+	m.results[id] = memoEntry{policy: p, host: h, result: r}
+}
+
+// sameTypical reports whether a and b are the same slice, not merely equal
+// ones.
+func sameTypical(a, b []TypicalPod) bool {
+	return len(a) == len(b) && unsafe.SliceData(a) == unsafe.SliceData(b)
+}
+
+// demandID is a demand interned by a policy's demandIDs: demands with the
+// same ID are placed alike.
+type demandID uint32
+
+// demandIDs interns demands, so that a view's memo is indexed by a small
+// number instead of by the demand. A front end asks about one demand for
+// many nodes in a row, so the last demand interned is kept aside and
+// recognized without a map look-up. Safe for concurrent use.
+type demandIDs struct {
+	last atomic.Pointer[internedDemand]
+	mu   sync.Mutex
+	ids  map[internKey]demandID
+}
+
+// maxDemandIDs bounds the demands a policy interns; demands beyond it are
+// not remembered (PlaceAndScore answers them afresh).
+const maxDemandIDs = 1 << 16
+
+// internKey identifies a demand as far as a strategy reads it: its
+// DemandKey, with the raw milli-GPU, which the key leaves out of a demand
+// without GPUs.
+type internKey struct {
+	key   DemandKey
+	milli int64
+}
+
+type internedDemand struct {
+	d  Demand // a copy, models cloned
+	id demandID
+}
+
+// id is d's ID; ok is false when no more demands can be interned.
+func (ds *demandIDs) id(d *Demand) (demandID, bool) {
+	if last := ds.last.Load(); last != nil && sameDemand(&last.d, d) {
+		return last.id, true
+	}
+	k := internKey{d.Key(), d.Milli}
+	ds.mu.Lock()
+	id, ok := ds.ids[k]
+	if !ok {
+		if len(ds.ids) >= maxDemandIDs {
+			ds.mu.Unlock()
+			return 0, false
+		}
+		if ds.ids == nil {
+			ds.ids = map[internKey]demandID{}
+		}
+		id = demandID(len(ds.ids))
+		ds.ids[k] = id
+	}
+	ds.mu.Unlock()
+	c := *d
+	c.Models = slices.Clone(d.Models)
+	ds.last.Store(&internedDemand{d: c, id: id})
+	return id, true
+}
+
+// sameDemand reports whether a and b are equal field by field, models in
+// the same order.
+func sameDemand(a, b *Demand) bool {
+	return a.Count == b.Count && a.Milli == b.Milli && a.MemoryMiB == b.MemoryMiB &&
+		a.MilliCPU == b.MilliCPU && a.HostMemoryMiB == b.HostMemoryMiB && slices.Equal(a.Models, b.Models)
+}

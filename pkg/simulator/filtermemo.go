@@ -1,0 +1,163 @@
+package simulator
+
+import (
+	"encoding/json"
+	"slices"
+
+	v1 "k8s.io/api/core/v1"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+
+	"github.com/gpusched/gpusched/pkg/plugins/gpuplacement"
+)
+
+// nodeLocalFilters are the Filter plugins whose verdict on a node depends
+// on the pod and that node's NodeInfo alone (its Node object and its pods),
+// with GPUPlacement's as long as no GPU is excluded by telemetry and no
+// GPU is allocated through DRA (see newFilterMemo). The others read the
+// whole cluster (InterPodAffinity, PodTopologySpread) or the API (volumes).
+var nodeLocalFilters = []string{
+	"NodeName", "NodeUnschedulable", "TaintToleration", "NodeAffinity", "NodePorts", "NodeResourcesFit",
+	gpuplacement.Name,
+}
+
+// filterMemo remembers the Filter plugins' verdict on each node for each
+// pod shape, and hands it back while the node's NodeInfo has the same
+// generation (it changes with the node and with every pod that comes or
+// goes): most nodes are unchanged between two pods, and pods of a trace
+// come in few shapes. It applies to a cycle only when every Filter plugin
+// that runs in it (not skipped by its PreFilter) is node-local.
+type filterMemo struct {
+	// others are the profile's Filter plugins that are not node-local; a
+	// cycle that runs any of them is not remembered.
+	others []string
+	// shapeOf is each pod's shape (an index into shapes); pods are the
+	// run's input objects, never modified.
+	shapeOf map[*v1.Pod]int32
+	shapes  map[string]int32
+	// index numbers the nodes, in the order first seen; verdicts[shape][i]
+	// is the last verdict for the shape on node i, with the generation of
+	// the NodeInfo it was made on. A cycle reads one shape's row, in node
+	// order.
+	index    map[string]int
+	verdicts [][]verdict
+}
+
+type verdict struct {
+	known      bool
+	generation int64
+	status     *fwk.Status
+}
+
+// newFilterMemo returns the memo for a profile whose Filter plugins are
+// filters; nil when GPUPlacement's verdicts depend on more than the node
+// (GPUs allocated through DRA, or excluded by replayed telemetry).
+func newFilterMemo(filters []string, dra, telemetry bool) *filterMemo {
+	if dra || telemetry {
+		return nil
+	}
+	m := &filterMemo{shapeOf: map[*v1.Pod]int32{}, shapes: map[string]int32{}, index: map[string]int{}}
+	for _, f := range filters {
+		if !slices.Contains(nodeLocalFilters, f) {
+			m.others = append(m.others, f)
+		}
+	}
+	return m
+}
+
+// shape is the pod's shape for this cycle, or false when the cycle runs a
+// Filter plugin that is not node-local (or the pod cannot be keyed).
+func (m *filterMemo) shape(state fwk.CycleState, pod *v1.Pod) (int32, bool) {
+	if m == nil {
+		return 0, false
+	}
+	skipped := state.GetSkipFilterPlugins()
+	for _, f := range m.others {
+		if !skipped.Has(f) {
+			return 0, false
+		}
+	}
+	if id, ok := m.shapeOf[pod]; ok {
+		return id, true
+	}
+	key, err := shapeKey(pod)
+	if err != nil {
+		return 0, false
+	}
+	id, ok := m.shapes[key]
+	if !ok {
+		id = int32(len(m.shapes))
+		m.shapes[key] = id
+		m.verdicts = append(m.verdicts, nil)
+	}
+	m.shapeOf[pod] = id
+	return id, true
+}
+
+// shapeKey is what node-local Filter plugins can read of a pod: all of it
+// but its name, UID, labels and other metadata besides its namespace and
+// annotations (GPUPlacement reads its demand from annotations).
+func shapeKey(pod *v1.Pod) (string, error) {
+	b, err := json.Marshal(struct {
+		Namespace   string
+		Annotations map[string]string
+		Spec        *v1.PodSpec
+		Status      *v1.PodStatus
+	}{pod.Namespace, pod.Annotations, &pod.Spec, &pod.Status})
+	return string(b), err
+}
+
+// recall fills in statuses[i] for the nodes whose verdict for the shape
+// is remembered and current, and returns the indices of the others.
+func (m *filterMemo) recall(shape int32, nodes []fwk.NodeInfo, statuses []*fwk.Status) (missing []int) {
+	missing = make([]int, 0, len(nodes))
+	row := m.verdicts[shape]
+	for i, n := range nodes {
+		if j := m.indexOf(n); j < len(row) && row[j].known && row[j].generation == n.GetGeneration() {
+			statuses[i] = row[j].status
+			continue
+		}
+		missing = append(missing, i)
+	}
+	return missing
+}
+
+// remember keeps the verdicts statuses[i] for the nodes at indices.
+func (m *filterMemo) remember(shape int32, nodes []fwk.NodeInfo, statuses []*fwk.Status, indices []int) {
+	if len(m.verdicts[shape]) < len(m.index) {
+		m.verdicts[shape] = append(m.verdicts[shape], make([]verdict, len(m.index)-len(m.verdicts[shape]))...)
+	}
+	row := m.verdicts[shape]
+	for _, i := range indices {
+		row[m.indexOf(nodes[i])] = verdict{known: true, generation: nodes[i].GetGeneration(), status: statuses[i]}
+	}
+}
+
+// indexOf is the node's number in the memo, given on first sight.
+func (m *filterMemo) indexOf(n fwk.NodeInfo) int {
+	name := n.Node().Name
+	i, ok := m.index[name]
+	if !ok {
+		i = len(m.index)
+		m.index[name] = i
+	}
+	return i
+}
+
+// nodeIndices is 0..n−1.
+func nodeIndices(n int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = i
+	}
+	return out
+}
+
+// filterNames is the framework's Filter plugins.
+func filterNames(f framework.Framework) []string {
+	var names []string
+	for _, pl := range f.ListPlugins().Filter.Enabled {
+		names = append(names, pl.Name)
+	}
+	return names
+}
