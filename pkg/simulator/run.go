@@ -423,7 +423,8 @@ func sortBy[T any, K cmp.Ordered](s []T, key func(T) K) {
 }
 
 // withWorkloadShapes gives a profile whose GPUPlacement runs a
-// fragmentation-aware policy (gpu.PolicyInfo.NeedsShapes) without a
+// fragmentation-aware policy (gpu.PolicyInfo.NeedsShapes; for the External
+// strategy, its fallback, which picks the GPUs) without a
 // configured distribution of pod shapes the workload's own typical pods,
 // fixed for the run, as the FGD paper measures. A configured distribution is
 // kept as it is.
@@ -432,7 +433,11 @@ func withWorkloadShapes(p Profile, typical []gpu.TypicalPod) Profile {
 	if args == nil || len(args.Fragmentation.TypicalPods) > 0 {
 		return p
 	}
-	if info, err := gpu.LookupPolicy(string(args.ScoringStrategy.Type)); err != nil || !info.NeedsShapes {
+	policy := args.ScoringStrategy.Type
+	if policy == config.ScoringStrategyExternal {
+		policy = args.External.Fallback // the policy that picks the GPUs
+	}
+	if info, err := gpu.LookupPolicy(string(policy)); err != nil || !info.NeedsShapes {
 		return p
 	}
 	p.Profile = p.Profile.DeepCopy()
