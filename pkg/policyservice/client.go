@@ -250,9 +250,12 @@ func (s *Scorer) Compare(req *pb.ScoreRequest, scores []float64) (agree bool, ex
 	return agree, req.Nodes[best].Name, builtin
 }
 
-// Rescale maps scores min-max onto 0..maxOut, rounding: the service's
-// scores are cardinal, and the scheduler's are integers. Equal scores all
-// get maxOut.
+// Rescale maps scores min-max onto 0..maxOut, rounding, as the scheduler's
+// integer scores need; the service's scores are magnitudes. A node whose
+// score is below the highest gets at most maxOut − 1, so that the
+// service's best node stays strictly best however close the others come
+// (the environment's argmax, which a scorer is trained for). Equal scores
+// all get maxOut.
 func Rescale(scores []float64, maxOut int64) []int64 {
 	lo, hi := math.Inf(1), math.Inf(-1)
 	for _, v := range scores {
@@ -260,11 +263,12 @@ func Rescale(scores []float64, maxOut int64) []int64 {
 	}
 	out := make([]int64, len(scores))
 	for i, v := range scores {
-		if hi == lo {
+		switch {
+		case v == hi:
 			out[i] = maxOut
-			continue
+		default:
+			out[i] = min(int64(math.Round((v-lo)/(hi-lo)*float64(maxOut))), maxOut-1)
 		}
-		out[i] = int64(math.Round((v - lo) / (hi - lo) * float64(maxOut)))
 	}
 	return out
 }

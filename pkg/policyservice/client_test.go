@@ -2,6 +2,7 @@ package policyservice
 
 import (
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -87,11 +88,13 @@ func TestExternalReplyChecks(t *testing.T) {
 	}
 }
 
-// TestExternalRescale: min-max onto 0..maxOut, rounded; all equal → maxOut.
+// TestExternalRescale: min-max onto 0..maxOut, rounded, the best alone at
+// maxOut; all equal → maxOut.
 func TestExternalRescale(t *testing.T) {
-	// (v − lo)/(hi − lo) × 100 with lo −1, hi 3: −1 → 0, 0 → 25, 3 → 100, 0.5 → 37.5 → 38.
-	if got := Rescale([]float64{-1, 0, 3, 0.5}, 100); got[0] != 0 || got[1] != 25 || got[2] != 100 || got[3] != 38 {
-		t.Errorf("Rescale %v, want [0 25 100 38]", got)
+	// (v − lo)/(hi − lo) × 100 with lo −1, hi 3: −1 → 0, 0 → 25, 3 → 100,
+	// 0.5 → 37.5 → 38, 2.999 → 99.975 → 100, capped at 99 below the best.
+	if got := Rescale([]float64{-1, 0, 3, 0.5, 2.999}, 100); !slices.Equal(got, []int64{0, 25, 100, 38, 99}) {
+		t.Errorf("Rescale %v, want [0 25 100 38 99]", got)
 	}
 	if got := Rescale([]float64{7, 7}, 100); got[0] != 100 || got[1] != 100 {
 		t.Errorf("equal scores rescale to %v, want [100 100]", got)

@@ -8,7 +8,6 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/gpusched/gpusched/pkg/apis/config"
-	"github.com/gpusched/gpusched/pkg/gpu"
 	"github.com/gpusched/gpusched/pkg/policyservice"
 )
 
@@ -17,7 +16,7 @@ import (
 const externalKey fwk.StateKey = "PreScoreExternal" + Name
 
 // externalState is the policy service's scores by node name, rescaled to
-// 0..gpu.MaxScore.
+// the framework's 0..100 (policyservice.Rescale: its best node alone at 100).
 type externalState struct{ scores map[string]int64 }
 
 // Clone implements fwk.StateData; externalState is never modified after PreScore.
@@ -62,7 +61,7 @@ func (p *GPUPlacement) preScoreExternal(ctx context.Context, state fwk.CycleStat
 	if p.external.Shadow() {
 		return
 	}
-	rescaled := policyservice.Rescale(scores, gpu.MaxScore)
+	rescaled := policyservice.Rescale(scores, fwk.MaxNodeScore)
 	ext := &externalState{scores: make(map[string]int64, len(nodes))}
 	for i, n := range req.Nodes {
 		ext.scores[n.Name] = rescaled[i]

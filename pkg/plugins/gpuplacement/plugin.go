@@ -409,10 +409,9 @@ func (p *GPUPlacement) ScoreExtensions() fwk.ScoreExtensions { return p }
 // NormalizeScore rescales engine scores to 0..100 over the feasible nodes,
 // as the policy's scores mean to be compared (gpu.Policy.Rescale): the
 // extender rescales the same way to its 0..10. A policy service's scores
-// are rescaled min-max.
+// are already 0..100 (preScoreExternal).
 func (p *GPUPlacement) NormalizeScore(ctx context.Context, state fwk.CycleState, pod *v1.Pod, scores fwk.NodeScoreList) *fwk.Status {
 	if externalOf(state) != nil {
-		normalize.Rescale(scores, gpu.RescaleMinMax)
 		return nil
 	}
 	normalize.Rescale(scores, p.policy.Rescale)
