@@ -2,8 +2,10 @@ package simulator
 
 import (
 	"math"
+	"runtime"
 	"slices"
 	"strconv"
+	"sync"
 
 	"github.com/gpusched/gpusched/pkg/gpu"
 )
@@ -26,6 +28,11 @@ type Floor struct {
 	// weight).
 	LPWeights map[string]float64 `json:"lp_weights"`
 	LPPerGPU  float64            `json:"lp_per_gpu"`
+	// PlaceEveryFitPct is a lower bound for the online placements that
+	// never refuse a pod that fits, as kube-scheduler and the FGD protocol
+	// place: the largest of the packing LP's bounds over the cases of the
+	// first probe pod refused (onlineAllocationBound).
+	PlaceEveryFitPct float64 `json:"place_every_fit_pct"`
 	// LargeSharesPct is a lower bound for the placements that place every
 	// share above 500 milli-GPU (as a scheduler that never refuses a pod
 	// that fits does while there is room): such a share leaves 1000 − milli
@@ -46,42 +53,68 @@ func workloadFloors(opts Options, capacity int64) []Floor {
 	if opts.Arrival == ArrivalReplay || capacity == 0 {
 		return nil
 	}
-	floors := make([]Floor, 0, len(opts.Seeds))
-	for _, seed := range opts.Seeds {
-		var arrived []gpu.Demand
-		var total int64
-		for _, p := range fgdSequence(opts.Pods, seed, capacity) {
-			d, err := gpu.DemandFromPod(p.Pod)
-			if err != nil || d.TotalMilli() == 0 {
-				continue
+	floors := make([]*Floor, len(opts.Seeds))
+	// The seeds' floors are independent: one at a time per CPU.
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range min(runtime.GOMAXPROCS(0), len(opts.Seeds)) {
+		wg.Go(func() {
+			for i := range next {
+				floors[i] = seedFloor(opts, opts.Seeds[i], capacity)
 			}
-			if total+d.TotalMilli() > capacity {
-				break
-			}
-			total += d.TotalMilli()
-			arrived = append(arrived, d)
-		}
-		if total*100 < capacity*99 {
-			continue // the workload never reaches capacity: no metric to bound
-		}
-		gpus := capacity / gpu.MilliPerGPU
-		pct := func(unallocated float64) float64 { return round2(100 * unallocated / float64(capacity)) }
-		f := Floor{
-			Seed:           seed,
-			LargeSharesPct: pct(float64(largeShareBound(arrived))),
-			OfflineBFDPct:  pct(float64(capacity - offlineBestFitDecreasing(arrived, gpus))),
-		}
-		if cert, err := lpPackingBound(arrived, gpus); err == nil {
-			f.AnyPlacementPct = pct(float64(capacity) - cert.AllocatedMilli)
-			f.LPPerGPU = cert.PerGPU
-			f.LPWeights = map[string]float64{}
-			for size, w := range cert.Weights {
-				f.LPWeights[strconv.FormatInt(size, 10)] = math.Round(w*100) / 100
-			}
-		}
-		floors = append(floors, f)
+		})
 	}
-	return floors
+	for i := range opts.Seeds {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	out := make([]Floor, 0, len(floors))
+	for _, f := range floors {
+		if f != nil {
+			out = append(out, *f)
+		}
+	}
+	return out
+}
+
+// seedFloor is the Floor of one seed's workload; nil when the workload never
+// reaches the cluster's capacity, so that there is no metric to bound.
+func seedFloor(opts Options, seed, capacity int64) *Floor {
+	var arrived []arrivedPod
+	var total int64
+	for _, p := range fgdSequence(opts.Pods, seed, capacity) {
+		d, err := gpu.DemandFromPod(p.Pod)
+		if err != nil || d.TotalMilli() == 0 {
+			continue
+		}
+		if total+d.TotalMilli() > capacity {
+			break
+		}
+		total += d.TotalMilli()
+		arrived = append(arrived, arrivedPod{demand: d, milliCPU: gpu.PodMilliCPU(p.Pod), memoryMiB: gpu.PodMemoryMiB(p.Pod)})
+	}
+	if total*100 < capacity*99 {
+		return nil
+	}
+	demands := demandsOf(arrived)
+	gpus := capacity / gpu.MilliPerGPU
+	pct := func(unallocated float64) float64 { return round2(100 * unallocated / float64(capacity)) }
+	f := &Floor{
+		Seed:             seed,
+		LargeSharesPct:   pct(float64(largeShareBound(demands))),
+		OfflineBFDPct:    pct(float64(capacity - offlineBestFitDecreasing(demands, gpus))),
+		PlaceEveryFitPct: pct(float64(capacity) - onlineAllocationBound(arrived, gpus)),
+	}
+	if cert, err := lpPackingBound(demands, gpus); err == nil {
+		f.AnyPlacementPct = pct(float64(capacity) - cert.AllocatedMilli)
+		f.LPPerGPU = cert.PerGPU
+		f.LPWeights = map[string]float64{}
+		for size, w := range cert.Weights {
+			f.LPWeights[strconv.FormatInt(size, 10)] = math.Round(w*100) / 100
+		}
+	}
+	return f
 }
 
 // largeShareBound is the milli-GPU that stays free once the demands are

@@ -2,6 +2,7 @@ package simulator
 
 import (
 	"fmt"
+	"math"
 	"slices"
 
 	"gonum.org/v1/gonum/mat"
@@ -199,4 +200,109 @@ func solveDual(sizes, counts []int64, gpus int64, patterns [][]int64) (y float64
 		return 0, nil, fmt.Errorf("the packing LP: %w", err)
 	}
 	return x[0], x[1 : 1+k], nil
+}
+
+// packingLP is the configuration LP over a fixed list of item sizes, with
+// the packing patterns found so far kept for the next bound: the bounds of
+// an online floor's cases differ only in their item counts, so each starts
+// from the patterns the others needed.
+type packingLP struct {
+	sizes    []int64
+	patterns [][]int64
+}
+
+func newPackingLP(sizes []int64) *packingLP {
+	lp := &packingLP{sizes: sizes}
+	for i := range sizes {
+		a := make([]int64, len(sizes))
+		a[i] = 1
+		lp.patterns = append(lp.patterns, a)
+	}
+	return lp
+}
+
+// bound is an upper bound on the milli-GPU of any packing on gpus GPUs that
+// places, of each size, at least lower and at most upper items: the
+// configuration LP with both bounds, through its dual. With multipliers
+// y ≥ 0 (GPUs), u_s ≥ 0 (upper bounds) and 0 ≤ v_s ≤ V (lower bounds) such
+// that every pattern a weighs Σ a_s·(s − u_s + v_s) ≤ y,
+//
+//	allocated ≤ GPUs·y + Σ upper_s·u_s − Σ lower_s·v_s.
+//
+// Capping v_s at V keeps the restricted LP bounded while patterns are added,
+// and only narrows the dual, as do patterns kept from other bounds that
+// these counts would not allow: every answer is still a bound. y is checked
+// by the exact knapsack at the end. The bound is at most the items' total.
+func (p *packingLP) bound(lower, upper []int64, gpus int64) float64 {
+	var total float64
+	for i, s := range p.sizes {
+		total += float64(s * upper[i])
+	}
+	if total == 0 || gpus <= 0 {
+		return 0
+	}
+	const capV = 4 * gpu.MilliPerGPU
+	weights := func(u, v []float64) []float64 {
+		w := make([]float64, len(p.sizes))
+		for i, s := range p.sizes {
+			w[i] = float64(s) - u[i] + v[i]
+		}
+		return w
+	}
+	var u, v []float64
+	var y float64
+	for range 1000 {
+		var err error
+		if y, u, v, err = solveBoundedDual(p.sizes, lower, upper, gpus, p.patterns, capV); err != nil {
+			return total // no certificate: the items' total bounds it
+		}
+		best, pattern := heaviestPattern(p.sizes, upper, weights(u, v))
+		if best <= y+1e-7 {
+			break
+		}
+		p.patterns = append(p.patterns, pattern)
+	}
+	perGPU, _ := heaviestPattern(p.sizes, upper, weights(u, v))
+	bound := math.Max(y, perGPU) * float64(gpus)
+	for i := range p.sizes {
+		bound += float64(upper[i])*u[i] - float64(lower[i])*v[i]
+	}
+	return math.Min(bound, total)
+}
+
+// solveBoundedDual solves boundedPackingBound's dual restricted to
+// patterns. Standard form for the simplex: variables y, u_1..u_k,
+// v_1..v_k, a surplus per pattern, a slack per v_s ≤ capV.
+func solveBoundedDual(sizes, lower, upper []int64, gpus int64, patterns [][]int64, capV float64) (y float64, u, v []float64, err error) {
+	k, p := len(sizes), len(patterns)
+	rows, cols := p+k, 1+2*k+p+k
+	A := mat.NewDense(rows, cols, nil)
+	b := make([]float64, rows)
+	c := make([]float64, cols)
+	c[0] = float64(gpus)
+	for i := range k {
+		c[1+i] = float64(upper[i])
+		c[1+k+i] = -float64(lower[i])
+	}
+	for r, a := range patterns {
+		A.Set(r, 0, 1)
+		for i, n := range a {
+			if n > 0 {
+				A.Set(r, 1+i, float64(n))
+				A.Set(r, 1+k+i, -float64(n))
+				b[r] += float64(n * sizes[i])
+			}
+		}
+		A.Set(r, 1+2*k+r, -1)
+	}
+	for i := range k {
+		A.Set(p+i, 1+k+i, 1)
+		A.Set(p+i, 1+2*k+p+i, 1)
+		b[p+i] = capV
+	}
+	_, x, err := lp.Simplex(c, A, b, 1e-9, nil)
+	if err != nil {
+		return 0, nil, nil, fmt.Errorf("the bounded packing LP: %w", err)
+	}
+	return x[0], x[1 : 1+k], x[1+k : 1+2*k], nil
 }

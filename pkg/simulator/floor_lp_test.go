@@ -90,7 +90,8 @@ func TestHeaviestPattern(t *testing.T) {
 // is at least as strong as the hand-made one (weights 810 for 810-milli
 // shares and whole GPUs, 540 for 550–650, 405 for 460–480, 270 for
 // 320–440, 202.5 for 230–290, 67.5 for 220, 0 for ≤ 160: no GPU holds
-// more than 810), and no policy's run goes below it.
+// more than 810); the online floor is above it; and FragFit, which never
+// refuses a pod that fits, goes below neither.
 func TestLPBoundOnTheTrace(t *testing.T) {
 	opts, _ := loadTrace(t, "openb_pod_list_default.csv")
 	opts.Seeds = []int64{42}
@@ -155,7 +156,54 @@ func TestLPBoundOnTheTrace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := *runs[0].UnallocatedPctAt100; got < floors[0].AnyPlacementPct {
-		t.Errorf("FragFit left %.2f%% unallocated, below the bound %.2f%%", got, floors[0].AnyPlacementPct)
+	if got := *runs[0].UnallocatedPctAt100; got < floors[0].AnyPlacementPct || got < floors[0].PlaceEveryFitPct {
+		t.Errorf("FragFit left %.2f%% unallocated, below the bounds %.2f%% and %.2f%%", got, floors[0].AnyPlacementPct, floors[0].PlaceEveryFitPct)
+	}
+	// The online floor is the tighter of the two: FragFit never refuses a
+	// pod that fits, and about half a point of what it leaves is forced on
+	// any such policy by what arrives before the cluster fills.
+	if f := floors[0]; f.PlaceEveryFitPct < f.AnyPlacementPct+0.3 {
+		t.Errorf("the online floor %.2f%% is not above the bound for any placement %.2f%%", f.PlaceEveryFitPct, f.AnyPlacementPct)
+	}
+}
+
+// TestBoundedPackingBound: lower bounds force items in. Two GPUs and items
+// 600, 600, 400, 400, 1000: the best packing is 600+400 twice (2000); with
+// the whole GPU forced in, one GPU takes it and the other 600+400 (2000);
+// with both 600s and the whole GPU forced in, they cannot all fit: no
+// packing is in the case, and the bound says so by going below 0.
+func TestBoundedPackingBound(t *testing.T) {
+	sizes := []int64{400, 600, 1000}
+	upper := []int64{2, 2, 1}
+	tests := []struct {
+		name  string
+		lower []int64
+		want  float64
+	}{
+		{"nothing forced", []int64{0, 0, 0}, 2000},
+		{"the whole GPU forced in", []int64{0, 0, 1}, 2000},
+		// 1000 + 600 on two GPUs, the other 600 forced too: no packing.
+		// The LP may leave a forced item out at a cost of V = 4000: its best
+		// is 600+400 twice without the whole GPU, 2000 − 4000.
+		{"more forced than fits", []int64{0, 2, 1}, -2000},
+		// The 400s forced, the 600s and the whole GPU free: 400+600 twice.
+		{"the small items forced", []int64{2, 0, 0}, 2000},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := newPackingLP(sizes).bound(tt.lower, upper, 2); math.Abs(got-tt.want) > 1e-6 {
+				t.Errorf("bound %v, want %v", got, tt.want)
+			}
+		})
+	}
+	// Without lower bounds it is the certificate's bound.
+	demands := append(shares(810, 810, 160, 470, 470, 320), gpu.Demand{Count: 2, Milli: gpu.MilliPerGPU})
+	cert, err := lpPackingBound(demands, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, c := itemCounts(demands)
+	if got := newPackingLP(s).bound(make([]int64, len(s)), c, 4); math.Abs(got-cert.AllocatedMilli) > 1e-6 {
+		t.Errorf("bound %v without lower bounds, the certificate's %v", got, cert.AllocatedMilli)
 	}
 }

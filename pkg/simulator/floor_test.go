@@ -120,6 +120,9 @@ func TestWorkloadFloors(t *testing.T) {
 		if f.LargeSharesPct < 0 || f.OfflineBFDPct < f.LargeSharesPct || f.OfflineBFDPct >= 100 {
 			t.Errorf("seed %d: large-share bound %.2f%%, offline BFD %.2f%%: want 0 ≤ bound ≤ BFD < 100", f.Seed, f.LargeSharesPct, f.OfflineBFDPct)
 		}
+		if f.PlaceEveryFitPct < f.AnyPlacementPct {
+			t.Errorf("seed %d: the online floor %.2f%% is below the bound for any placement %.2f%%", f.Seed, f.PlaceEveryFitPct, f.AnyPlacementPct)
+		}
 		if f.AnyPlacementPct < 0 || f.AnyPlacementPct > f.OfflineBFDPct || f.LPPerGPU <= 0 || len(f.LPWeights) == 0 {
 			t.Errorf("seed %d: LP bound %.2f%% (%v per GPU, weights %v), offline BFD %.2f%%: want 0 ≤ bound ≤ BFD and a certificate",
 				f.Seed, f.AnyPlacementPct, f.LPPerGPU, f.LPWeights, f.OfflineBFDPct)
