@@ -159,6 +159,19 @@ func TestLPBoundOnTheTrace(t *testing.T) {
 	if got := *runs[0].UnallocatedPctAt100; got < floors[0].AnyPlacementPct || got < floors[0].PlaceEveryFitPct {
 		t.Errorf("FragFit left %.2f%% unallocated, below the bounds %.2f%% and %.2f%%", got, floors[0].AnyPlacementPct, floors[0].PlaceEveryFitPct)
 	}
+	// Where the unallocated capacity sits adds up to it (the snapshot is
+	// taken just before the pod that crosses 100% arrived, the curve's
+	// point interpolated at it).
+	var stranded int64
+	for _, m := range runs[0].StrandedAt100 {
+		stranded += m
+	}
+	if pct := 100 * float64(stranded) / float64(capacity); math.Abs(pct-*runs[0].UnallocatedPctAt100) > 0.1 {
+		t.Errorf("stranded capacity %.2f%% (%v), unallocated %.2f%%", pct, runs[0].StrandedAt100, *runs[0].UnallocatedPctAt100)
+	}
+	if runs[0].StrandedAt100["810"] == 0 {
+		t.Errorf("no capacity stranded beside 810-milli shares: %v", runs[0].StrandedAt100)
+	}
 	// The online floor is the tighter of the two: FragFit never refuses a
 	// pod that fits, and about half a point of what it leaves is forced on
 	// any such policy by what arrives before the cluster fills.

@@ -125,8 +125,20 @@ func TestReportScreenshot(t *testing.T) {
 		t.Errorf("the best policy's curve (row %d) is not above the floor line (row %d)", mid, floorRow)
 	}
 
-	// The models chart: its category axis has no numeric labels.
+	// The tables beside the charts: each seed's result and the difference
+	// from the first policy; where the unallocated capacity sits.
 	dom := renderHTML(t, page)
+	seeds := regexp.MustCompile(`(?s)<table data-table="seeds">.*?</table>`).FindString(dom)
+	for _, want := range []string{"<th>Random − FragFit</th>", "<td>1</td>", "<td>2</td>"} {
+		if !strings.Contains(seeds, want) {
+			t.Errorf("the per-seed table has no %s: %s", want, seeds)
+		}
+	}
+	if stranded := regexp.MustCompile(`(?s)<table data-table="stranded">.*?</table>`).FindString(dom); !strings.Contains(stranded, "<td>total</td>") {
+		t.Errorf("the stranded-capacity table has no total: %s", stranded)
+	}
+
+	// The models chart: its category axis has no numeric labels.
 	svg := regexp.MustCompile(`(?s)<svg[^>]*data-chart="models"[^>]*>.*?</svg>`).FindString(dom)
 	var models, numbers []string
 	for _, m := range regexp.MustCompile(`<text[^>]*>([^<]*)</text>`).FindAllStringSubmatch(svg, -1) {

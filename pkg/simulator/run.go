@@ -82,6 +82,11 @@ type Run struct {
 	// plugins, engine); MetricsSeconds the time spent measuring.
 	SchedulingSeconds float64 `json:"scheduling_seconds"`
 	MetricsSeconds    float64 `json:"metrics_seconds"`
+	// StrandedAt100 is where the unallocated GPU capacity sits when the
+	// arrived workload reaches the cluster's capacity (strandedAt): free
+	// milli-GPU by the largest share on its GPU, or "idle". nil for replay
+	// arrival.
+	StrandedAt100 map[string]int64 `json:"stranded_at_100,omitempty"`
 	// Placements is every submitted pod's outcome, in submission order,
 	// when Options.RecordPlacements is set.
 	Placements []PodPlacement `json:"placements,omitempty"`
@@ -328,6 +333,10 @@ func (e *episode) advance() (*decision, error) {
 			continue
 		}
 		demand := demandMilli(e.pods[ev.pod])
+		if e.out.StrandedAt100 == nil && r.opts.Arrival != ArrivalReplay && e.arrived+demand > r.capacity {
+			// The pods before this one are the floors' (workloadFloors).
+			e.out.StrandedAt100 = strandedAt(e.frag, e.sched)
+		}
 		e.arrived += demand
 		e.out.Submitted++
 		if e.dra != nil {
