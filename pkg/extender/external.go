@@ -58,7 +58,7 @@ func (e *Extender) prioritizeExternal(ctx context.Context, args *extenderv1.Exte
 		c := &cands[i]
 		n := e.view(c)
 		req := gpu.Request{Demand: demand, Host: hostOf(c.state, m)}
-		alloc := c.state.Node.Status.Allocatable
+		alloc := c.node.Status.Allocatable
 		feats[k] = e.policy.Features(n, &req, true, c.chosen, float64(builtin[k])/100, alloc.Cpu().MilliValue(), alloc.Memory().Value()>>20)
 	}
 	req := policyservice.ScoreRequest(args.Pod, demand, feats, e.policy.Type())
