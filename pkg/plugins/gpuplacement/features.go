@@ -56,10 +56,10 @@ func (p *GPUPlacement) features(state fwk.CycleState, nodes []fwk.NodeInfo, feas
 		views[i] = p.nodeGPUs(ni)
 		host := nodeHost(maxima, ni)
 		reqs[i] = gpu.Request{Demand: demand, Host: host, Exclude: exclude}
-		c, fit := p.policy.Place(views[i], &reqs[i])
+		c, fit, score := p.policy.PlaceAndScore(views[i], &reqs[i])
 		if fits[i] = fit.OK() && (feasible == nil || feasible[i]); fits[i] {
 			chosen[i] = c
-			scores = append(scores, p.policy.Score(views[i], &reqs[i], c))
+			scores = append(scores, score)
 		}
 	}
 	p.policy.Rescale(scores, fwk.MaxNodeScore)
