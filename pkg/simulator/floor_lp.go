@@ -106,7 +106,7 @@ func lpPackingBound(demands []gpu.Demand, gpus int64) (packingCertificate, error
 		cert.Weights[s] = w[i]
 		bound += float64(counts[i]) * (float64(s) - w[i])
 	}
-	cert.AllocatedMilli = min(bound, float64(total))
+	cert.AllocatedMilli = min(bound, float64(total), float64(gpus*gpu.MilliPerGPU))
 	return cert, nil
 }
 
@@ -195,7 +195,7 @@ func solveDual(sizes, counts []int64, gpus int64, patterns [][]int64) (y float64
 		A.Set(p+i, 1+k+p+i, 1)
 		b[p+i] = float64(sizes[i])
 	}
-	_, x, err := lp.Simplex(c, A, b, 1e-9, nil)
+	_, x, err := simplex(c, A, b)
 	if err != nil {
 		return 0, nil, fmt.Errorf("the packing LP: %w", err)
 	}
@@ -232,7 +232,8 @@ func newPackingLP(sizes []int64) *packingLP {
 // Capping v_s at V keeps the restricted LP bounded while patterns are added,
 // and only narrows the dual, as do patterns kept from other bounds that
 // these counts would not allow: every answer is still a bound. y is checked
-// by the exact knapsack at the end. The bound is at most the items' total.
+// by the exact knapsack at the end. The bound is at most the items' total
+// and the GPUs' capacity.
 func (p *packingLP) bound(lower, upper []int64, gpus int64) float64 {
 	var total float64
 	for i, s := range p.sizes {
@@ -267,7 +268,7 @@ func (p *packingLP) bound(lower, upper []int64, gpus int64) float64 {
 	for i := range p.sizes {
 		bound += float64(upper[i])*u[i] - float64(lower[i])*v[i]
 	}
-	return math.Min(bound, total)
+	return min(bound, total, float64(gpus*gpu.MilliPerGPU))
 }
 
 // solveBoundedDual solves boundedPackingBound's dual restricted to
@@ -300,9 +301,23 @@ func solveBoundedDual(sizes, lower, upper []int64, gpus int64, patterns [][]int6
 		A.Set(p+i, 1+2*k+p+i, 1)
 		b[p+i] = capV
 	}
-	_, x, err := lp.Simplex(c, A, b, 1e-9, nil)
+	_, x, err := simplex(c, A, b)
 	if err != nil {
 		return 0, nil, nil, fmt.Errorf("the bounded packing LP: %w", err)
 	}
 	return x[0], x[1 : 1+k], x[1+k : 1+2*k], nil
+}
+
+// simplex solves min c·x, A·x = b, x ≥ 0 with gonum's simplex, b first
+// raised by a distinct amount under 10⁻⁶ per row. Dantzig's rule, which
+// gonum uses, can cycle on a degenerate LP, and the packing LPs are
+// degenerate (many patterns tie); distinct right-hand sides make ties
+// unlikely. Raising b only tightens each constraint (y + Σ a·(u − v) ≥ load
+// + ε) or loosens a cap (u_s ≤ s + ε, v_s ≤ V + ε), so every solution still
+// yields a valid bound, which the callers check exactly anyway.
+func simplex(c []float64, A *mat.Dense, b []float64) (float64, []float64, error) {
+	for i := range b {
+		b[i] += 1e-6 * float64(1+(i*7919)%997) / 997
+	}
+	return lp.Simplex(c, A, b, 1e-9, nil)
 }
