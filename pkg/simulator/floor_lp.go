@@ -64,9 +64,9 @@ func itemCounts(demands []gpu.Demand) (sizes, counts []int64) {
 // none is. The certificate is then checked exactly, so it is valid
 // whatever the LP solver's tolerance.
 //
-// The dual: minimize GPUs·y + Σ n_s·u_s over y ≥ 0 and 0 ≤ u_s ≤ s, such
-// that y + Σ a_s·u_s ≥ Σ a_s·s for every pattern a (a_s items of size s
-// fitting one GPU). With w_s = s − u_s this is the certificate above.
+// It is packingLP.bound's LP without lower bounds: with w_s = s − u_s
+// (kept within 0..s) its multipliers are the certificate above, whose
+// bound is then computed from the exact knapsack.
 func lpPackingBound(demands []gpu.Demand, gpus int64) (packingCertificate, error) {
 	sizes, counts := itemCounts(demands)
 	var total int64
@@ -76,47 +76,23 @@ func lpPackingBound(demands []gpu.Demand, gpus int64) (packingCertificate, error
 	if len(sizes) == 0 || gpus <= 0 {
 		return packingCertificate{Weights: map[int64]float64{}}, nil
 	}
-	k := len(sizes)
-	// Start with every one-item pattern.
-	var patterns [][]int64
-	for i := range sizes {
-		a := make([]int64, k)
-		a[i] = 1
-		patterns = append(patterns, a)
+	_, u, v, err := newPackingLP(sizes).solve(make([]int64, len(sizes)), counts, gpus)
+	if err != nil {
+		return packingCertificate{}, err
 	}
-	var u []float64
-	for range 1000 {
-		y, sol, err := solveDual(sizes, counts, gpus, patterns)
-		if err != nil {
-			return packingCertificate{}, err
-		}
-		u = sol
-		w := weightsOf(sizes, u)
-		best, pattern := heaviestPattern(sizes, counts, w)
-		if best <= y+1e-7 {
-			break
-		}
-		patterns = append(patterns, pattern)
+	cert := packingCertificate{Weights: map[int64]float64{}}
+	w := make([]float64, len(sizes))
+	for i, s := range sizes {
+		w[i] = min(max(float64(s)-u[i]+v[i], 0), float64(s)) // a weight is 0..size
 	}
-	w := weightsOf(sizes, u)
-	perGPU, _ := heaviestPattern(sizes, counts, w)
-	cert := packingCertificate{Weights: map[int64]float64{}, PerGPU: perGPU}
-	bound := perGPU * float64(gpus)
+	cert.PerGPU, _ = heaviestPattern(sizes, counts, w)
+	bound := cert.PerGPU * float64(gpus)
 	for i, s := range sizes {
 		cert.Weights[s] = w[i]
 		bound += float64(counts[i]) * (float64(s) - w[i])
 	}
 	cert.AllocatedMilli = min(bound, float64(total), float64(gpus*gpu.MilliPerGPU))
 	return cert, nil
-}
-
-// weightsOf is w_s = s − u_s, kept within 0..s.
-func weightsOf(sizes []int64, u []float64) []float64 {
-	w := make([]float64, len(sizes))
-	for i, s := range sizes {
-		w[i] = min(max(float64(s)-u[i], 0), float64(s))
-	}
-	return w
 }
 
 // heaviestPattern is the heaviest set of items that fits one GPU, at most
@@ -167,41 +143,6 @@ func heaviestPattern(sizes, counts []int64, w []float64) (float64, []int64) {
 	return best[len(items)][capacity], pattern
 }
 
-// solveDual solves the dual restricted to patterns, in standard form for
-// the simplex: variables y, u_1..u_k, a surplus per pattern, a slack per
-// u_s ≤ s.
-func solveDual(sizes, counts []int64, gpus int64, patterns [][]int64) (y float64, u []float64, err error) {
-	k, p := len(sizes), len(patterns)
-	rows, cols := p+k, 1+k+p+k
-	A := mat.NewDense(rows, cols, nil)
-	b := make([]float64, rows)
-	c := make([]float64, cols)
-	c[0] = float64(gpus)
-	for i := range k {
-		c[1+i] = float64(counts[i])
-	}
-	for r, a := range patterns {
-		A.Set(r, 0, 1)
-		for i, n := range a {
-			if n > 0 {
-				A.Set(r, 1+i, float64(n))
-				b[r] += float64(n * sizes[i])
-			}
-		}
-		A.Set(r, 1+k+r, -1)
-	}
-	for i := range k {
-		A.Set(p+i, 1+i, 1)
-		A.Set(p+i, 1+k+p+i, 1)
-		b[p+i] = float64(sizes[i])
-	}
-	_, x, err := simplex(c, A, b)
-	if err != nil {
-		return 0, nil, fmt.Errorf("the packing LP: %w", err)
-	}
-	return x[0], x[1 : 1+k], nil
-}
-
 // packingLP is the configuration LP over a fixed list of item sizes, with
 // the packing patterns found so far kept for the next bound: the bounds of
 // an online floor's cases differ only in their item counts, so each starts
@@ -219,6 +160,27 @@ func newPackingLP(sizes []int64) *packingLP {
 		lp.patterns = append(lp.patterns, a)
 	}
 	return lp
+}
+
+// solve solves bound's dual, adding the patterns it violates (the most
+// violated, by a knapsack) until none is; y, u and v are its multipliers.
+func (p *packingLP) solve(lower, upper []int64, gpus int64) (y float64, u, v []float64, err error) {
+	const capV = 4 * gpu.MilliPerGPU
+	for range 1000 {
+		if y, u, v, err = solveBoundedDual(p.sizes, lower, upper, gpus, p.patterns, capV); err != nil {
+			return 0, nil, nil, err
+		}
+		w := make([]float64, len(p.sizes))
+		for i, s := range p.sizes {
+			w[i] = float64(s) - u[i] + v[i]
+		}
+		best, pattern := heaviestPattern(p.sizes, upper, w)
+		if best <= y+1e-7 {
+			break
+		}
+		p.patterns = append(p.patterns, pattern)
+	}
+	return y, u, v, nil
 }
 
 // bound is an upper bound on the milli-GPU of any packing on gpus GPUs that
@@ -242,28 +204,15 @@ func (p *packingLP) bound(lower, upper []int64, gpus int64) float64 {
 	if total == 0 || gpus <= 0 {
 		return 0
 	}
-	const capV = 4 * gpu.MilliPerGPU
-	weights := func(u, v []float64) []float64 {
-		w := make([]float64, len(p.sizes))
-		for i, s := range p.sizes {
-			w[i] = float64(s) - u[i] + v[i]
-		}
-		return w
+	y, u, v, err := p.solve(lower, upper, gpus)
+	if err != nil {
+		return min(total, float64(gpus*gpu.MilliPerGPU)) // no certificate: the items and the GPUs bound it
 	}
-	var u, v []float64
-	var y float64
-	for range 1000 {
-		var err error
-		if y, u, v, err = solveBoundedDual(p.sizes, lower, upper, gpus, p.patterns, capV); err != nil {
-			return total // no certificate: the items' total bounds it
-		}
-		best, pattern := heaviestPattern(p.sizes, upper, weights(u, v))
-		if best <= y+1e-7 {
-			break
-		}
-		p.patterns = append(p.patterns, pattern)
+	w := make([]float64, len(p.sizes))
+	for i, s := range p.sizes {
+		w[i] = float64(s) - u[i] + v[i]
 	}
-	perGPU, _ := heaviestPattern(p.sizes, upper, weights(u, v))
+	perGPU, _ := heaviestPattern(p.sizes, upper, w)
 	bound := math.Max(y, perGPU) * float64(gpus)
 	for i := range p.sizes {
 		bound += float64(upper[i])*u[i] - float64(lower[i])*v[i]
@@ -271,7 +220,7 @@ func (p *packingLP) bound(lower, upper []int64, gpus int64) float64 {
 	return min(bound, total, float64(gpus*gpu.MilliPerGPU))
 }
 
-// solveBoundedDual solves boundedPackingBound's dual restricted to
+// solveBoundedDual solves packingLP.bound's dual restricted to
 // patterns. Standard form for the simplex: variables y, u_1..u_k,
 // v_1..v_k, a surplus per pattern, a slack per v_s ≤ capV.
 func solveBoundedDual(sizes, lower, upper []int64, gpus int64, patterns [][]int64, capV float64) (y float64, u, v []float64, err error) {
