@@ -358,3 +358,42 @@ func TestLedgerDoubt(t *testing.T) {
 		t.Errorf("Doubt of a pod never assumed holds %v", d)
 	}
 }
+
+// TestLedgerFrontCache checks the ledger's lock-free front cache against its
+// views: it serves a node's current view only, through a replaced Node
+// object and an assumption that makes the view stale.
+func TestLedgerFrontCache(t *testing.T) {
+	l := gpu.NewLedger()
+	consistent := func(step string) {
+		t.Helper()
+		if name, bad := l.FrontMismatch(); bad {
+			t.Fatalf("%s: the front cache holds an entry of node %s that is not its current one", step, name)
+		}
+	}
+	old := gt.MakeGPUNode("n").GFD("A100", 2, 40960).Obj()
+	if got := l.Node(old, 1, slices.Values([]*v1.Pod(nil))).Len(); got != 2 {
+		t.Fatalf("first read: %d GPUs, want 2", got)
+	}
+	consistent("first read")
+
+	// The node's object is replaced (its GPU count changed): the old object's
+	// entry leaves the front cache.
+	replaced := gt.MakeGPUNode("n").GFD("A100", 4, 40960).Obj()
+	if got := l.Node(replaced, 2, slices.Values([]*v1.Pod(nil))).Len(); got != 4 {
+		t.Fatalf("replaced node: %d GPUs, want 4", got)
+	}
+	consistent("replaced node")
+
+	// An assumption makes the view stale: the next read of the same object
+	// and generation sees the pod held there.
+	a := gpu.Assignment{Node: "n", Devices: []int{3}, Milli: 1000}
+	if err := l.Assume("p", a); err != nil {
+		t.Fatal(err)
+	}
+	consistent("assume")
+	pod := gt.MakeGPUPod("p").UID("p").Node("n").Obj()
+	if got := usedMilli(l.Node(replaced, 2, slices.Values([]*v1.Pod{pod}))); got[3] != 1000 {
+		t.Fatalf("after assume: used %v, want GPU 3 held", got)
+	}
+	consistent("read after assume")
+}
