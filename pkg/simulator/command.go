@@ -26,6 +26,7 @@ type flags struct {
 	quiet               bool
 	dra                 bool
 	noTimings           bool
+	placements          bool
 	// shard, shards and out run one shard of the sweep (parseShard).
 	shard  string
 	shards int
@@ -75,6 +76,7 @@ write. See docs/simulator.md.`,
 	fs.IntVar(&f.parallel, "parallel", 0, "runs at once; default one per CPU")
 	fs.BoolVar(&f.quiet, "quiet", false, "no progress bar on stderr")
 	fs.BoolVar(&f.dra, "dra", false, "the DRA path: GPUs published as DRA devices, GPU requests as ResourceClaims that DynamicResources allocates first fit, the policy ranking nodes on its predicted allocation (docs/dra.md)")
+	fs.BoolVar(&f.placements, "placements", false, "record every submitted pod's outcome (its node and GPUs, or why it was refused) in each run of the JSON report")
 	fs.BoolVar(&f.noTimings, "no-timings", false, "report every wall time as 0, so that reports of the same sweep are equal byte for byte")
 	fs.IntVar(&f.shards, "shards", 0, "run one of N shards of the sweep, the one "+ShardIndexEnv+" names (as an Indexed Job sets it); needs --out")
 	fs.StringVar(&f.shard, "shard", "", "run shard I of N (I/N, 0 ≤ I < N) of the sweep; needs --out")
@@ -241,7 +243,7 @@ func optionsFromFlags(f flags) (Options, []workload, error) {
 	if f.parallel < 0 {
 		return opts, nil, fmt.Errorf("--parallel %d: want 0 (one run per CPU) or more", f.parallel)
 	}
-	opts = Options{Nodes: nodes, Profiles: profiles, Seeds: seeds, Arrival: arrival, TieBreak: tieBreak, Parallel: f.parallel, DRA: f.dra}
+	opts = Options{Nodes: nodes, Profiles: profiles, Seeds: seeds, Arrival: arrival, TieBreak: tieBreak, Parallel: f.parallel, DRA: f.dra, RecordPlacements: f.placements}
 	if f.telemetry != "" {
 		if opts.Telemetry, err = LoadTelemetry(f.telemetry); err != nil {
 			return opts, nil, err

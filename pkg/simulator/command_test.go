@@ -2,7 +2,10 @@ package simulator
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -120,5 +123,60 @@ func TestHelpShowsSimulateFlags(t *testing.T) {
 	}
 	if strings.Contains(help, "scheduler flag sections") || strings.Contains(help, "scheduler usage") {
 		t.Errorf("help shows the scheduler command's help:\n%s", help)
+	}
+}
+
+// TestPlacementsFlag: --placements puts every submitted pod's outcome in the
+// JSON report's runs, a node for each placed pod and a reason for each
+// refused one; without it the runs carry none.
+func TestPlacementsFlag(t *testing.T) {
+	dir := t.TempDir()
+	nodes, pods := writeSweepInputs(t, dir)
+	pods, _, _ = strings.Cut(pods, ",") // one pod list: a report, not a sweep
+	for _, record := range []bool{true, false} {
+		out := filepath.Join(dir, fmt.Sprintf("report-%v.json", record))
+		args := []string{"--nodes", nodes, "--pods", pods, "--policies", "BestFit", "--seeds", "1,2", "--quiet", "--json", out}
+		if record {
+			args = append(args, "--placements")
+		}
+		if stdout, stderr, err := simulateProcess(t, nil, args...); err != nil {
+			t.Fatalf("%v\n%s%s", err, stdout, stderr)
+		}
+		data, err := os.ReadFile(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var report struct {
+			Runs []Run `json:"runs"`
+		}
+		if err := json.Unmarshal(data, &report); err != nil {
+			t.Fatal(err)
+		}
+		if len(report.Runs) != 2 {
+			t.Fatalf("--placements=%v: %d runs, want 2", record, len(report.Runs))
+		}
+		for _, run := range report.Runs {
+			if !record {
+				if len(run.Placements) != 0 {
+					t.Errorf("seed %d: %d placements recorded without --placements", run.Seed, len(run.Placements))
+				}
+				continue
+			}
+			if len(run.Placements) != run.Submitted {
+				t.Errorf("seed %d: %d placements for %d submitted pods", run.Seed, len(run.Placements), run.Submitted)
+			}
+			var refused int
+			for _, p := range run.Placements {
+				switch {
+				case p.Node == "" && p.Reason == "":
+					t.Errorf("seed %d: pod %s neither placed nor refused with a reason", run.Seed, p.Pod)
+				case p.Node == "":
+					refused++
+				}
+			}
+			if refused != run.Failed {
+				t.Errorf("seed %d: %d placements without a node, %d pods failed", run.Seed, refused, run.Failed)
+			}
+		}
 	}
 }
