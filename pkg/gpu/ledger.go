@@ -52,31 +52,48 @@ type Ledger struct {
 	// 5000 nodes the name lookups were a fifth of the scheduler's CPU spent
 	// on GPU pods beyond plain ones. It is direct-mapped: a node whose slot
 	// another node took is read from views. Written only by store, under
-	// mu; every entry in it is its node's current entry in views.
-	front [frontSlots]atomic.Pointer[cachedView]
+	// mu; every entry in it is its node's current entry in views. Nil until
+	// views holds a second node, so that a ledger built for one node's view
+	// allocates none.
+	front atomic.Pointer[frontCache]
+	// nodes is the number of names in views. Guarded by mu.
+	nodes int
 }
 
-// frontSlots is the number of slots in Ledger.front: a few times the nodes
-// of a large cluster, so that few share a slot (128 KiB per ledger).
-const frontSlots = 1 << 14
+// frontCache is Ledger.front's table: a few times the nodes of a large
+// cluster, so that few share a slot (512 KiB; at 5000 nodes about 4% of the
+// nodes lose their slot to another, against 14% with a quarter of the
+// slots).
+type frontCache [1 << frontBits]atomic.Pointer[cachedView]
+
+const frontBits = 16
 
 // frontSlot is the slot of a Node object in Ledger.front: its address,
 // hashed. A cached view holds its Node object, so the address cannot be
 // reused by another object while the entry is in a slot.
 func frontSlot(node *v1.Node) int {
-	return int((uint64(uintptr(unsafe.Pointer(node))) * 0x9e3779b97f4a7c15) >> (64 - 14))
+	return int((uint64(uintptr(unsafe.Pointer(node))) * 0x9e3779b97f4a7c15) >> (64 - frontBits))
 }
 
 // store makes c the node's current entry, in views and in front. The
 // node's previous entry leaves its slot, so that front never holds an
 // entry views has replaced. Callers hold l.mu.
 func (l *Ledger) store(name string, c *cachedView) {
-	if prev := l.cached(name); prev != nil && prev.source != nil && prev.source != c.source {
-		l.front[frontSlot(prev.source)].CompareAndSwap(prev, nil)
+	prev := l.cached(name)
+	if prev == nil {
+		l.nodes++
+	}
+	front := l.front.Load()
+	if front == nil && l.nodes > 1 {
+		front = new(frontCache)
+		l.front.Store(front)
+	}
+	if front != nil && prev != nil && prev.source != nil && prev.source != c.source {
+		front[frontSlot(prev.source)].CompareAndSwap(prev, nil)
 	}
 	l.views.Store(name, c)
-	if c.source != nil {
-		l.front[frontSlot(c.source)].Store(c)
+	if front != nil && c.source != nil {
+		front[frontSlot(c.source)].Store(c)
 	}
 }
 
@@ -111,8 +128,10 @@ func NewLedger() *Ledger {
 // is returned without reading pods. The inventory is read again only when node
 // is a different object with a different resourceVersion.
 func (l *Ledger) Node(node *v1.Node, generation int64, pods iter.Seq[*v1.Pod]) *NodeGPUs {
-	if c := l.front[frontSlot(node)].Load(); c != nil && c.source == node && !c.stale && c.generation == generation {
-		return c.view
+	if front := l.front.Load(); front != nil {
+		if c := front[frontSlot(node)].Load(); c != nil && c.source == node && !c.stale && c.generation == generation {
+			return c.view
+		}
 	}
 	if c := l.cached(node.Name); c != nil && !c.stale && c.generation == generation && sameNode(c.source, node) {
 		return c.view

@@ -360,8 +360,9 @@ func TestLedgerDoubt(t *testing.T) {
 }
 
 // TestLedgerFrontCache checks the ledger's lock-free front cache against its
-// views: it serves a node's current view only, through a replaced Node
-// object and an assumption that makes the view stale.
+// views: it is allocated once the ledger holds a second node, and serves a
+// node's current view only, through a replaced Node object and an
+// assumption that makes the view stale.
 func TestLedgerFrontCache(t *testing.T) {
 	l := gpu.NewLedger()
 	consistent := func(step string) {
@@ -370,11 +371,23 @@ func TestLedgerFrontCache(t *testing.T) {
 			t.Fatalf("%s: the front cache holds an entry of node %s that is not its current one", step, name)
 		}
 	}
+	// A ledger that has seen one node has no front cache: one built for a
+	// single view allocates none.
+	other := gt.MakeGPUNode("other").GFD("A100", 8, 40960).Obj()
+	if got := l.Node(other, 1, slices.Values([]*v1.Pod(nil))).Len(); got != 8 {
+		t.Fatalf("first node: %d GPUs, want 8", got)
+	}
+	if l.HasFront() {
+		t.Fatal("a ledger holding one node's view allocated its front cache")
+	}
 	old := gt.MakeGPUNode("n").GFD("A100", 2, 40960).Obj()
 	if got := l.Node(old, 1, slices.Values([]*v1.Pod(nil))).Len(); got != 2 {
-		t.Fatalf("first read: %d GPUs, want 2", got)
+		t.Fatalf("second node: %d GPUs, want 2", got)
 	}
-	consistent("first read")
+	if !l.HasFront() {
+		t.Fatal("a ledger holding two nodes' views has no front cache")
+	}
+	consistent("second node")
 
 	// The node's object is replaced (its GPU count changed): the old object's
 	// entry leaves the front cache.
