@@ -5,6 +5,7 @@ import (
 	"math"
 
 	"github.com/gpusched/gpusched/pkg/gpu"
+	"github.com/gpusched/gpusched/pkg/packing"
 )
 
 // arrivedPod is a pod of a workload's arrival sequence as the online floor
@@ -49,7 +50,7 @@ func (p *arrivedPod) dominates(q *arrivedPod) bool {
 //     and memory, and nothing frees up after.
 //
 // Each case bounds the allocation by the packing LP with those items forced
-// in and out (packingLP.bound), and the placement is in one of the
+// in and out (packing.LP.Bound), and the placement is in one of the
 // cases, so the largest case bounds it. The cases are searched branch and
 // bound over intervals of K, each interval bounded by the LP with the items
 // forced in at its first K and out for every K in it.
@@ -79,7 +80,7 @@ func onlineAllocationBound(pods []arrivedPod, gpus int64) float64 {
 		}
 	}
 	sizes, available := itemCounts(demandsOf(pods))
-	packing := newPackingLP(sizes)
+	lp := packing.NewLP(sizes)
 	index := map[int64]int{}
 	for i, s := range sizes {
 		index[s] = i
@@ -106,7 +107,7 @@ func onlineAllocationBound(pods []arrivedPod, gpus int64) float64 {
 				lower[index[size]] += int64(d.Count)
 			}
 		}
-		return packing.bound(lower, upper, gpus)
+		return lp.Bound(lower, upper, gpus)
 	}
 	// The case where no probe is refused.
 	best := bound(never, never, 0, 0, -1)
