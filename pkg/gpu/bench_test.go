@@ -114,7 +114,7 @@ func BenchmarkFitScoreAcrossNodes(b *testing.B) {
 }
 
 // BenchmarkFragmentationScore is Place + Score for one 8-GPU node with the
-// fragmentation-aware policies, FGD and FragFit (the default), against 20
+// fragmentation-aware policies, FGD, FragFit (the default) and PairFit, against 20
 // typical pods (the default Alibaba workload has 19 shapes covering 95%).
 func BenchmarkFragmentationScore(b *testing.B) {
 	node, pods := busyNode(b, "n")
@@ -135,6 +135,7 @@ func BenchmarkFragmentationScore(b *testing.B) {
 	}{
 		{"FGD", gpu.MustPolicy(gpu.PolicyFGD, gpu.PolicyConfig{Shapes: shapes})},
 		{"FragFit", gpu.MustPolicy(gpu.PolicyFragFit, gpu.PolicyConfig{Shapes: shapes})},
+		{"PairFit", gpu.MustPolicy(gpu.PolicyPairFit, gpu.PolicyConfig{Shapes: shapes})},
 	} {
 		for _, tc := range []struct {
 			name   string
@@ -146,11 +147,47 @@ func BenchmarkFragmentationScore(b *testing.B) {
 			b.Run(p.name+"/"+tc.name, func(b *testing.B) {
 				b.ReportAllocs()
 				req := gpu.Request{Demand: &tc.demand, Host: host}
+				p.policy.Place(n, &req) // PairFit prices the typical pods on first use
 				for b.Loop() {
 					chosen, _ := p.policy.Place(n, &req)
 					p.policy.Score(n, &req, chosen)
 				}
 			})
 		}
+	}
+}
+
+// BenchmarkPairFitPrices is PairFit's pricing of typical pods (the packing
+// LP and the knapsack over one GPU), which a live scheduler pays each time
+// the item mix of its learned typical pods changes: "trace" is the eight
+// item sizes of the default Alibaba workload's typical pods, in its
+// proportions; "20-sizes" twenty sizes from 100 to 955 milli-GPU.
+func BenchmarkPairFitPrices(b *testing.B) {
+	var trace gpu.StaticShapes
+	for _, s := range []struct {
+		milli  int64
+		weight float64
+	}{{1000, 0.55}, {810, 0.15}, {470, 0.1}, {320, 0.05}, {650, 0.04}, {230, 0.02}, {460, 0.02}, {590, 0.01}} {
+		trace = append(trace, gpu.TypicalPod{Demand: gpu.Demand{Count: 1, Milli: s.milli}, Weight: s.weight})
+	}
+	var twenty gpu.StaticShapes
+	for i := range 20 {
+		d := gpu.Demand{Count: 1, Milli: int64(100 + 45*i), MilliCPU: int64(2000 * (1 + i%4))}
+		if i%5 == 0 {
+			d.Milli = 1000
+			d.Count = 1 + i%3
+		}
+		twenty = append(twenty, gpu.TypicalPod{Demand: d, Weight: 0.05})
+	}
+	for _, tc := range []struct {
+		name   string
+		shapes gpu.StaticShapes
+	}{{"trace", trace}, {"20-sizes", twenty}} {
+		b.Run(tc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				gpu.PairFitPrices(tc.shapes)
+			}
+		})
 	}
 }

@@ -1,5 +1,7 @@
 package gpu
 
+import "unsafe"
+
 // SeenCount is how many pod UIDs the window remembers as counted.
 func (w *ShapeWindow) SeenCount() int64 { return w.nSeen.Load() }
 
@@ -20,3 +22,21 @@ func (l *Ledger) FrontMismatch() (string, bool) {
 
 // HasFront reports whether the ledger has allocated its front cache.
 func (l *Ledger) HasFront() bool { return l.front.Load() != nil }
+
+// PairFitPrices exposes PairFit's prices of typical's sizes.
+func PairFitPrices(typical StaticShapes) PricesForTest {
+	return PricesForTest{newSharePrices(itemMixOf(typical))}
+}
+
+// PricesForTest is a sharePrices for tests.
+type PricesForTest struct{ p *sharePrices }
+
+func (p PricesForTest) Weight(milli int64) float64   { return p.p.weight(milli) }
+func (p PricesForTest) Loss(free, milli int64) int64 { return p.p.loss(free, milli) }
+
+// PairFitPricing asks p, a PairFit policy, for its prices of typical and
+// returns where their weights live: the same address for a mix it did not
+// price again.
+func PairFitPricing(p *Policy, typical []TypicalPod) *float64 {
+	return unsafe.SliceData(p.strategy.(*pairFit).pricesFor(typical).weights)
+}

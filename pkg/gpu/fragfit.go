@@ -61,9 +61,14 @@ func (p fragFit) Score(n *NodeGPUs, d *Demand, h Host, chosen DeviceSet) int64 {
 		freeGPU += free[i]
 	}
 	after := n.fragmentOf(free[:n.Len()], h.after(d), typical)
-	fragLevel := fgdScore(before, after)
+	return fgdScore(before, after)<<20 + fragFitFit(n, d, h, freeGPU)
+}
+
+// fragFitFit is FragFit's fit term, 0..2^20−1: how little free CPU and
+// GPU the node keeps once d is placed (freeGPU milli-GPU left), each
+// normalized by the largest node's and weighed equally.
+func fragFitFit(n *NodeGPUs, d *Demand, h Host, freeGPU int64) int64 {
 	_, maxGPU := h.maxima(n)
 	left := 0.5*max(0, h.cpuTerm(n, d.MilliCPU)) + 0.5*float64(freeGPU)/float64(maxGPU)
-	fitLevel := int64((1 - min(1, left)) * float64(1<<20-1))
-	return fragLevel<<20 + fitLevel
+	return int64((1 - min(1, left)) * float64(1<<20-1))
 }
