@@ -14,12 +14,13 @@ import (
 // with the node's view, answers as Place and Score do afresh, asked again
 // and again while views change under it (With, Without: the changed view
 // shares nothing remembered with the one it came from), with other hosts,
-// by two policies about the same views, and after the policy's typical pods
+// by three policies about the same views, and after the policy's typical pods
 // change (a ShapeWindow that learns).
 func TestPlaceAndScoreRemembers(t *testing.T) {
 	window := gpu.NewShapeWindow(4, halfWholeHalfShare) // recomputed every 64 pods observed
 	fragFit := gpu.MustPolicy(gpu.PolicyFragFit, gpu.PolicyConfig{Shapes: window})
 	fgd := gpu.MustPolicy(gpu.PolicyFGD, gpu.PolicyConfig{Shapes: window})
+	pairFit := gpu.MustPolicy(gpu.PolicyPairFit, gpu.PolicyConfig{Shapes: window})
 	demands := []gpu.Demand{
 		{Count: 1, Milli: 500, MilliCPU: 4000},
 		{Count: 1, Milli: 250, MilliCPU: 4000},
@@ -42,7 +43,7 @@ func TestPlaceAndScoreRemembers(t *testing.T) {
 	}
 	var askers []asker
 	for _, h := range hosts {
-		askers = append(askers, asker{"FragFit", fragFit, h}, asker{"FGD", fgd, h})
+		askers = append(askers, asker{"FragFit", fragFit, h}, asker{"FGD", fgd, h}, asker{"PairFit", pairFit, h})
 	}
 	askers = append(askers, askers[0])
 	view := nodeWithPods(t, gt.MakeGPUNode("n").GFD("T4", 4, 0))
