@@ -119,15 +119,7 @@ func BenchmarkFitScoreAcrossNodes(b *testing.B) {
 func BenchmarkFragmentationScore(b *testing.B) {
 	node, pods := busyNode(b, "n")
 	n := gpu.NewLedger().Node(node, 1, slices.Values(pods))
-	var shapes gpu.StaticShapes
-	for i := range 20 {
-		d := gpu.Demand{Count: 1, Milli: int64(100 + 45*i), MilliCPU: int64(2000 * (1 + i%4))}
-		if i%5 == 0 {
-			d.Milli = 1000
-			d.Count = 1 + i%3
-		}
-		shapes = append(shapes, gpu.TypicalPod{Demand: d, Weight: 0.05})
-	}
+	shapes := twentyShapes()
 	host := gpu.Host{Known: true, FreeMilliCPU: 64000, FreeMemoryMiB: 1 << 20}
 	for _, p := range []struct {
 		name   string
@@ -170,15 +162,7 @@ func BenchmarkPairFitPrices(b *testing.B) {
 	}{{1000, 0.55}, {810, 0.15}, {470, 0.1}, {320, 0.05}, {650, 0.04}, {230, 0.02}, {460, 0.02}, {590, 0.01}} {
 		trace = append(trace, gpu.TypicalPod{Demand: gpu.Demand{Count: 1, Milli: s.milli}, Weight: s.weight})
 	}
-	var twenty gpu.StaticShapes
-	for i := range 20 {
-		d := gpu.Demand{Count: 1, Milli: int64(100 + 45*i), MilliCPU: int64(2000 * (1 + i%4))}
-		if i%5 == 0 {
-			d.Milli = 1000
-			d.Count = 1 + i%3
-		}
-		twenty = append(twenty, gpu.TypicalPod{Demand: d, Weight: 0.05})
-	}
+	twenty := twentyShapes()
 	for _, tc := range []struct {
 		name   string
 		shapes gpu.StaticShapes
@@ -190,4 +174,19 @@ func BenchmarkPairFitPrices(b *testing.B) {
 			}
 		})
 	}
+}
+
+// twentyShapes is 20 typical pods of equal weight: shares of 100 to 955
+// milli-GPU and pods of 1 to 3 whole GPUs, with 2 to 8 CPUs.
+func twentyShapes() gpu.StaticShapes {
+	var shapes gpu.StaticShapes
+	for i := range 20 {
+		d := gpu.Demand{Count: 1, Milli: int64(100 + 45*i), MilliCPU: int64(2000 * (1 + i%4))}
+		if i%5 == 0 {
+			d.Milli = 1000
+			d.Count = 1 + i%3
+		}
+		shapes = append(shapes, gpu.TypicalPod{Demand: d, Weight: 0.05})
+	}
+	return shapes
 }

@@ -39,6 +39,19 @@ func (d *Demand) IsZero() bool { return d.Count == 0 }
 // IsShare reports whether the pod asks for a share of one GPU.
 func (d *Demand) IsShare() bool { return d.Count == 1 && d.Milli < MilliPerGPU }
 
+// PackingItems is the demand as items of the packing LP (pkg/packing): a
+// share is one item of its milli-GPU, each GPU of a whole-GPU pod an item of
+// MilliPerGPU, and a demand without GPUs no item.
+func (d *Demand) PackingItems() (size int64, n int) {
+	switch {
+	case d.Count <= 0 || d.Milli <= 0:
+		return 0, 0
+	case d.IsShare():
+		return d.Milli, 1
+	}
+	return MilliPerGPU, d.Count
+}
+
 // TotalMilli is the demand in milli-GPU summed over its GPUs.
 func (d *Demand) TotalMilli() int64 { return int64(d.Count) * d.Milli }
 

@@ -108,3 +108,22 @@ func TestDemandAllowsModel(t *testing.T) {
 		t.Error("an empty model list allows every model")
 	}
 }
+
+// TestPackingItems: what the packing LP counts of a demand.
+func TestPackingItems(t *testing.T) {
+	for _, tt := range []struct {
+		d    gpu.Demand
+		size int64
+		n    int
+	}{
+		{gpu.Demand{Count: 1, Milli: 470}, 470, 1},
+		{gpu.Demand{Count: 4, Milli: 1000}, 1000, 4},
+		{gpu.Demand{Count: 1, Milli: 1000}, 1000, 1},
+		{gpu.Demand{MilliCPU: 4000}, 0, 0},
+		{gpu.Demand{Count: 1}, 0, 0}, // no milli-GPU: nothing to pack
+	} {
+		if size, n := tt.d.PackingItems(); size != tt.size || n != tt.n {
+			t.Errorf("%+v: %d items of %d, want %d of %d", tt.d, n, size, tt.n, tt.size)
+		}
+	}
+}

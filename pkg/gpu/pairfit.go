@@ -167,15 +167,9 @@ func itemMixOf(typical []TypicalPod) itemMix {
 	weights := map[int64]float64{}
 	var total float64
 	for i := range typical {
-		d := &typical[i].Demand
-		switch {
-		case d.Count == 0 || d.Milli <= 0:
-		case d.IsShare():
-			weights[d.Milli] += typical[i].Weight
-			total += typical[i].Weight
-		default:
-			weights[MilliPerGPU] += typical[i].Weight * float64(d.Count)
-			total += typical[i].Weight * float64(d.Count)
+		if size, n := typical[i].Demand.PackingItems(); n > 0 {
+			weights[size] += typical[i].Weight * float64(n)
+			total += typical[i].Weight * float64(n)
 		}
 	}
 	mix := make(itemMix, 0, len(weights))

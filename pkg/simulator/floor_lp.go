@@ -7,16 +7,13 @@ import (
 	"github.com/gpusched/gpusched/pkg/packing"
 )
 
-// itemCounts counts the demands' items by size: a share is one item of
-// its milli-GPU, a pod of n whole GPUs n items of 1000. Sizes ascend.
+// itemCounts counts the demands' items (gpu.Demand.PackingItems) by size.
+// Sizes ascend.
 func itemCounts(demands []gpu.Demand) (sizes, counts []int64) {
 	byS := map[int64]int64{}
 	for _, d := range demands {
-		switch {
-		case d.IsShare():
-			byS[d.Milli]++
-		case d.Count > 0:
-			byS[gpu.MilliPerGPU] += int64(d.Count)
+		if size, n := d.PackingItems(); n > 0 {
+			byS[size] += int64(n)
 		}
 	}
 	for s := range byS {
