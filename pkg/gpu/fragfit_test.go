@@ -1,6 +1,7 @@
 package gpu_test
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 
@@ -14,12 +15,7 @@ func TestFragFitScore(t *testing.T) {
 	// The largest node: 16 CPUs, 2 GPUs (2000 milli-GPU).
 	host := knownHost(16000)
 	host.MaxMilliCPU, host.MaxGPUs = 16000, 2
-	tests := []struct {
-		name   string
-		node   *gpu.NodeGPUs
-		demand gpu.Demand
-		want   int64
-	}{
+	tests := []scoreCase{
 		// Level as FGD's: 43 (see TestFGDScore). Fit: ½·16000/16000 + ½·1500/2000
 		// = 0.875 left, int(0.125 × (2^20 − 1)) = 131071. 43·2^20 + 131071.
 		{name: "share splits an idle GPU", node: nodeWithPods(t, two), demand: gpu.Demand{Count: 1, Milli: 500},
@@ -32,18 +28,9 @@ func TestFragFitScore(t *testing.T) {
 		{name: "CPU-only pod", node: nodeWithPods(t, two), demand: gpu.Demand{MilliCPU: 8000},
 			want: 50<<20 + 262143},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			req := gpu.Request{Demand: &tt.demand, Host: host}
-			chosen, fit := p.Place(tt.node, &req)
-			if !fit.OK() {
-				t.Fatal(fit.Reasons)
-			}
-			if got := p.Score(tt.node, &req, chosen); got != tt.want {
-				t.Errorf("score = %d (level %d, fit %d), want %d (level %d, fit %d)", got, got>>20, got&(1<<20-1), tt.want, tt.want>>20, tt.want&(1<<20-1))
-			}
-		})
-	}
+	checkScores(t, p, host, tests, func(s int64) string {
+		return fmt.Sprintf("level %d, fit %d", s>>20, s&(1<<20-1))
+	})
 }
 
 // TestFragFitMemory: a typical pod that no longer fits the node's memory

@@ -1,6 +1,7 @@
 package gpu_test
 
 import (
+	"fmt"
 	"math"
 	"slices"
 	"testing"
@@ -133,12 +134,7 @@ func TestPairFitScore(t *testing.T) {
 	p := gpu.MustPolicy(gpu.PolicyPairFit, gpu.PolicyConfig{Shapes: halfWholeHalfShare})
 	host := knownHost(16000)
 	host.MaxMilliCPU, host.MaxGPUs = 16000, 2
-	tests := []struct {
-		name   string
-		node   *gpu.NodeGPUs
-		demand gpu.Demand
-		want   int64
-	}{
+	tests := []scoreCase{
 		// Whole GPUs and 500s pack without waste: every pairing loss is 0,
 		// so (1023 − 0) << 40 + FragFit's score (TestFragFitScore).
 		{name: "share splits an idle GPU", node: nodeWithPods(t, two), demand: gpu.Demand{Count: 1, Milli: 500},
@@ -155,18 +151,9 @@ func TestPairFitScore(t *testing.T) {
 		{name: "whole GPU", node: nodeWithPods(t, two), demand: gpu.Demand{Count: 1, Milli: 1000},
 			want: 50<<40 + 32767<<20 + 262143},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			req := gpu.Request{Demand: &tt.demand, Host: host}
-			chosen, fit := p.Place(tt.node, &req)
-			if !fit.OK() {
-				t.Fatal(fit.Reasons)
-			}
-			if got := p.Score(tt.node, &req, chosen); got != tt.want {
-				t.Errorf("score = %d (loss key %d, level %d, rest %d), want %d", got, got>>40, got>>20&(1<<20-1), got&(1<<20-1), tt.want)
-			}
-		})
-	}
+	checkScores(t, p, host, tests, func(s int64) string {
+		return fmt.Sprintf("loss key %d, level %d, rest %d", s>>40, s>>20&(1<<20-1), s&(1<<20-1))
+	})
 }
 
 // TestPairFitGrowthStep: a pod without GPUs is keyed by FGD's level, then
