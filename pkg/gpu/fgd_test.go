@@ -1,6 +1,7 @@
 package gpu_test
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/gpusched/gpusched/pkg/gpu"
@@ -18,38 +19,23 @@ func TestFGDScore(t *testing.T) {
 	two := gt.MakeGPUNode("n").GFD("T4", 2, 0)
 	fgd := gpu.MustPolicy(gpu.PolicyFGD, gpu.PolicyConfig{Shapes: halfWholeHalfShare})
 	host := knownHost(16000)
-	tests := []struct {
-		name   string
-		node   *gpu.NodeGPUs
-		demand gpu.Demand
-		want   int64
-	}{
+	// Scores are FGD's level × 10000 (0..MaxScore).
+	tests := []scoreCase{
 		// Before: free (1000, 1000): both shapes fit, nothing too small: F = 0.
 		// After a 500 share on GPU 0: free (500, 1000): the whole GPU cannot
 		// use GPU 0's 500: F = ½·500 = 250. int(100·σ(−250/1000)) = int(43.78) = 43.
-		{name: "share splits an idle GPU", node: nodeWithPods(t, two), demand: gpu.Demand{Count: 1, Milli: 500}, want: 43},
+		{name: "share splits an idle GPU", node: nodeWithPods(t, two), demand: gpu.Demand{Count: 1, Milli: 500}, want: 43 * 10000},
 		// Before: free (500, 1000): F = ½·500 = 250. After the share fills
 		// GPU 0: free (0, 1000): F = 0. int(100·σ(250/1000)) = int(56.22) = 56.
 		{name: "share fills a half-used GPU", node: nodeWithPods(t, two, gpu.Assignment{Devices: []int{0}, Milli: 500}),
-			demand: gpu.Demand{Count: 1, Milli: 500}, want: 56},
+			demand: gpu.Demand{Count: 1, Milli: 500}, want: 56 * 10000},
 		// Before: free (500, 1000): F = 250. After a whole GPU on GPU 1: free
 		// (500, 0): no GPU has 1000 free, so the whole GPU cannot use any of the
 		// 500: ½·500; the share fits: 0. F = 250: no change, int(100·σ(0)) = 50.
 		{name: "whole GPU beside a half-used one", node: nodeWithPods(t, two, gpu.Assignment{Devices: []int{0}, Milli: 500}),
-			demand: gpu.Demand{Count: 1, Milli: 1000}, want: 50},
+			demand: gpu.Demand{Count: 1, Milli: 1000}, want: 50 * 10000},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			req := gpu.Request{Demand: &tt.demand, Host: host}
-			chosen, fit := fgd.Place(tt.node, &req)
-			if !fit.OK() {
-				t.Fatal(fit.Reasons)
-			}
-			if got := fgd.Score(tt.node, &req, chosen); got != tt.want*10000 {
-				t.Errorf("score = %d, want %d", got, tt.want*10000)
-			}
-		})
-	}
+	checkScores(t, fgd, host, tests, func(s int64) string { return fmt.Sprintf("level %d", s/10000) })
 }
 
 // TestFGDChoose: a share goes on the GPU where fragmentation grows least.

@@ -93,18 +93,15 @@ func onlineAllocationBound(pods []arrivedPod, gpus int64) float64 {
 		upper := append([]int64(nil), available...)
 		for t := range pods {
 			d := &pods[t].demand
-			if d.Count == 0 {
+			size, n := d.PackingItems()
+			if n == 0 {
 				continue
-			}
-			size := d.Milli
-			if !d.IsShare() {
-				size = gpu.MilliPerGPU
 			}
 			switch {
 			case t == out || (t > last && !d.IsShare() && pods[t].milliCPU >= cpu && pods[t].memoryMiB >= memory):
-				upper[index[size]] -= int64(d.Count)
+				upper[index[size]] -= int64(n)
 			case placedBy[t] < first:
-				lower[index[size]] += int64(d.Count)
+				lower[index[size]] += int64(n)
 			}
 		}
 		return lp.Bound(lower, upper, gpus)
