@@ -32,7 +32,7 @@ import (
 
 // DefaultSchedulerConfig is the scheduler's configuration when Options
 // names none: examples/gpusched-config.yaml, a "gpusched" profile with the
-// GPUPlacement plugin and the FragFit policy.
+// GPUPlacement plugin and the PairFit policy.
 //
 //go:embed scheduler-config.yaml
 var DefaultSchedulerConfig string

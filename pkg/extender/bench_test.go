@@ -51,8 +51,8 @@ func benchCluster(b *testing.B, nodes int) (*Cluster, []*v1.Node, []string) {
 // and stops looking once it has found percentageOfNodesToScore of them: by
 // default 50 − nodes/125 percent (at least 5%), 10% or 500 names at 5000
 // nodes (nodes-sent=500); 5000 names with percentageOfNodesToScore: 100
-// (nodes-sent=5000). Each runs with the default policy, FragFit, and with
-// BestFit, and is timed three ways:
+// (nodes-sent=5000). Each runs with FragFit, the fragmentation-aware policy
+// PairFit builds on, and with BestFit, and is timed three ways:
 //
 //   - extender-only: the extender's HTTP handler alone, on requests encoded
 //     once, answers discarded: what the extender process spends;

@@ -66,7 +66,7 @@ type Options struct {
 	PlacementArgsFile string
 }
 
-// NewOptions returns the defaults: FragFit, as the plugin's default, and GPU
+// NewOptions returns the defaults: PairFit, as the plugin's default, and GPU
 // compute alone for the resource-weighted policies; port 8888 on every
 // address.
 func NewOptions() *Options {

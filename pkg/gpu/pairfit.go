@@ -8,15 +8,18 @@ import (
 	packinglp "github.com/gpusched/gpusched/pkg/packing"
 )
 
-// PolicyPairFit is FragFit with shares paired by the packing LP's prices of
-// the typical pods' item sizes: a share goes where its GPU loses the least
-// of the weight it could still hold. See docs/policies.md.
+// PolicyPairFit places every pod where its node loses the least of the
+// weight, at the packing LP's prices of the typical pods' item sizes, that
+// its free GPU room could still hold, then as FragFit would. See
+// docs/policies.md.
 const PolicyPairFit PolicyType = "PairFit"
 
-// pairFit places a share where it loses the least of what its GPU could
-// still hold (the pairing loss, sharePrices.loss), then as FragFit would;
-// whole GPUs and pods without GPUs as FragFit, with large differences in
-// the fragment's growth counted inside FragFit's levels.
+// pairFit scores a placement by the node's loss (nodeLoss): the weight its
+// free GPU room could hold before, less the pod's own weight and what the
+// room could hold after. Room stops counting when the node's free CPU or
+// memory admits no typical pod with GPUs. Ties go to FragFit's level, then,
+// for pods other than shares, the fragment's growth, then FragFit's fit.
+// Inside a node, a share goes on the GPU it pairs best with (Choose).
 type pairFit struct {
 	fragFit
 	// prices are the prices of the typical pods last asked about.
@@ -25,6 +28,8 @@ type pairFit struct {
 
 // Choose puts a share on the GPU with the least pairing loss, then the
 // tightest such GPU, then the lowest; whole GPUs as FragFit places them.
+// The node's CPU and memory are the same whichever GPU a share takes, so
+// the GPU of least pairing loss is the one of least nodeLoss.
 func (p *pairFit) Choose(n *NodeGPUs, d *Demand, h Host, candidates DeviceSet) DeviceSet {
 	if !d.IsShare() {
 		return chooseWhole(n, d.Count, candidates)
@@ -44,48 +49,66 @@ func (p *pairFit) Choose(n *NodeGPUs, d *Demand, h Host, candidates DeviceSet) D
 	return 1 << uint(best)
 }
 
-// Score orders placements of a share by its pairing loss, least first, then
-// by FragFit's score: score = (1023 − loss) << 40 + FragFit's.
+// Score orders placements by the node's loss (nodeLoss), least first, then
+// by FragFit's level; shares then by FragFit's fit, other pods by the
+// fragment's growth in steps of 100 milli-GPU, least first, then by
+// FragFit's fit:
 //
-// Other pods are ordered by FragFit's level, then by the fragment's growth
-// in steps of 100 milli-GPU, least first, then by FragFit's fit:
-// score = level << 40 + (2^15 − 1 − ⌊ΔF/100⌋) << 20 + fit, ΔF clamped to
-// ±3,276,800. The level's width is 40 milli-GPU where the fragment barely
-// changes and grows to hundreds of milli-GPU where it changes a lot; there
-// a pod that strands a GPU's worth more than another (behind used-up CPU,
-// typically) is told apart from it.
+//	share:     score = (2^17 − loss) << 43 + level << 36 + fit
+//	other pod: score = (2^17 − loss) << 43 + level << 36 + (2^16 − 1 − growth) << 20 + fit
+//
+// with growth = ⌊ΔF/100⌋ + 2^15 clamped to 0..2^16 − 1 and loss clamped to
+// ±(2^17 − 1). A level spans 40 milli-GPU of growth where the fragment
+// barely changes and hundreds where it changes a lot; there the growth
+// step tells apart a pod that strands a GPU's worth more than another.
 func (p *pairFit) Score(n *NodeGPUs, d *Demand, h Host, chosen DeviceSet) int64 {
 	typical := p.shapes.Typical()
+	prices := p.pricesFor(typical)
 	free := freeOf(n)
-	before := n.fragmentOf(free[:n.Len()], h.free(), typical)
-	var freeGPU, loss int64
+	hostBefore, hostAfter := h.free(), h.after(d)
+	before := n.fragmentOf(free[:n.Len()], hostBefore, typical)
+	valueBefore := prices.roomValue(n, free[:n.Len()], hostBefore, typical)
+	var freeGPU int64
 	for i := range n.Used {
 		if chosen.Has(i) {
-			if d.IsShare() {
-				loss = p.pricesFor(typical).loss(free[i], d.Milli)
-			}
 			free[i] -= d.Milli
 		}
 		freeGPU += free[i]
 	}
-	after := n.fragmentOf(free[:n.Len()], h.after(d), typical)
+	after := n.fragmentOf(free[:n.Len()], hostAfter, typical)
+	valueAfter := prices.roomValue(n, free[:n.Len()], hostAfter, typical)
+	loss := nodeLoss(valueBefore, prices.demandWeight(d), valueAfter)
 	level := fgdScore(before, after)
 	fit := fragFitFit(n, d, h, freeGPU)
-	if d.IsShare() {
-		return (maxPairingLoss-min(loss, maxPairingLoss))<<40 + level<<20 + fit
+	growth := int64(growthKeys - 1) // shares: a growth key of 0
+	if !d.IsShare() {
+		growth = min(growthKeys-1, max(0, int64(math.Floor((after-before)/growthStep))+growthKeys/2))
 	}
-	const half = 1 << 15
-	step := int64(min(2*half-1, max(0, math.Floor((after-before)/growthStep)+half)))
-	return level<<40 + (2*half-1-step)<<20 + fit
+	return (maxNodeLoss+1-loss)<<43 + level<<36 + (growthKeys-1-growth)<<20 + fit
 }
+
+// nodeLoss is the weight a placement costs its node: what the node's free
+// GPU room could hold before, less what the pod itself weighs and what the
+// room can hold after, rounded to whole milli-GPU. It is negative when
+// the pod uses room that could hold nothing anyway (behind used-up CPU:
+// the pod fits, no typical pod with GPUs does), and large when the pod
+// takes a node's last CPU for GPU pods and its idle GPUs with it.
+func nodeLoss(before, weight, after float64) int64 {
+	loss := int64(math.Round(before - weight - after))
+	return min(max(loss, -maxNodeLoss), maxNodeLoss)
+}
+
+// maxNodeLoss bounds a node's loss in a score: room holds at most
+// MilliPerGPU of weight per GPU, MaxDevicesPerNode GPUs at most.
+const maxNodeLoss = 1<<17 - 1
+
+// growthKeys is the number of growth steps Score tells apart; growth
+// is centred on growthKeys/2 (no change).
+const growthKeys = 1 << 16
 
 // growthStep is the step, in milli-GPU, in which PairFit compares the
 // fragment's growth among placements of equal level.
 const growthStep = 100
-
-// maxPairingLoss bounds a pairing loss in a score; a loss is at most a
-// GPU's weight, which is at most MilliPerGPU.
-const maxPairingLoss = 1023
 
 // sharePrices are the packing LP's weights of one set of typical pods' item
 // sizes, and what they make of a GPU's free room.
@@ -128,6 +151,43 @@ func (s *sharePrices) loss(free, milli int64) int64 {
 	free = min(max(free, 0), MilliPerGPU)
 	rest := min(max(free-milli, 0), MilliPerGPU)
 	return int64(max(0, math.Round(s.best[free]-s.weight(milli)-s.best[rest])))
+}
+
+// demandWeight is what a pod's GPU items weigh: its share's weight, or
+// each whole GPU's; 0 for a pod without GPUs.
+func (s *sharePrices) demandWeight(d *Demand) float64 {
+	size, n := d.PackingItems()
+	if n == 0 {
+		return 0
+	}
+	return float64(n) * s.weight(size)
+}
+
+// roomValue is the weight the node's free GPU room could still hold, with
+// free its GPUs' free milli-GPU and hf its free CPU and memory: Σ best[f]
+// over its GPUs, or 0 when no typical pod with GPUs fits in hf on the
+// node's models (the room is stranded behind used-up CPU or memory).
+func (s *sharePrices) roomValue(n *NodeGPUs, free []int64, hf hostFree, typical []TypicalPod) float64 {
+	var v float64
+	for _, f := range free {
+		v += s.best[min(max(f, 0), MilliPerGPU)]
+	}
+	if v == 0 || !n.hostsGPUPod(hf, typical) { // a node without GPUs has no models to ask about
+		return 0
+	}
+	return v
+}
+
+// hostsGPUPod reports whether some typical pod with GPUs fits in hf (CPU
+// and memory) and may run on one of the node's models.
+func (n *NodeGPUs) hostsGPUPod(hf hostFree, typical []TypicalPod) bool {
+	for i := range typical {
+		d := &typical[i].Demand
+		if !d.IsZero() && d.MilliCPU <= hf.milliCPU && d.HostMemoryMiB <= hf.memoryMiB && n.allowsAny(d) {
+			return true
+		}
+	}
+	return false
 }
 
 // pricesFor returns the prices of typical. Typical pods that changed

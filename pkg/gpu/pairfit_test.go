@@ -128,56 +128,162 @@ func TestPairFitPairsShares(t *testing.T) {
 	}
 }
 
+// pairFitParts names the fields of a PairFit score.
+func pairFitParts(s int64) string {
+	return fmt.Sprintf("loss %d, level %d, growth key %d, fit %d", 1<<17-s>>43, s>>36&(1<<7-1), s>>20&(1<<16-1), s&(1<<20-1))
+}
+
 // TestPairFitScore: the score's arithmetic on TestFragFitScore's node.
+// Whole GPUs and 500s price at their size (w(1000) = 1000, w(500) = 500)
+// and pack without waste, and the typical pods ask no CPU: every loss is 0,
+// so the loss key is 2^17 − 0 = 131072.
 func TestPairFitScore(t *testing.T) {
 	two := gt.MakeGPUNode("n").GFD("T4", 2, 0)
 	p := gpu.MustPolicy(gpu.PolicyPairFit, gpu.PolicyConfig{Shapes: halfWholeHalfShare})
 	host := knownHost(16000)
 	host.MaxMilliCPU, host.MaxGPUs = 16000, 2
+	const zeroLoss = 1 << 17 << 43
 	tests := []scoreCase{
-		// Whole GPUs and 500s pack without waste: every pairing loss is 0,
-		// so (1023 − 0) << 40 + FragFit's score (TestFragFitScore).
+		// Room 1000 + 1000 → 500 + 1000: loss 2000 − 500 − 1500 = 0; a
+		// share has no growth key; level and fit as TestFragFitScore's.
 		{name: "share splits an idle GPU", node: nodeWithPods(t, two), demand: gpu.Demand{Count: 1, Milli: 500},
-			want: 1023<<40 + 43<<20 + 131071},
+			want: zeroLoss + 43<<36 + 131071},
+		// 500 + 1000 → 0 + 1000: 1500 − 500 − 1000 = 0.
 		{name: "share fills a half-used GPU", node: nodeWithPods(t, two, gpu.Assignment{Devices: []int{0}, Milli: 500}),
-			demand: gpu.Demand{Count: 1, Milli: 500}, want: 1023<<40 + 56<<20 + 262143},
-		// F stays 0: level 50; growth step ⌊0/100⌋ + 2^15 = 32768, keyed
-		// 2^16 − 1 − 32768 = 32767; fit 262143 (TestFragFitScore).
+			demand: gpu.Demand{Count: 1, Milli: 500}, want: zeroLoss + 56<<36 + 262143},
+		// Room 2000 before and after: loss 0. F stays 0: level 50; growth
+		// ⌊0/100⌋ + 2^15 = 32768, keyed 2^16 − 1 − 32768 = 32767; fit 262143
+		// (TestFragFitScore).
 		{name: "CPU-only pod", node: nodeWithPods(t, two), demand: gpu.Demand{MilliCPU: 8000},
-			want: 50<<40 + 32767<<20 + 262143},
-		// A whole GPU on an idle node: F 0 → 0 (the other GPU still takes
-		// either shape): level 50, key 32767. Fit: ½·16000/16000 +
-		// ½·1000/2000 = 0.75 left → 262143.
+			want: zeroLoss + 50<<36 + 32767<<20 + 262143},
+		// 2000 − 1000 − 1000 = 0. F 0 → 0 (the other GPU still takes either
+		// shape): level 50, key 32767. Fit: ½·16000/16000 + ½·1000/2000 =
+		// 0.75 left → 262143.
 		{name: "whole GPU", node: nodeWithPods(t, two), demand: gpu.Demand{Count: 1, Milli: 1000},
-			want: 50<<40 + 32767<<20 + 262143},
+			want: zeroLoss + 50<<36 + 32767<<20 + 262143},
 	}
-	checkScores(t, p, host, tests, func(s int64) string {
-		return fmt.Sprintf("loss key %d, level %d, rest %d", s>>40, s>>20&(1<<20-1), s&(1<<20-1))
-	})
+	checkScores(t, p, host, tests, pairFitParts)
 }
 
-// TestPairFitGrowthStep: a pod without GPUs is keyed by FGD's level, then
-// by the fragment's growth in steps of 100 milli-GPU.
+// TestPairFitNodeLoss: a node's loss counts its free GPU room only while
+// its free CPU and memory admit a typical pod with GPUs, on its models.
+func TestPairFitNodeLoss(t *testing.T) {
+	// sharesAndWholes' prices (TestPairFitPrices), every typical pod
+	// asking 4 CPUs. An idle GPU holds 810.
+	withCPU := slices.Clone(sharesAndWholes)
+	for i := range withCPU {
+		withCPU[i].Demand.MilliCPU = 4000
+	}
+	p := gpu.MustPolicy(gpu.PolicyPairFit, gpu.PolicyConfig{Shapes: withCPU})
+	two := nodeWithPods(t, gt.MakeGPUNode("n").GFD("T4", 2, 0))
+	tests := []struct {
+		name    string
+		node    *gpu.NodeGPUs
+		freeCPU int64
+		demand  gpu.Demand
+		want    int64
+	}{
+		// 8 CPUs left: room 810 + 810 → best[530] + 810 = 405 + 810, and
+		// the 470 weighs 405: 1620 − 405 − 1215 = 0.
+		{"470 keeps CPU for more", two, 12000, gpu.Demand{Count: 1, Milli: 470, MilliCPU: 4000}, 0},
+		// 2 CPUs left, too few for any typical pod: 1620 − 405 − 0.
+		{"470 takes the last CPU", two, 6000, gpu.Demand{Count: 1, Milli: 470, MilliCPU: 4000}, 1215},
+		// 3 CPUs free: the room already held nothing; the share uses it.
+		{"470 behind used-up CPU", two, 3000, gpu.Demand{Count: 1, Milli: 470, MilliCPU: 2000}, -405},
+		// 1620 − 0 − 0: the pod strands both idle GPUs.
+		{"CPU-only pod takes the last CPU", two, 10000, gpu.Demand{MilliCPU: 8000}, 1620},
+		// 8 CPUs left: 1620 − 0 − 1620.
+		{"CPU-only pod keeps CPU", two, 16000, gpu.Demand{MilliCPU: 8000}, 0},
+		// 1620 − 810 − 810 (4 CPUs left, enough for one more).
+		{"whole GPU keeps CPU", two, 8000, gpu.Demand{Count: 1, Milli: 1000, MilliCPU: 4000}, 0},
+		// 1620 − 810 − 0.
+		{"whole GPU takes the last CPU", two, 6000, gpu.Demand{Count: 1, Milli: 1000, MilliCPU: 4000}, 810},
+	}
+	for _, tt := range tests {
+		h := knownHost(tt.freeCPU)
+		req := gpu.Request{Demand: &tt.demand, Host: h}
+		chosen, fit := p.Place(tt.node, &req)
+		if !fit.OK() {
+			t.Fatalf("%s: %v", tt.name, fit.Reasons)
+		}
+		if s := p.Score(tt.node, &req, chosen); 1<<17-s>>43 != tt.want {
+			t.Errorf("%s: %s, want loss %d", tt.name, pairFitParts(s), tt.want)
+		}
+	}
+	// Typical pods that may run only on A100s hold nothing on a T4 node:
+	// 0 − 405 − 0.
+	a100Only := slices.Clone(withCPU)
+	for i := range a100Only {
+		a100Only[i].Demand.Models = []string{"A100"}
+	}
+	p = gpu.MustPolicy(gpu.PolicyPairFit, gpu.PolicyConfig{Shapes: a100Only})
+	req := gpu.Request{Demand: &gpu.Demand{Count: 1, Milli: 470, MilliCPU: 4000}, Host: knownHost(64000)}
+	chosen, _ := p.Place(two, &req)
+	if s := p.Score(two, &req, chosen); 1<<17-s>>43 != -405 {
+		t.Errorf("on a node no typical pod may use: %s, want loss -405", pairFitParts(s))
+	}
+	// Nodes without GPUs, or whose GPUs cannot be read (65 GPUs, no
+	// inventory), hold nothing before or after (0 − 0 − 0), and have no
+	// models to ask the typical pods about.
+	req = gpu.Request{Demand: &gpu.Demand{MilliCPU: 8000}, Host: knownHost(64000)}
+	for _, n := range []*gpu.NodeGPUs{nodeWithPods(t, gt.MakeGPUNode("cpu")), nodeWithPods(t, gt.MakeGPUNode("bad").GFD("T4", 65, 0))} {
+		if s := p.Score(n, &req, 0); 1<<17-s>>43 != 0 {
+			t.Errorf("a pod without GPUs on node %s (inventory error %v): %s, want loss 0", n.Name, n.Err, pairFitParts(s))
+		}
+	}
+}
+
+// TestPairFitKeepsCPUForGPUs: a CPU-only pod that strands a node's idle
+// GPUs wherever it goes strands the fewest under PairFit; FGD's level,
+// a sigmoid of the fragment's change, is 0 for both nodes.
+func TestPairFitKeepsCPUForGPUs(t *testing.T) {
+	withCPU := slices.Clone(sharesAndWholes)
+	for i := range withCPU {
+		withCPU[i].Demand.MilliCPU = 4000
+	}
+	p := gpu.MustPolicy(gpu.PolicyPairFit, gpu.PolicyConfig{Shapes: withCPU})
+	fgd := gpu.MustPolicy(gpu.PolicyFGD, gpu.PolicyConfig{Shapes: withCPU})
+	eight := nodeWithPods(t, gt.MakeGPUNode("a").GFD("T4", 8, 0))
+	six := nodeWithPods(t, gt.MakeGPUNode("b").GFD("T4", 6, 0))
+	// 10 CPUs free on each; the pod leaves 2, too few for any typical pod.
+	h := knownHost(10000)
+	h.MaxMilliCPU, h.MaxGPUs = 64000, 8
+	req := gpu.Request{Demand: &gpu.Demand{MilliCPU: 8000}, Host: h}
+	// PairFit: losses 8 × 810 = 6480 and 6 × 810 = 4860.
+	if a, b := p.Score(eight, &req, 0), p.Score(six, &req, 0); a >= b {
+		t.Errorf("PairFit scores 8 stranded GPUs %d (%s), 6 stranded %d (%s): want the 6 ahead",
+			a, pairFitParts(a), b, pairFitParts(b))
+	}
+	// FGD: F 0 → 8000 and 0 → 6000: int(100·σ(−8)) = int(100·σ(−6)) = 0.
+	if a, b := fgd.Score(eight, &req, 0), fgd.Score(six, &req, 0); a != 0 || b != 0 {
+		t.Errorf("FGD scores 8 stranded GPUs %d, 6 stranded %d: want 0 and 0", a, b)
+	}
+}
+
+// TestPairFitGrowthStep: pods of equal loss and level are keyed by the
+// fragment's growth in steps of 100 milli-GPU.
 func TestPairFitGrowthStep(t *testing.T) {
 	// One typical pod: a whole GPU with 8 CPUs. A CPU-only pod of 8 CPUs on
-	// a node with 16 free CPUs and 4 idle GPUs strands nothing (F 0 → 0,
-	// level 50, growth key 2^16 − 1 − (0 + 2^15) = 32767); on one with 12
-	// free CPUs it strands all 4 GPUs (F 0 → 4000, level
+	// a node with 16 free CPUs and 4 idle GPUs strands nothing (loss 0;
+	// F 0 → 0, level 50, growth key 2^16 − 1 − (0 + 2^15) = 32767); on one
+	// with 12 free CPUs it strands all 4 GPUs (loss 4 × 1000, a GPU's
+	// weight when whole GPUs are all there is; F 0 → 4000, level
 	// int(100·σ(−4)) = 1, growth key 2^16 − 1 − (40 + 2^15) = 32727).
 	shapes := gpu.StaticShapes{{Demand: gpu.Demand{Count: 1, Milli: 1000, MilliCPU: 8000}, Weight: 1}}
 	p := gpu.MustPolicy(gpu.PolicyPairFit, gpu.PolicyConfig{Shapes: shapes})
 	node := nodeWithPods(t, gt.MakeGPUNode("n").GFD("T4", 4, 0))
-	score := func(free int64) (level, growth int64) {
-		h := knownHost(free)
+	for _, tt := range []struct {
+		freeCPU, loss, level, growth int64
+	}{
+		{16000, 0, 50, 32767},
+		{12000, 4000, 1, 32727},
+	} {
+		h := knownHost(tt.freeCPU)
 		h.MaxMilliCPU, h.MaxGPUs = 64000, 4
 		s := p.Score(node, &gpu.Request{Demand: &gpu.Demand{MilliCPU: 8000}, Host: h}, 0)
-		return s >> 40, s >> 20 & (1<<20 - 1)
-	}
-	if level, growth := score(16000); level != 50 || growth != 32767 {
-		t.Errorf("with 16 CPUs free: level %d, growth key %d; want 50, 32767", level, growth)
-	}
-	if level, growth := score(12000); level != 1 || growth != 32727 {
-		t.Errorf("with 12 CPUs free: level %d, growth key %d; want 1, 32727", level, growth)
+		if loss, level, growth := 1<<17-s>>43, s>>36&(1<<7-1), s>>20&(1<<16-1); loss != tt.loss || level != tt.level || growth != tt.growth {
+			t.Errorf("with %d milli-CPU free: %s; want loss %d, level %d, growth key %d", tt.freeCPU, pairFitParts(s), tt.loss, tt.level, tt.growth)
+		}
 	}
 }
 

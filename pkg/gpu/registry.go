@@ -9,7 +9,7 @@ import (
 type PolicyType string
 
 // DefaultPolicy is the policy every front end uses when none is configured.
-const DefaultPolicy = PolicyFragFit
+const DefaultPolicy = PolicyPairFit
 
 // PolicyInfo is a policy's registry entry: its name, what it is, what it
 // needs from the front end and how its scores compare.
@@ -62,7 +62,7 @@ var registry = []*PolicyInfo{
 		Summary: "gpusched's fragmentation-aware policy: FGD's measure with exact comparisons, best fit for what it leaves equal",
 		build:   func(c PolicyConfig) Strategy { return fragFit{c.Shapes} }},
 	{Type: PolicyPairFit, NeedsShapes: true, HostAware: true, Ordinal: true,
-		Summary: "FragFit with shares paired by the packing LP's prices of the typical pods: a share where its GPU loses the least weight it could hold",
+		Summary: "where the node loses the least of what its free GPUs could still hold, priced by the packing LP over the typical pods and counted while its CPU admits GPU pods; FragFit for ties",
 		build:   func(c PolicyConfig) Strategy { return &pairFit{fragFit: fragFit{c.Shapes}} }},
 	{Type: PolicyRandom, HostAware: true,
 		Summary: "a pseudo-random feasible node and GPU (a baseline)",

@@ -110,7 +110,7 @@ type Totals struct {
 	AllocatedMilli int64 `json:"allocatedMilli"`
 	// FragmentedMilli is the free milli-GPU that the typical pods could not
 	// use, weighted by how often each comes: the measure FGD and FragFit
-	// minimise (gpu.NodeGPUs.Fragment).
+	// minimise and PairFit breaks ties with (gpu.NodeGPUs.Fragment).
 	FragmentedMilli float64 `json:"fragmentedMilli"`
 }
 

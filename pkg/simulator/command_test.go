@@ -82,22 +82,23 @@ profiles:
 	if err != nil {
 		t.Fatal(err)
 	}
-	profiles, err := ProfilesFor(cfg, []string{"Spread", "GpuPacking", "default"})
+	profiles, err := ProfilesFor(cfg, []string{"default", "Spread", "GpuPacking"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	// "default" is GPUPlacement's default policy, named beside it.
-	if p := profiles[2]; p.Name != "default (FragFit)" || gpuPlacementArgs(p.Profile).ScoringStrategy.Type != "FragFit" {
-		t.Errorf("default profile = %s with type %s, want \"default (FragFit)\" with FragFit", p.Name, gpuPlacementArgs(p.Profile).ScoringStrategy.Type)
+	if p := profiles[0]; p.Name != "default (PairFit)" || gpuPlacementArgs(p.Profile).ScoringStrategy.Type != "PairFit" {
+		t.Errorf("default profile = %s with type %s, want \"default (PairFit)\" with PairFit", p.Name, gpuPlacementArgs(p.Profile).ScoringStrategy.Type)
 	}
 	for i, want := range []string{"Spread", "GpuPacking"} {
-		if profiles[i].Name != want || string(gpuPlacementArgs(profiles[i].Profile).ScoringStrategy.Type) != want {
-			t.Errorf("profile %d = %s with type %s, want %s", i, profiles[i].Name, gpuPlacementArgs(profiles[i].Profile).ScoringStrategy.Type, want)
+		if p := profiles[i+1]; p.Name != want || string(gpuPlacementArgs(p.Profile).ScoringStrategy.Type) != want {
+			t.Errorf("profile %d = %s with type %s, want %s", i+1, p.Name, gpuPlacementArgs(p.Profile).ScoringStrategy.Type, want)
 		}
 	}
-	// The original configuration is left as it was.
-	if got := gpuPlacementArgs(&cfg.Profiles[0]).ScoringStrategy.Type; got != "FragFit" {
-		t.Errorf("the config's own profile now has type %s, want FragFit", got)
+	// The original configuration (PairFit) is left as it was, though the
+	// last profile made from it is GpuPacking.
+	if got := gpuPlacementArgs(&cfg.Profiles[0]).ScoringStrategy.Type; got != "PairFit" {
+		t.Errorf("the config's own profile now has type %s, want PairFit", got)
 	}
 }
 

@@ -33,7 +33,8 @@ func echoBuiltin(sign float64) policyservicetest.Answer {
 
 // TestExternalPolicyInSimulator: the simulator takes the External strategy
 // as the scheduler does and places by the service's scores. A service that
-// answers FragFit's own scores reproduces a FragFit run exactly; one that
+// answers the fallback's own scores (PairFit's, the default config's)
+// reproduces a PairFit run exactly; one that
 // answers their opposite (the worst node first) places differently and
 // leaves more unallocated.
 func TestExternalPolicyInSimulator(t *testing.T) {
@@ -46,10 +47,10 @@ func TestExternalPolicyInSimulator(t *testing.T) {
 	}
 	config := func(name, endpoint string) string {
 		path := filepath.Join(t.TempDir(), name+".yaml")
-		yaml := strings.Replace(string(base), "      scoringStrategy:\n        type: FragFit\n", fmt.Sprintf(
-			"      external:\n        endpoint: %q\n        fallback: FragFit\n        timeout: 5s\n      scoringStrategy:\n        type: External\n", endpoint), 1)
+		yaml := strings.Replace(string(base), "      scoringStrategy:\n        type: PairFit\n", fmt.Sprintf(
+			"      external:\n        endpoint: %q\n        fallback: PairFit\n        timeout: 5s\n      scoringStrategy:\n        type: External\n", endpoint), 1)
 		if yaml == string(base) {
-			t.Fatal("default-config.yaml no longer sets type: FragFit where this test expects it")
+			t.Fatal("default-config.yaml no longer sets type: PairFit where this test expects it")
 		}
 		if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
 			t.Fatal(err)
@@ -73,16 +74,16 @@ func TestExternalPolicyInSimulator(t *testing.T) {
 		}
 		return runs[0]
 	}
-	fragFit := run("")
+	pairFit := run("")
 	agree := run(config("same", same.Addr))
 	disagree := run(config("opposite", opposite.Addr))
 	if same.Calls.Load() == 0 || opposite.Calls.Load() == 0 {
 		t.Fatalf("the services were asked %d and %d times", same.Calls.Load(), opposite.Calls.Load())
 	}
-	if !reflect.DeepEqual(agree.Placements, fragFit.Placements) || len(agree.Placements) == 0 {
-		t.Error("a service answering FragFit's scores placed pods differently from FragFit")
+	if !reflect.DeepEqual(agree.Placements, pairFit.Placements) || len(agree.Placements) == 0 {
+		t.Error("a service answering PairFit's scores placed pods differently from PairFit")
 	}
-	if *disagree.UnallocatedPctAt100 <= *fragFit.UnallocatedPctAt100 {
-		t.Errorf("the worst node first left %.2f%% unallocated, FragFit %.2f%%: want more", *disagree.UnallocatedPctAt100, *fragFit.UnallocatedPctAt100)
+	if *disagree.UnallocatedPctAt100 <= *pairFit.UnallocatedPctAt100 {
+		t.Errorf("the worst node first left %.2f%% unallocated, PairFit %.2f%%: want more", *disagree.UnallocatedPctAt100, *pairFit.UnallocatedPctAt100)
 	}
 }

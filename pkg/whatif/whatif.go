@@ -90,7 +90,7 @@ type Options struct {
 
 // Result is the outcome of one policy.
 type Result struct {
-	// Policy is the name as asked; DefaultPolicy shows as "default (FragFit)",
+	// Policy is the name as asked; DefaultPolicy shows as "default (PairFit)",
 	// as the simulator's reports show it.
 	Policy string `json:"policy"`
 	// Type is the registered policy that ran.

@@ -331,7 +331,7 @@ func TestWhatIfSummary(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := []string{results[0].Policy, results[1].Policy}; !slices.Equal(got, []string{"Spread", "default (FragFit)"}) {
+	if got := []string{results[0].Policy, results[1].Policy}; !slices.Equal(got, []string{"Spread", "default (PairFit)"}) {
 		t.Errorf("policies = %q", got)
 	}
 	s := results[0].Summary

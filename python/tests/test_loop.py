@@ -53,8 +53,8 @@ class LoopTest(unittest.TestCase):
             config = os.path.join(self.dir.name, "external.yaml")
             with open(os.path.join(REPO, "pkg", "simulator", "default-config.yaml")) as f:
                 base = f.read()
-            external = base.replace("      scoringStrategy:\n        type: FragFit\n",
-                                    f"      external:\n        endpoint: {address}\n        fallback: FragFit\n"
+            external = base.replace("      scoringStrategy:\n        type: PairFit\n",
+                                    f"      external:\n        endpoint: {address}\n        fallback: PairFit\n"
                                     "        timeout: 5s\n      scoringStrategy:\n        type: External\n", 1)
             self.assertNotEqual(external, base)
             with open(config, "w") as f:

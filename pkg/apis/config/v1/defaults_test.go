@@ -22,9 +22,9 @@ func TestSetDefaultsGPUPlacementArgs(t *testing.T) {
 		want GPUPlacementArgs
 	}{
 		{
-			name: "empty args: FragFit, GPU compute for the resource-weighted policies",
+			name: "empty args: PairFit, GPU compute for the resource-weighted policies",
 			in:   GPUPlacementArgs{},
-			want: GPUPlacementArgs{ScoringStrategy: &ScoringStrategy{Type: "FragFit", Resources: []ResourceSpec{{Name: "nvidia.com/gpu", Weight: ptr(1)}}}, Fragmentation: learned(), DRA: defaultDRA()},
+			want: GPUPlacementArgs{ScoringStrategy: &ScoringStrategy{Type: "PairFit", Resources: []ResourceSpec{{Name: "nvidia.com/gpu", Weight: ptr(1)}}}, Fragmentation: learned(), DRA: defaultDRA()},
 		},
 		{
 			name: "type set, resources left out",
@@ -35,7 +35,7 @@ func TestSetDefaultsGPUPlacementArgs(t *testing.T) {
 			name: "a resource without weight gets 1; a set weight is kept",
 			in: GPUPlacementArgs{ScoringStrategy: &ScoringStrategy{Resources: []ResourceSpec{
 				{Name: "nvidia.com/gpu", Weight: ptr(3)}, {Name: "gpusched.io/gpu-memory"}}}},
-			want: GPUPlacementArgs{ScoringStrategy: &ScoringStrategy{Type: "FragFit", Resources: []ResourceSpec{
+			want: GPUPlacementArgs{ScoringStrategy: &ScoringStrategy{Type: "PairFit", Resources: []ResourceSpec{
 				{Name: "nvidia.com/gpu", Weight: ptr(3)}, {Name: "gpusched.io/gpu-memory", Weight: ptr(1)}}}, Fragmentation: learned(), DRA: defaultDRA()},
 		},
 		{

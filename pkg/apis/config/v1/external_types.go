@@ -22,7 +22,7 @@ type ExternalPolicy struct {
 	Timeout *metav1.Duration `json:"timeout,omitempty"`
 	// Fallback is the placement policy that chooses the GPUs on a node and
 	// decides when the service's answer is not used. Default: the default
-	// policy (FragFit).
+	// policy (PairFit).
 	Fallback string `json:"fallback,omitempty"`
 	// Mode is Enforce (the service's scores rank the nodes) or Shadow (the
 	// fallback policy decides; where the service would have chosen

@@ -13,12 +13,12 @@ type GPUPlacementArgs struct {
 	metav1.TypeMeta `json:",inline"`
 
 	// ScoringStrategy selects the placement policy and how it weighs
-	// resources. Default: the default policy (FragFit), nvidia.com/gpu with
+	// resources. Default: the default policy (PairFit), nvidia.com/gpu with
 	// weight 1.
 	ScoringStrategy *ScoringStrategy `json:"scoringStrategy,omitempty"`
 
-	// Fragmentation configures the fragmentation-aware policies (FragFit,
-	// FGD): the distribution of pod shapes they keep room for. Default: learned from
+	// Fragmentation configures the fragmentation-aware policies (PairFit,
+	// FragFit, FGD): the distribution of pod shapes they keep room for. Default: learned from
 	// the pods the scheduler sees, with a half-life of 2000 pods.
 	Fragmentation *Fragmentation `json:"fragmentation,omitempty"`
 
@@ -63,8 +63,8 @@ type Fragmentation struct {
 type PodShape struct {
 	// MilliCPU is the pod's CPU request in milli-CPU.
 	MilliCPU int64 `json:"milliCPU"`
-	// MemoryMiB is the pod's memory request in MiB; FragFit keeps room for
-	// it, FGD does not look at memory.
+	// MemoryMiB is the pod's memory request in MiB; PairFit and FragFit keep
+	// room for it, FGD does not look at memory.
 	MemoryMiB int64 `json:"memoryMiB,omitempty"`
 	// GPUs is the number of GPUs; 0 for a pod without GPUs.
 	GPUs int32 `json:"gpus"`
@@ -81,7 +81,7 @@ type PodShape struct {
 type ScoringStrategy struct {
 	// Type names one of the placement policies listed in docs/policies.md
 	// (the engine's registry, gpu.Policies), or External for a policy
-	// service (External). Default: FragFit.
+	// service (External). Default: PairFit.
 	Type string `json:"type,omitempty"`
 	// Resources are the resources scored and their weights: nvidia.com/gpu
 	// (GPU compute) and gpusched.io/gpu-memory. Default: nvidia.com/gpu, weight 1.
