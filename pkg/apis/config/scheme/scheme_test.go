@@ -39,7 +39,7 @@ profiles:
 		{
 			name: "empty args take the defaults",
 			args: "      {}\n",
-			want: config.ScoringStrategy{Type: gpu.PolicyFragFit, Resources: []config.ResourceSpec{{Name: config.ResourceGPU, Weight: 1}}},
+			want: config.ScoringStrategy{Type: gpu.PolicyPairFit, Resources: []config.ResourceSpec{{Name: config.ResourceGPU, Weight: 1}}},
 		},
 		{
 			name: "packing on compute and memory",
