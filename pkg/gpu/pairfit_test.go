@@ -128,9 +128,27 @@ func TestPairFitPairsShares(t *testing.T) {
 	}
 }
 
+// pairFitFields are the fields of a PairFit score (pairFit.Score's layout).
+type pairFitFields struct{ loss, level, growth, fit int64 }
+
+func pairFitFieldsOf(s int64) pairFitFields {
+	return pairFitFields{loss: 1<<17 - s>>43, level: s >> 36 & (1<<7 - 1), growth: s >> 20 & (1<<16 - 1), fit: s & (1<<20 - 1)}
+}
+
 // pairFitParts names the fields of a PairFit score.
 func pairFitParts(s int64) string {
-	return fmt.Sprintf("loss %d, level %d, growth key %d, fit %d", 1<<17-s>>43, s>>36&(1<<7-1), s>>20&(1<<16-1), s&(1<<20-1))
+	f := pairFitFieldsOf(s)
+	return fmt.Sprintf("loss %d, level %d, growth key %d, fit %d", f.loss, f.level, f.growth, f.fit)
+}
+
+// sharesAndWholesAsking is sharesAndWholes with every typical pod asking
+// milliCPU.
+func sharesAndWholesAsking(milliCPU int64) gpu.StaticShapes {
+	shapes := slices.Clone(sharesAndWholes)
+	for i := range shapes {
+		shapes[i].Demand.MilliCPU = milliCPU
+	}
+	return shapes
 }
 
 // TestPairFitScore: the score's arithmetic on TestFragFitScore's node.
@@ -170,10 +188,7 @@ func TestPairFitScore(t *testing.T) {
 func TestPairFitNodeLoss(t *testing.T) {
 	// sharesAndWholes' prices (TestPairFitPrices), every typical pod
 	// asking 4 CPUs. An idle GPU holds 810.
-	withCPU := slices.Clone(sharesAndWholes)
-	for i := range withCPU {
-		withCPU[i].Demand.MilliCPU = 4000
-	}
+	withCPU := sharesAndWholesAsking(4000)
 	p := gpu.MustPolicy(gpu.PolicyPairFit, gpu.PolicyConfig{Shapes: withCPU})
 	two := nodeWithPods(t, gt.MakeGPUNode("n").GFD("T4", 2, 0))
 	tests := []struct {
@@ -206,7 +221,7 @@ func TestPairFitNodeLoss(t *testing.T) {
 		if !fit.OK() {
 			t.Fatalf("%s: %v", tt.name, fit.Reasons)
 		}
-		if s := p.Score(tt.node, &req, chosen); 1<<17-s>>43 != tt.want {
+		if s := p.Score(tt.node, &req, chosen); pairFitFieldsOf(s).loss != tt.want {
 			t.Errorf("%s: %s, want loss %d", tt.name, pairFitParts(s), tt.want)
 		}
 	}
@@ -219,7 +234,7 @@ func TestPairFitNodeLoss(t *testing.T) {
 	p = gpu.MustPolicy(gpu.PolicyPairFit, gpu.PolicyConfig{Shapes: a100Only})
 	req := gpu.Request{Demand: &gpu.Demand{Count: 1, Milli: 470, MilliCPU: 4000}, Host: knownHost(64000)}
 	chosen, _ := p.Place(two, &req)
-	if s := p.Score(two, &req, chosen); 1<<17-s>>43 != -405 {
+	if s := p.Score(two, &req, chosen); pairFitFieldsOf(s).loss != -405 {
 		t.Errorf("on a node no typical pod may use: %s, want loss -405", pairFitParts(s))
 	}
 	// Nodes without GPUs, or whose GPUs cannot be read (65 GPUs, no
@@ -227,7 +242,7 @@ func TestPairFitNodeLoss(t *testing.T) {
 	// models to ask the typical pods about.
 	req = gpu.Request{Demand: &gpu.Demand{MilliCPU: 8000}, Host: knownHost(64000)}
 	for _, n := range []*gpu.NodeGPUs{nodeWithPods(t, gt.MakeGPUNode("cpu")), nodeWithPods(t, gt.MakeGPUNode("bad").GFD("T4", 65, 0))} {
-		if s := p.Score(n, &req, 0); 1<<17-s>>43 != 0 {
+		if s := p.Score(n, &req, 0); pairFitFieldsOf(s).loss != 0 {
 			t.Errorf("a pod without GPUs on node %s (inventory error %v): %s, want loss 0", n.Name, n.Err, pairFitParts(s))
 		}
 	}
@@ -237,10 +252,7 @@ func TestPairFitNodeLoss(t *testing.T) {
 // GPUs wherever it goes strands the fewest under PairFit; FGD's level,
 // a sigmoid of the fragment's change, is 0 for both nodes.
 func TestPairFitKeepsCPUForGPUs(t *testing.T) {
-	withCPU := slices.Clone(sharesAndWholes)
-	for i := range withCPU {
-		withCPU[i].Demand.MilliCPU = 4000
-	}
+	withCPU := sharesAndWholesAsking(4000)
 	p := gpu.MustPolicy(gpu.PolicyPairFit, gpu.PolicyConfig{Shapes: withCPU})
 	fgd := gpu.MustPolicy(gpu.PolicyFGD, gpu.PolicyConfig{Shapes: withCPU})
 	eight := nodeWithPods(t, gt.MakeGPUNode("a").GFD("T4", 8, 0))
@@ -281,7 +293,7 @@ func TestPairFitGrowthStep(t *testing.T) {
 		h := knownHost(tt.freeCPU)
 		h.MaxMilliCPU, h.MaxGPUs = 64000, 4
 		s := p.Score(node, &gpu.Request{Demand: &gpu.Demand{MilliCPU: 8000}, Host: h}, 0)
-		if loss, level, growth := 1<<17-s>>43, s>>36&(1<<7-1), s>>20&(1<<16-1); loss != tt.loss || level != tt.level || growth != tt.growth {
+		if f := pairFitFieldsOf(s); f.loss != tt.loss || f.level != tt.level || f.growth != tt.growth {
 			t.Errorf("with %d milli-CPU free: %s; want loss %d, level %d, growth key %d", tt.freeCPU, pairFitParts(s), tt.loss, tt.level, tt.growth)
 		}
 	}
@@ -293,10 +305,7 @@ func TestPairFitGrowthStep(t *testing.T) {
 func TestPairFitPricesOnce(t *testing.T) {
 	p := gpu.MustPolicy(gpu.PolicyPairFit, gpu.PolicyConfig{Shapes: sharesAndWholes})
 	first := gpu.PairFitPricing(p, sharesAndWholes)
-	sameMix := slices.Clone(sharesAndWholes)
-	for i := range sameMix {
-		sameMix[i].Demand.MilliCPU = 4000
-	}
+	sameMix := sharesAndWholesAsking(4000)
 	if again := gpu.PairFitPricing(p, sameMix); again != first {
 		t.Error("the same item mix was priced again")
 	}
