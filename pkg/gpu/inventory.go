@@ -97,6 +97,31 @@ func NewInventory(devices []Device) (*Inventory, error) {
 // Len is the number of GPUs.
 func (inv *Inventory) Len() int { return len(inv.Devices) }
 
+// resolve returns the position of the k-th GPU of a, or -1 when the node
+// does not have it. A GPU is known by its UUID when the assignment and the
+// inventory both carry one, since an index is only a number the node gave
+// it: a GPU renumbered since the assignment was written (another one lost,
+// a MIG change) is found at its new index, and one the node no longer has
+// is not counted, rather than charging whichever GPU has its old index
+// now. conflict says what differs, or is "".
+func (inv *Inventory) resolve(a *Assignment, k int) (pos int, conflict string) {
+	index := a.Devices[k]
+	pos = inv.position(index)
+	if k >= len(a.UUIDs) || a.UUIDs[k] == "" {
+		return pos, ""
+	}
+	uuid := a.UUIDs[k]
+	if pos >= 0 && (inv.Devices[pos].UUID == uuid || inv.Devices[pos].UUID == "") {
+		return pos, ""
+	}
+	for i := range inv.Devices {
+		if inv.Devices[i].UUID == uuid {
+			return i, fmt.Sprintf("GPU %s is assigned as index %d but is index %d on node %s now", uuid, index, inv.Devices[i].Index, a.Node)
+		}
+	}
+	return -1, fmt.Sprintf("GPU %s (assigned as index %d) is not on node %s any more", uuid, index, a.Node)
+}
+
 // position returns the position of the device with the given index, or -1.
 func (inv *Inventory) position(index int) int {
 	if index >= 0 && index < len(inv.Devices) && inv.Devices[index].Index == index {

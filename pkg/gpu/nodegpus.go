@@ -35,6 +35,10 @@ type NodeGPUs struct {
 	unhealthy DeviceSet
 	// classes counts the pods on the node by class (see PodClass).
 	classes map[PodClass]int
+	// Conflicts are the assignments counted elsewhere than at the index they
+	// name, or not counted, because the GPU with their UUID moved or is gone
+	// (see resolve); for the front ends to report.
+	Conflicts []string
 	// memo holds the policies' answers about this view (see
 	// Policy.PlaceAndScore); nil for a view built outside this package's
 	// constructors, which is then answered afresh every time.
@@ -93,6 +97,7 @@ func (n *NodeGPUs) clone() *NodeGPUs {
 	out := *n
 	out.memo = &viewMemo{} // the answers about n are not about out
 	out.Used = append([]Usage(nil), n.Used...)
+	out.Conflicts = n.Conflicts[:len(n.Conflicts):len(n.Conflicts)] // appends to out do not reach n
 	out.classes = make(map[PodClass]int, len(n.classes))
 	for c, count := range n.classes {
 		out.classes[c] = count
@@ -111,8 +116,11 @@ func (n *NodeGPUs) apply(a *Assignment, sign int64) {
 		n.classes = map[PodClass]int{}
 	}
 	n.classes[ClassOf(a.Milli, len(a.Devices))] += int(sign)
-	for _, index := range a.Devices {
-		i := n.Inventory.position(index)
+	for k := range a.Devices {
+		i, conflict := n.Inventory.resolve(a, k)
+		if conflict != "" && sign > 0 {
+			n.Conflicts = append(n.Conflicts, conflict)
+		}
 		if i < 0 {
 			continue
 		}
