@@ -16,8 +16,18 @@
 // device is a unit of allocation. MIG devices have no NVLink peers (MIG does
 // not expose NVLink to its instances), so their Group is "".
 //
-// Device.Index is the device's position in that list. On a node without MIG
-// it equals the NVML index, as nvidia-smi and the device plugin number GPUs.
+// # Stable identity
+//
+// A device's index is what assignments name, so it must not change while
+// pods hold the device. NVML's index is a position: when a GPU falls off the
+// bus (XID 79) and the driver reloads, the GPUs after it move down one. So a
+// whole GPU's index is its minor number, the N of /dev/nvidia<N>, which the
+// driver ties to the GPU's PCI slot (NVML's index when the minor is
+// unknown; on a healthy node the two are equal). A MIG device's index is
+// 1000 × (its parent's index + 1) + 10 × its GPU instance + its compute
+// instance, e.g. 2090 for GPU instance 9, compute instance 0 on GPU 1, so a
+// MIG change on one GPU renumbers nothing else. A GPU that NVML stops
+// reporting is kept by the Publisher, unhealthy, at its index (see Lost).
 package discovery
 
 import (
@@ -257,18 +267,32 @@ func numaNode(h nvml.Device, bus, sysfsRoot string) int {
 }
 
 // Devices lists the machine's GPUs as the engine sees them (see the package
-// comment): whole GPUs, and MIG devices in place of MIG-enabled GPUs,
-// numbered by position.
+// comment): whole GPUs, and MIG devices in place of MIG-enabled GPUs, with
+// stable indices.
 func (m *Machine) Devices() []gpu.Device {
 	var out []gpu.Device
 	for _, g := range m.GPUs {
 		if !g.MIGEnabled {
-			out = append(out, gpu.Device{Index: len(out), UUID: g.UUID, Model: g.Model, MemoryMiB: g.MemoryMiB, Group: g.Group})
+			out = append(out, gpu.Device{Index: g.StableIndex(), UUID: g.UUID, Model: g.Model, MemoryMiB: g.MemoryMiB, Group: g.Group})
 			continue
 		}
 		for _, d := range g.MIG {
-			out = append(out, gpu.Device{Index: len(out), UUID: d.UUID, Model: d.Model, MemoryMiB: d.MemoryMiB})
+			out = append(out, gpu.Device{Index: migIndex(g.StableIndex(), d), UUID: d.UUID, Model: d.Model, MemoryMiB: d.MemoryMiB})
 		}
 	}
 	return out
+}
+
+// StableIndex is the GPU's index in the inventory: its minor number, or
+// NVML's index when the minor is unknown.
+func (g *GPU) StableIndex() int {
+	if g.Minor >= 0 {
+		return g.Minor
+	}
+	return g.Index
+}
+
+// migIndex is the index of MIG device d of the GPU with index parent.
+func migIndex(parent int, d MIGDevice) int {
+	return 1000*(parent+1) + 10*d.GPUInstanceID + d.ComputeInstanceID
 }

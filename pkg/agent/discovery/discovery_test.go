@@ -152,10 +152,12 @@ func TestNVMLMIGOnAndOff(t *testing.T) {
 	want := []gpu.Device{
 		{Index: 0, UUID: nvmlmock.GPUUUID(0), Model: "Mock-NVIDIA-A100-SXM4-40GB", MemoryMiB: 40960, Group: "nvlink-0"},
 		// A100-40GB profiles: 1g.5gb is 4864 MiB, 3g.20gb 19968 MiB; MIG devices have no NVLink group.
-		{Index: 1, UUID: mig[0].UUID, Model: "Mock-NVIDIA-A100-SXM4-40GB-MIG-1g.5gb", MemoryMiB: 4864},
-		{Index: 2, UUID: mig[1].UUID, Model: "Mock-NVIDIA-A100-SXM4-40GB-MIG-1g.5gb", MemoryMiB: 4864},
-		{Index: 3, UUID: mig[2].UUID, Model: "Mock-NVIDIA-A100-SXM4-40GB-MIG-3g.20gb", MemoryMiB: 19968},
-		{Index: 4, UUID: nvmlmock.GPUUUID(2), Model: "Mock-NVIDIA-A100-SXM4-40GB", MemoryMiB: 40960, Group: "nvlink-0"},
+		// Their indices: 1000 × (GPU 1 + 1) + 10 × GPU instance + compute instance 0.
+		{Index: 2000, UUID: mig[0].UUID, Model: "Mock-NVIDIA-A100-SXM4-40GB-MIG-1g.5gb", MemoryMiB: 4864},
+		{Index: 2010, UUID: mig[1].UUID, Model: "Mock-NVIDIA-A100-SXM4-40GB-MIG-1g.5gb", MemoryMiB: 4864},
+		{Index: 2020, UUID: mig[2].UUID, Model: "Mock-NVIDIA-A100-SXM4-40GB-MIG-3g.20gb", MemoryMiB: 19968},
+		// GPU 2 keeps its index: the MIG devices before it take none of it.
+		{Index: 2, UUID: nvmlmock.GPUUUID(2), Model: "Mock-NVIDIA-A100-SXM4-40GB", MemoryMiB: 40960, Group: "nvlink-0"},
 	}
 	for i, w := range want {
 		if devices[i] != w {
@@ -205,8 +207,11 @@ func TestNVMLMIGProfileNames(t *testing.T) {
 	}
 }
 
-// TestNVMLGPUVanishes: a GPU that falls off the bus leaves the annotation;
-// the GPUs after it take the lower indices NVML now gives them.
+// TestNVMLGPUVanishes: a GPU that falls off the bus stays in the annotation
+// at its index, unhealthy ("lost"), so pods on it keep holding it and no
+// other GPU takes its index; the GPUs after it, which NVML now numbers one
+// lower, keep theirs (their minor numbers). When it comes back it is healthy
+// again. GPUs that a MIG reconfiguration replaces are gone, not lost.
 func TestNVMLGPUVanishes(t *testing.T) {
 	m := nvmlmock.DGXH100()
 	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName}}
@@ -214,7 +219,9 @@ func TestNVMLGPUVanishes(t *testing.T) {
 	store := &discovery.Store{}
 	changes, unsubscribe := store.Subscribe()
 	defer unsubscribe()
-	p := &discovery.Publisher{Lib: m, Nodes: client.CoreV1().Nodes(), NodeName: nodeName, Store: store, Health: discovery.NewHealth()}
+	at := time.Date(2026, 11, 24, 10, 2, 11, 0, time.UTC)
+	p := &discovery.Publisher{Lib: m, Nodes: client.CoreV1().Nodes(), NodeName: nodeName, Store: store, Health: discovery.NewHealth(),
+		Now: func() time.Time { return at }}
 	if _, err := p.Sync(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -228,25 +235,43 @@ func TestNVMLGPUVanishes(t *testing.T) {
 	default:
 		t.Fatal("the store did not announce the change")
 	}
-	got, _ := client.CoreV1().Nodes().Get(context.Background(), nodeName, metav1.GetOptions{})
-	var devices []gpu.Device
-	if err := json.Unmarshal([]byte(got.Annotations[gpu.AnnotationDevices]), &devices); err != nil {
-		t.Fatal(err)
+	published := func() []gpu.Device {
+		got, _ := client.CoreV1().Nodes().Get(context.Background(), nodeName, metav1.GetOptions{})
+		var devices []gpu.Device
+		if err := json.Unmarshal([]byte(got.Annotations[gpu.AnnotationDevices]), &devices); err != nil {
+			t.Fatal(err)
+		}
+		return devices
 	}
-	if len(devices) != 7 {
-		t.Fatalf("%d devices after GPU 3 vanished, want 7", len(devices))
+	devices := published()
+	if len(devices) != 8 {
+		t.Fatalf("%d devices after GPU 3 vanished, want 8 (the lost one kept)", len(devices))
 	}
 	for i, d := range devices {
-		built := i
-		if i >= 3 {
-			built = i + 1 // GPU 4 is now index 3, and so on
+		want := ""
+		if i == 3 {
+			want = "lost: not reported by NVML since 2026-11-24T10:02:11Z"
 		}
-		if d.Index != i || d.UUID != nvmlmock.GPUUUID(built) {
-			t.Errorf("device %d = index %d UUID %s, want index %d UUID %s", i, d.Index, d.UUID, i, nvmlmock.GPUUUID(built))
+		if d.Index != i || d.UUID != nvmlmock.GPUUUID(i) || d.Unhealthy != want {
+			t.Errorf("device %d = index %d UUID %s unhealthy %q, want index %d UUID %s unhealthy %q",
+				i, d.Index, d.UUID, d.Unhealthy, i, nvmlmock.GPUUUID(i), want)
 		}
 	}
-	if _, ok := store.Current().ByUUID(nvmlmock.GPUUUID(3)); ok {
-		t.Error("the vanished GPU is still in the store")
+	if got := store.Current().Minor(nvmlmock.GPUUUID(3)); got != 3 {
+		t.Errorf("the lost GPU's minor is %d, want 3 (the agent still denies it to other pods)", got)
+	}
+
+	// A MIG reconfiguration of GPU 5 replaces it: gone, not lost.
+	if err := m.EnableMIG(5, nvml.GPU_INSTANCE_PROFILE_1_SLICE); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Sync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range published() {
+		if d.UUID == nvmlmock.GPUUUID(5) {
+			t.Errorf("GPU 5, now split by MIG, is still published: %+v", d)
+		}
 	}
 }
 

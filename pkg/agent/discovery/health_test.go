@@ -42,11 +42,12 @@ func TestNVMLXIDMarksUnhealthy(t *testing.T) {
 			wantUnhealthy: map[int]string{}},
 		{name: "XID 68 is an application error", gpu: 0, xid: 68, gpuInstance: 0xFFFFFFFF,
 			wantUnhealthy: map[int]string{}},
-		// Devices: 0 = GPU 0, 1 and 2 = GPU 1's MIG instances 0 and 1, 3 = GPU 2, ...
+		// Devices: 0 = GPU 0, 2000 and 2010 = GPU 1's MIG instances 0 and 1
+		// (1000 × (1+1) + 10 × instance), 2 = GPU 2, ...
 		{name: "XID 48 in one MIG instance marks that instance", mig: true, gpu: 1, xid: 48, gpuInstance: 1,
-			wantUnhealthy: map[int]string{2: reason48}, wantCritical: true},
+			wantUnhealthy: map[int]string{2010: reason48}, wantCritical: true},
 		{name: "XID 79 on a MIG GPU marks all its instances", mig: true, gpu: 1, xid: 79, gpuInstance: 0xFFFFFFFF,
-			wantUnhealthy: map[int]string{1: reason79, 2: reason79}, wantCritical: true},
+			wantUnhealthy: map[int]string{2000: reason79, 2010: reason79}, wantCritical: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

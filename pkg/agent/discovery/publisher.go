@@ -59,6 +59,9 @@ type Publisher struct {
 	OnXID func(xid uint64, critical bool)
 	// Now stamps health marks; time.Now when nil.
 	Now func() time.Time
+
+	// lost keeps the GPUs NVML stopped reporting (see Lost).
+	lost Lost
 }
 
 // Run publishes until ctx is done, then stops the XID watcher and returns
@@ -140,6 +143,13 @@ func (p *Publisher) Sync(ctx context.Context) (*Snapshot, error) {
 		logger.Error(err, "some GPUs could not be read and are not published")
 	}
 	snap, err := NewSnapshot(m, p.Health)
+	if err == nil {
+		now := time.Now
+		if p.Now != nil {
+			now = p.Now
+		}
+		snap, err = p.lost.Keep(p.Store.Current(), snap, now())
+	}
 	if err != nil {
 		p.count(StageInventory)
 		return nil, fmt.Errorf("GPUs of node %s: %w", p.NodeName, err)

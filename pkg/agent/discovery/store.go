@@ -20,6 +20,9 @@ type Snapshot struct {
 	// NUMANodes[i] is the host NUMA node of Devices[i] (-1 unknown); a MIG
 	// device has its parent GPU's.
 	NUMANodes []int
+	// Minors[i] is the /dev/nvidia<minor> number of Devices[i] (-1 unknown);
+	// a MIG device has its parent GPU's.
+	Minors []int
 	// Machine is the discovery the snapshot came from (nil for one built by
 	// SnapshotOf).
 	Machine *Machine
@@ -31,6 +34,7 @@ type Snapshot struct {
 func NewSnapshot(m *Machine, health *Health) (*Snapshot, error) {
 	devices := m.Devices()
 	numa := make([]int, 0, len(devices))
+	minors := make([]int, 0, len(devices))
 	for _, g := range m.GPUs {
 		n := 1
 		if g.MIGEnabled {
@@ -38,6 +42,7 @@ func NewSnapshot(m *Machine, health *Health) (*Snapshot, error) {
 		}
 		for range n {
 			numa = append(numa, g.NUMANode)
+			minors = append(minors, g.Minor)
 		}
 	}
 	if health != nil {
@@ -49,7 +54,7 @@ func NewSnapshot(m *Machine, health *Health) (*Snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.NUMANodes, s.Machine = numa, m
+	s.NUMANodes, s.Minors, s.Machine = numa, minors, m
 	return s, nil
 }
 
@@ -72,8 +77,9 @@ func SnapshotOf(devices []gpu.Device) (*Snapshot, error) {
 		s.byUUID[d.UUID] = i
 	}
 	s.NUMANodes = make([]int, len(devices))
+	s.Minors = make([]int, len(devices))
 	for i := range s.NUMANodes {
-		s.NUMANodes[i] = -1
+		s.NUMANodes[i], s.Minors[i] = -1, -1
 	}
 	return s, nil
 }
@@ -85,6 +91,16 @@ func (s *Snapshot) ByUUID(uuid string) (gpu.Device, bool) {
 		return gpu.Device{}, false
 	}
 	return s.Devices[i], true
+}
+
+// Minor returns the /dev/nvidia<minor> number of the device with the given
+// UUID, or -1 when it is unknown.
+func (s *Snapshot) Minor(uuid string) int {
+	i, ok := s.byUUID[uuid]
+	if !ok || i >= len(s.Minors) {
+		return -1
+	}
+	return s.Minors[i]
 }
 
 // ByIndex returns the device with the given index.
