@@ -81,8 +81,8 @@ func newCommand(ctx context.Context) *cobra.Command {
 	fs.StringVar(&f.metricsAddress, "metrics-address", ":9464", "address for /metrics, /healthz and /readyz; empty disables")
 	fs.DurationVar(&f.interval, "interval", 30*time.Second, "time between GPU rediscoveries")
 	fs.StringVar(&f.criticalXIDs, "critical-xids", joinXIDs(discovery.DefaultCriticalXIDs), "XIDs that mark a GPU unhealthy (see docs/node-agent.md)")
-	fs.StringSliceVar(&f.unrestricted, "unrestricted-namespaces", []string{"gpu-operator", "nvidia-gpu-operator", "gpusched-system"},
-		"namespaces whose containers are left as the runtime makes them (NVIDIA's own pods, the agent)")
+	fs.StringSliceVar(&f.unrestricted, "unrestricted-namespaces", nil,
+		"removed: a namespace's name is not an identity (a tenant may create a namespace of that name); annotate the pods "+agentnri.AnnotationUnrestricted+"=true instead (see docs/node-agent.md)")
 	fs.StringVar(&f.sysfsRoot, "sysfs-root", "/sys", "where the host's /sys is mounted, for GPUs' NUMA nodes")
 	fs.StringVar(&f.nvmlMock, "nvml-mock", "", "use one of go-nvml's mock machines instead of the driver (dgxa100 or dgxh100), for demos and tests")
 	gofs := goflag.NewFlagSet("klog", goflag.ExitOnError)
@@ -97,7 +97,11 @@ func run(ctx context.Context, f *flags) error {
 	if err != nil {
 		return fmt.Errorf("--critical-xids: %w", err)
 	}
-	nriCfg := agentnri.Config{NodeName: f.nodeName, Mode: agentnri.Mode(f.mode), MPSPipeDir: f.mpsPipeDir, UnrestrictedNamespaces: f.unrestricted}
+	if len(f.unrestricted) > 0 {
+		return fmt.Errorf("--unrestricted-namespaces=%s: no longer accepted, because anyone who may create a namespace of that name would get every GPU; "+
+			"annotate the pods to leave alone with %s=\"true\" (admitted by the gpusched-unrestricted policy) and drop the flag", strings.Join(f.unrestricted, ","), agentnri.AnnotationUnrestricted)
+	}
+	nriCfg := agentnri.Config{NodeName: f.nodeName, Mode: agentnri.Mode(f.mode), MPSPipeDir: f.mpsPipeDir}
 	if err := nriCfg.Validate(); err != nil {
 		return err
 	}
@@ -128,17 +132,16 @@ func run(ctx context.Context, f *flags) error {
 	}
 
 	g, ctx := errgroup.WithContext(ctx)
+	// NRI first: the agent registers with the runtime before it knows the
+	// node's GPUs, so that no container is created without it meanwhile;
+	// GPU containers are refused with a clear reason until discovery
+	// succeeds, the others get no GPU.
+	g.Go(func() error { return plugin.Run(ctx, f.nriSocket, f.nriRetry) })
 	g.Go(func() error { return publisher.Run(ctx) })
 	g.Go(func() error { countDevices(ctx, store, m); return nil })
 	if f.metricsAddress != "" {
 		g.Go(func() error { return serveHTTP(ctx, f.metricsAddress, m, store, plugin) })
 	}
-	// Containers are handed GPUs only once the node's GPUs are known; until
-	// then the NRI plugin would refuse every GPU pod.
-	if !waitForInventory(ctx, store, time.Minute) {
-		logger.Info("no GPU inventory after a minute; starting NRI anyway (GPU pods are refused until discovery succeeds)")
-	}
-	g.Go(func() error { return plugin.Run(ctx, f.nriSocket, f.nriRetry) })
 	if f.devicePlugin {
 		dp := deviceplugin.New(deviceplugin.Config{Dir: f.devicePluginDir}, store)
 		g.Go(func() error { return dp.Run(ctx) })
@@ -216,19 +219,8 @@ func countDevices(ctx context.Context, store *discovery.Store, m *metrics.Metric
 	}
 }
 
-func waitForInventory(ctx context.Context, store *discovery.Store, limit time.Duration) bool {
-	deadline := time.Now().Add(limit)
-	for store.Current() == nil {
-		if ctx.Err() != nil || time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	return true
-}
-
 // serveHTTP serves /metrics, /healthz (the process runs) and /readyz (GPUs
-// discovered and the NRI plugin registered with the runtime).
+// discovered and both NRI connections registered with the runtime).
 func serveHTTP(ctx context.Context, addr string, m *metrics.Metrics, store *discovery.Store, plugin *agentnri.Plugin) error {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", m.Handler())
@@ -239,6 +231,8 @@ func serveHTTP(ctx context.Context, addr string, m *metrics.Metrics, store *disc
 			http.Error(w, "GPUs not discovered yet", http.StatusServiceUnavailable)
 		case !plugin.Ready():
 			http.Error(w, "not registered with the runtime's NRI", http.StatusServiceUnavailable)
+		case !plugin.Observing():
+			http.Error(w, "not following the runtime's container events (NRI observer connection)", http.StatusServiceUnavailable)
 		default:
 			fmt.Fprintln(w, "ok")
 		}

@@ -19,6 +19,7 @@ func TestAgentFlagsRefused(t *testing.T) {
 		{"unknown mode", []string{"--node-name=n", "--mode=docker"}, `mode "docker": want "cdi" or "env"`},
 		{"relative MPS directory", []string{"--node-name=n", "--mps-pipe-dir=tmp/mps"}, `MPS pipe directory "tmp/mps": want an absolute path`},
 		{"bad XID list", []string{"--node-name=n", "--critical-xids=79,abc"}, `--critical-xids: critical XID "abc"`},
+		{"namespace exemption", []string{"--node-name=n", "--unrestricted-namespaces=gpu-operator"}, "--unrestricted-namespaces=gpu-operator: no longer accepted"},
 		{"unknown mock machine", []string{"--node-name=n", "--nvml-mock=dgx1"}, `--nvml-mock "dgx1": want dgxa100 or dgxh100`},
 	}
 	for _, tt := range tests {

@@ -538,6 +538,16 @@ func (r *Runtime) CreateContainer(t testing.TB, sandboxID, name, image string, e
 	return resp.ContainerId, nil
 }
 
+// StartContainer starts a created container: runc applies its spec (the
+// device cgroup among it) and runs its entrypoint. The error is CRI's.
+func (r *Runtime) StartContainer(t testing.TB, containerID string) error {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := r.Runtime.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: containerID})
+	return err
+}
+
 // Spec returns the OCI runtime spec containerd stored for the container (the
 // one runc gets at start), from CRI's verbose ContainerStatus info.
 func (r *Runtime) Spec(t testing.TB, containerID string) *specs.Spec {

@@ -150,11 +150,11 @@ func describeContainers(ctrs []simnode.Container) string {
 	if len(ctrs) == 0 {
 		return "-"
 	}
-	first := simnode.Describe(ctrs[0].Adjust)
+	first := simnode.Describe(ctrs[0])
 	var each []string
 	same := true
 	for _, c := range ctrs {
-		d := simnode.Describe(c.Adjust)
+		d := simnode.Describe(c)
 		same = same && d == first
 		each = append(each, c.Name+": "+d)
 	}

@@ -12,15 +12,14 @@ package simnode
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/containerd/nri/pkg/api"
+	rspec "github.com/opencontainers/runtime-spec/specs-go"
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/gpusched/gpusched/pkg/agent/deviceplugin"
@@ -118,14 +117,21 @@ type Container struct {
 	Name string
 	// Adjust is what the plugins (the agent) changed.
 	Adjust *api.ContainerAdjustment
+	// Spec is the OCI spec the runtime ends up with: the image's and the
+	// container's environment, devices and mounts, with Adjust applied.
+	Spec *rspec.Spec
+	// CDIDevices are the CDI devices the runtime injects into Spec.
+	CDIDevices []string
 }
 
 // CreatePod creates the pod's containers, init containers first, through
 // the node's NRI runtime, as the kubelet and the runtime would: the sandbox
 // carries the pod's labels and annotations, each container the environment
-// of its spec (literal values), NVIDIA_VISIBLE_DEVICES=all as a CUDA base
-// image sets it, and, for a container that requests nvidia.com/gpu, the
-// variable the agent's device plugin sets at Allocate. It stops at the first
+// of a CUDA base image (NVIDIA_VISIBLE_DEVICES=all) followed by its spec's
+// (literal values; a variable set in both is there twice, as containerd
+// builds it) and, for a container that requests nvidia.com/gpu, the
+// variable the agent's device plugin sets at Allocate. The adjustment is
+// applied to that spec as the runtime applies it. It stops at the first
 // container the runtime refuses and returns that error.
 func (n *Node) CreatePod(ctx context.Context, pod *v1.Pod) ([]Container, error) {
 	sandbox := &api.PodSandbox{
@@ -144,17 +150,25 @@ func (n *Node) CreatePod(ctx context.Context, pod *v1.Pod) ([]Container, error) 
 			Name: spec.Name,
 			Env:  containerEnv(spec),
 		}
+		ctr.Env = initialSpec(ctr).Process.Env
 		adj, err := n.Runtime.CreateContainer(ctx, sandbox, ctr)
 		if err != nil {
 			return out, fmt.Errorf("creating container %s of pod %s/%s on node %s: %w", spec.Name, pod.Namespace, pod.Name, n.Name, err)
 		}
-		out = append(out, Container{Name: spec.Name, Adjust: adj})
+		final := initialSpec(&api.Container{Env: containerEnv(spec)})
+		cdi, err := applyAdjustment(final, adj)
+		if err != nil {
+			return out, fmt.Errorf("container %s of pod %s/%s on node %s: %w", spec.Name, pod.Namespace, pod.Name, n.Name, err)
+		}
+		out = append(out, Container{Name: spec.Name, Adjust: adj, Spec: final, CDIDevices: cdi})
 	}
 	return out, nil
 }
 
+// containerEnv is the environment the kubelet asks the runtime for: the
+// spec's literal values and the device plugin's variable.
 func containerEnv(spec v1.Container) []string {
-	env := []string{agentnri.EnvVisibleDevices + "=all"}
+	var env []string
 	for _, e := range spec.Env {
 		if e.ValueFrom == nil {
 			env = append(env, e.Name+"="+e.Value)
@@ -164,60 +178,4 @@ func containerEnv(spec v1.Container) []string {
 		env = append(env, deviceplugin.EnvGPUs+"="+strconv.FormatInt(q.Value(), 10))
 	}
 	return env
-}
-
-// ErrNoGPUSetting is returned by GivenGPUs for an adjustment that neither
-// sets NVIDIA_VISIBLE_DEVICES nor adds CDI devices (an exempt container).
-var ErrNoGPUSetting = errors.New("the adjustment does not set the container's GPUs")
-
-// GivenGPUs returns the GPU UUIDs an adjustment gives a container: its CDI
-// devices nvidia.com/gpu=<UUID> when it has any, else the UUIDs of its
-// NVIDIA_VISIBLE_DEVICES. A container given no GPU (void) gets an empty,
-// non-nil list.
-func GivenGPUs(adj *api.ContainerAdjustment) ([]string, error) {
-	var cdi []string
-	for _, d := range adj.GetCDIDevices() {
-		if uuid, ok := strings.CutPrefix(d.GetName(), "nvidia.com/gpu="); ok {
-			cdi = append(cdi, uuid)
-		}
-	}
-	if cdi != nil {
-		return cdi, nil
-	}
-	visible, ok := Env(adj, agentnri.EnvVisibleDevices)
-	switch {
-	case !ok:
-		return nil, ErrNoGPUSetting
-	case visible == "void" || visible == "none" || visible == "":
-		return []string{}, nil
-	}
-	return strings.Split(visible, ","), nil
-}
-
-// Env returns the last value an adjustment gives an environment variable.
-func Env(adj *api.ContainerAdjustment, key string) (string, bool) {
-	value, found := "", false
-	for _, kv := range adj.GetEnv() {
-		if kv.GetKey() == key {
-			value, found = kv.GetValue(), true
-		}
-	}
-	return value, found
-}
-
-// Describe renders what an adjustment gives a container's GPUs, the way a
-// user would look for it: "NVIDIA_VISIBLE_DEVICES=<UUIDs>" in env mode, the
-// CDI device names in CDI mode.
-func Describe(adj *api.ContainerAdjustment) string {
-	var cdi []string
-	for _, d := range adj.GetCDIDevices() {
-		cdi = append(cdi, d.GetName())
-	}
-	if cdi != nil {
-		return "CDI " + strings.Join(cdi, ",")
-	}
-	if visible, ok := Env(adj, agentnri.EnvVisibleDevices); ok {
-		return agentnri.EnvVisibleDevices + "=" + visible
-	}
-	return "unchanged"
 }

@@ -41,11 +41,31 @@ func TestAgentSimulatedNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, err := GivenGPUs(ctrs[0].Adjust); err != nil || !slices.Equal(got, a.UUIDs) {
+	if got, err := GivenGPUs(ctrs[0]); err != nil || !slices.Equal(got, a.UUIDs) {
 		t.Errorf("train receives %v (%v), want %v", got, err, a.UUIDs)
 	}
 	_, err = n.CreatePod(ctx, gt.MakeGPUPod("unplaced").Milli(250).UID("u2").Obj())
 	if err == nil || !strings.Contains(err.Error(), "has no assignment") {
 		t.Errorf("a share without assignment: %v, want refused for having no assignment", err)
+	}
+
+	// A CUDA image sets NVIDIA_VISIBLE_DEVICES=all and the pod spec sets it
+	// again: the runtime's spec holds it twice. Refused, naming the
+	// variable; a pod that sets it once is confined as usual.
+	dup := gt.MakeGPUPod("tutorial").UID("u3").Obj()
+	dup.Spec.Containers[0].Env = []v1.EnvVar{{Name: "NVIDIA_VISIBLE_DEVICES", Value: "all"}}
+	if ctrs, err := n.CreatePod(ctx, dup); err == nil {
+		got, gerr := GivenGPUs(ctrs[0])
+		t.Errorf("a pod that sets NVIDIA_VISIBLE_DEVICES over the image's was created and receives %v (%v, spec %s), want refused", got, gerr, Describe(ctrs[0]))
+	} else if !strings.Contains(err.Error(), "NVIDIA_VISIBLE_DEVICES") || !strings.Contains(err.Error(), "2 times") {
+		t.Errorf("refusal %q does not name the duplicated variable and how often it is set", err)
+	}
+	plain := gt.MakeGPUPod("cpu-only").UID("u4").Obj()
+	ctrs, err = n.CreatePod(ctx, plain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := GivenGPUs(ctrs[0]); err != nil || len(got) != 0 {
+		t.Errorf("a pod without GPUs receives %v (%v, spec %s), want none", got, err, Describe(ctrs[0]))
 	}
 }

@@ -91,6 +91,9 @@ func (r *Runtime) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr 
 	r.mu.Lock()
 	r.ctrs[ctr.GetId()] = ctr
 	r.mu.Unlock()
+	if err := r.nri.PostCreateContainer(ctx, &api.PostCreateContainerRequest{Pod: pod, Container: ctr}); err != nil {
+		return nil, fmt.Errorf("NRI PostCreateContainer of %s/%s: %w", pod.GetNamespace(), pod.GetName(), err)
+	}
 	return resp.GetAdjust(), nil
 }
 

@@ -54,6 +54,7 @@ func TestAdmissionPolicy(t *testing.T) {
 	command(t, nil, kubectl, kc, "apply", "-k", "deploy/agent")
 	command(t, nil, kubectl, kc, "apply", "-k", "deploy/admission")
 	checkAdmission(t, c, writers{schedulerServiceAccount, extenderServiceAccount, agentServiceAccount})
+	checkUnrestricted(t, c, agentServiceAccount, "gpusched-gpu-unrestricted")
 
 	t.Run("the scheduler binds as its ServiceAccount", func(t *testing.T) {
 		ctx := context.Background()

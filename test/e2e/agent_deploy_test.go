@@ -10,6 +10,8 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	rbacvalidation "k8s.io/component-helpers/auth/rbac/validation"
+
+	agentnri "github.com/gpusched/gpusched/pkg/agent/nri"
 )
 
 // agentNeeds is what the node agent does through the API: read its Node and
@@ -79,8 +81,9 @@ func checkAgentRole(t *testing.T, what string, rules []rbacv1.PolicyRule) {
 // ServiceAccount, its node's name from spec.nodeName, the NRI socket and
 // device-plugin directories from the host, NVML from the NVIDIA runtime,
 // GPU nodes only (and their taint tolerated), probes on the metrics port,
-// resource requests, a read-only root filesystem, and its own namespace
-// among the namespaces it leaves alone.
+// resource requests, a read-only root filesystem, its own pods unrestricted
+// by annotation (not by namespace), and a rollout that never runs two
+// agents on one node.
 func checkAgentDaemonSet(t *testing.T, what string, objs []*unstructured.Unstructured, serviceAccount string) *appsv1.DaemonSet {
 	t.Helper()
 	var ds appsv1.DaemonSet
@@ -136,19 +139,15 @@ func checkAgentDaemonSet(t *testing.T, what string, objs []*unstructured.Unstruc
 	if sc := c.SecurityContext; sc == nil || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
 		t.Errorf("%s: the root filesystem is writable", what)
 	}
-	if ns := ds.Namespace; !slices.Contains(unrestrictedNamespaces(c.Args), ns) {
-		t.Errorf("%s: the agent's namespace %s is not among --unrestricted-namespaces %v: its own pods would lose their GPUs", what, ns, unrestrictedNamespaces(c.Args))
+	if got := ds.Spec.Template.Annotations[agentnri.AnnotationUnrestricted]; got != "true" {
+		t.Errorf("%s: the agent's pods are not annotated %s: \"true\" (%q): a new agent pod would lose NVML while the old one handles NRI",
+			what, agentnri.AnnotationUnrestricted, got)
+	}
+	if slices.ContainsFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, "--unrestricted-namespaces") }) {
+		t.Errorf("%s: the agent is given --unrestricted-namespaces, which it refuses: %v", what, c.Args)
+	}
+	if ru := ds.Spec.UpdateStrategy.RollingUpdate; ru != nil && ru.MaxSurge != nil && ru.MaxSurge.IntValue() != 0 {
+		t.Errorf("%s: the rollout surges (maxSurge %v): two agents on one node would both adjust every container, which NRI refuses", what, ru.MaxSurge)
 	}
 	return &ds
-}
-
-// unrestrictedNamespaces is the agent's --unrestricted-namespaces from its
-// arguments, or the flag's default.
-func unrestrictedNamespaces(args []string) []string {
-	for _, a := range args {
-		if v, ok := strings.CutPrefix(a, "--unrestricted-namespaces="); ok {
-			return strings.Split(v, ",")
-		}
-	}
-	return []string{"gpu-operator", "nvidia-gpu-operator", "gpusched-system"}
 }

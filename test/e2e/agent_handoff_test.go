@@ -95,14 +95,14 @@ func TestAgentHandoffE2E(t *testing.T) {
 			want, milli[p.Name] = a.UUIDs, a.Milli
 		}
 		for _, ctr := range ctrs {
-			got, err := simnode.GivenGPUs(ctr.Adjust)
+			got, err := simnode.GivenGPUs(ctr)
 			if err != nil || !slices.Equal(got, want) {
 				t.Errorf("%s container %s on %s receives %v (%s, %v), want exactly %v",
-					p.Name, ctr.Name, bound.Spec.NodeName, got, simnode.Describe(ctr.Adjust), err, want)
+					p.Name, ctr.Name, bound.Spec.NodeName, got, simnode.Describe(ctr), err, want)
 			}
 		}
 		given[p.Name] = want
-		t.Logf("%s on %s: %s", p.Name, bound.Spec.NodeName, simnode.Describe(ctrs[0].Adjust))
+		t.Logf("%s on %s: %s", p.Name, bound.Spec.NodeName, simnode.Describe(ctrs[0]))
 	}
 	if n := len(given["train-8"]); n != 8 {
 		t.Errorf("train-8 receives %d GPUs", n)

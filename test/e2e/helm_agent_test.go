@@ -50,6 +50,7 @@ func TestHelmChartAgentAdmission(t *testing.T) {
 	assertAccess(t, kubectl, kc, chartAgentServiceAccount, agentNeeds, agentMustNot)
 	command(t, admissionOnly(t, objs), kubectl, kc, "apply", "-f", "-")
 	checkAdmission(t, c, writers{schedulerServiceAccount, extenderServiceAccount, chartAgentServiceAccount})
+	checkUnrestricted(t, c, chartAgentServiceAccount, "gpusched-agent-unrestricted")
 
 	// agentNodeNameRequired=false: a request of the agent without a node
 	// name may write the inventory; with another node's name it still may not.
@@ -72,7 +73,7 @@ func TestHelmChartAgentAdmission(t *testing.T) {
 	// namespace.
 	command(t, nil, kubectl, kc, "create", "namespace", "gpu-system")
 	custom := command(t, nil, helm, "template", "team", "charts/gpusched", "--namespace=gpu-system", "--set=agent.enabled=true",
-		"--set=agent.mode=cdi", "--set=agent.mpsPipeDir=/run/nvidia/mps", "--set=agent.unrestrictedNamespaces={gpu-operator}",
+		"--set=agent.mode=cdi", "--set=agent.mpsPipeDir=/run/nvidia/mps", "--set=agent.unrestrictedServiceAccounts={gpu-operator/nvidia-dcgm-exporter}",
 		"--set=agent.nvml.runtimeClassName=", "--set=agent.image.tag=v9")
 	command(t, custom, kubectl, kc, "apply", "--dry-run=server", "-f", "-")
 	ds = checkAgentDaemonSet(t, "custom agent values", decodeObjects(t, custom), "team-gpusched-agent")
@@ -85,7 +86,7 @@ func TestHelmChartAgentAdmission(t *testing.T) {
 		{"agent.nriSocketDir=var/run/nri", "/agent/nriSocketDir"},
 		{"agent.mpsPipeDir=mps", "/agent/mpsPipeDir"},
 		{"agent.nvml.runtimeClassName=NVIDIA", "/agent/nvml/runtimeClassName"},
-		{"agent.unrestrictedNamespaces={GPU_Operator}", "/agent/unrestrictedNamespaces/0"},
+		{"agent.unrestrictedServiceAccounts={gpu-operator}", "/agent/unrestrictedServiceAccounts/0"},
 		{"agent.enabled=yes", "/agent/enabled"},
 		{"agent.enabled=true,agent.serviceAccount.create=false", "agent.serviceAccount.name is required"},
 		{"admissionPolicy.enabled=yes", "/admissionPolicy/enabled"},
@@ -107,7 +108,7 @@ func TestHelmChartAgentAdmission(t *testing.T) {
 func assertCustomAgent(t *testing.T, pod v1.PodSpec) {
 	t.Helper()
 	c := pod.Containers[0]
-	for _, arg := range []string{"--mode=cdi", "--mps-pipe-dir=/run/nvidia/mps", "--unrestricted-namespaces=gpu-operator,gpu-system"} {
+	for _, arg := range []string{"--mode=cdi", "--mps-pipe-dir=/run/nvidia/mps"} {
 		if !slices.Contains(c.Args, arg) {
 			t.Errorf("custom agent values: %s not among the arguments %v", arg, c.Args)
 		}

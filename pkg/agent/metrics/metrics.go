@@ -18,7 +18,7 @@ const namespace = "gpusched_agent"
 const (
 	OutcomeGPUs     = "gpus"     // given the GPUs of its pod's assignment
 	OutcomeNoGPUs   = "no_gpus"  // a pod without GPU demand: NVIDIA_VISIBLE_DEVICES=void
-	OutcomeExempt   = "exempt"   // a pod in an unrestricted namespace, left as it is
+	OutcomeExempt   = "exempt"   // a pod annotated gpusched.io/gpu-unrestricted, left as it is
 	OutcomeRejected = "rejected" // creation refused (see rejections_total)
 )
 
@@ -44,7 +44,7 @@ func New() *Metrics {
 		}, []string{"outcome"}),
 		rejections: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "rejections_total",
-			Help: "Container creations refused, by reason (missing_assignment, malformed_assignment, foreign_node, unknown_gpu, no_inventory).",
+			Help: "Container creations refused, by reason (missing_assignment, malformed_assignment, foreign_node, unknown_gpu, no_inventory, duplicate_env, gpu_in_use, malformed_unrestricted).",
 		}, []string{"reason"}),
 		discoveryErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "discovery_errors_total",

@@ -3,8 +3,6 @@ package nri
 import (
 	"fmt"
 	"path/filepath"
-	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/containerd/nri/pkg/api"
@@ -28,28 +26,24 @@ const (
 	ModeEnv Mode = "env"
 )
 
-// Environment variables the agent reads or writes.
-const (
-	EnvVisibleDevices = "NVIDIA_VISIBLE_DEVICES"
-	// EnvDevicePluginGPUs is set by the agent's own device plugin (Allocate)
-	// on every container the kubelet gave nvidia.com/gpu; its presence tells
-	// the NRI step that the container asked for whole GPUs.
-	EnvDevicePluginGPUs = "GPUSCHED_DEVICE_PLUGIN_GPUS"
-	EnvMPSThreads       = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
-	EnvMPSMemLimit      = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
-	EnvMPSPipeDir       = "CUDA_MPS_PIPE_DIRECTORY"
-	// cdiKind is the CDI kind of NVIDIA's GPUs.
-	cdiKind = "nvidia.com/gpu"
-)
-
 // Rejection reasons, stable strings (the metrics' "reason" label).
 const (
-	ReasonMissing     = "missing_assignment"
-	ReasonMalformed   = "malformed_assignment"
-	ReasonForeignNode = "foreign_node"
-	ReasonUnknownGPU  = "unknown_gpu"
-	ReasonNoInventory = "no_inventory"
+	ReasonMissing      = "missing_assignment"
+	ReasonMalformed    = "malformed_assignment"
+	ReasonForeignNode  = "foreign_node"
+	ReasonUnknownGPU   = "unknown_gpu"
+	ReasonNoInventory  = "no_inventory"
+	ReasonDuplicateEnv = "duplicate_env"
+	ReasonGPUInUse     = "gpu_in_use"
+	ReasonUnrestricted = "malformed_unrestricted"
+	// ReasonForeignDevices: the container carries another GPU in a way the
+	// agent cannot take back.
+	ReasonForeignDevices = "foreign_devices"
 )
+
+// Reasons lists every rejection reason, for metrics and tests.
+var Reasons = []string{ReasonMissing, ReasonMalformed, ReasonForeignNode, ReasonUnknownGPU, ReasonNoInventory,
+	ReasonDuplicateEnv, ReasonGPUInUse, ReasonUnrestricted, ReasonForeignDevices}
 
 // Config is the plugin's configuration.
 type Config struct {
@@ -60,10 +54,6 @@ type Config struct {
 	// MPSPipeDir, when set, is the host directory of the MPS control
 	// daemon's pipes: shares then get MPS limits and the directory mounted.
 	MPSPipeDir string
-	// UnrestrictedNamespaces are left untouched: their containers see what
-	// the runtime gives them (for NVIDIA's own pods: DCGM exporter, GFD, the
-	// driver and toolkit containers, and the agent itself).
-	UnrestrictedNamespaces []string
 }
 
 // Validate checks the configuration and names the field that is wrong.
@@ -80,19 +70,21 @@ func (c *Config) Validate() error {
 }
 
 // RejectError is a refused container creation. Its message names the pod,
-// the annotation and what is wrong; the runtime reports it as the reason the
-// container could not be created (kubectl describe pod shows it).
+// what is wrong and what would be right; the runtime reports it as the
+// reason the container could not be created (kubectl describe pod shows it).
 type RejectError struct {
 	// Pod is "namespace/name".
 	Pod string
 	// Reason is one of the Reason* constants.
 	Reason string
+	// Subject is the annotation or variable at fault.
+	Subject string
 	// Detail says what is wrong and what would be right.
 	Detail string
 }
 
 func (e *RejectError) Error() string {
-	return fmt.Sprintf("gpusched: pod %s: %s: %s", e.Pod, gpu.AnnotationAssigned, e.Detail)
+	return fmt.Sprintf("gpusched: pod %s: %s: %s", e.Pod, e.Subject, e.Detail)
 }
 
 // Decision is what one container is given.
@@ -100,7 +92,8 @@ type Decision struct {
 	// GPUPod is whether the pod has GPU demand; Why says how it was told.
 	GPUPod bool
 	Why    string
-	// Exempt: the pod's namespace is unrestricted; nothing is changed.
+	// Exempt: the pod is unrestricted (see AnnotationUnrestricted); nothing
+	// is changed.
 	Exempt bool
 	// UUIDs are the GPUs the container gets (none for a pod without GPUs).
 	UUIDs []string
@@ -111,42 +104,52 @@ type Decision struct {
 }
 
 // Decide works out what a container of pod is given, from the pod sandbox's
-// annotations, the container's environment and the node's current GPUs. It
-// makes no API call. It never panics; a GPU pod whose assignment cannot be
-// honoured gets a *RejectError.
+// annotations, the container as the runtime built it (environment, CDI
+// devices, device nodes, mounts, annotations) and the node's current GPUs.
+// It makes no API call. It never panics; a container that cannot be given
+// exactly its pod's GPUs gets a *RejectError.
 //
-// A pod has GPU demand when any of these holds:
-//   - its sandbox carries gpusched.io/gpu-assigned (whatever its value);
-//   - its sandbox carries gpusched.io/gpu-milli (a share; shares use no
-//     extended resource, so only the annotation tells);
-//   - the container carries GPUSCHED_DEVICE_PLUGIN_GPUS, set by the agent's
-//     device plugin when the kubelet allocated nvidia.com/gpu to it;
-//   - the container carries CDI devices of kind nvidia.com/gpu, or an
-//     NVIDIA_VISIBLE_DEVICES other than "", "all", "void" and "none" (what
-//     NVIDIA's device plugin sets, or what a user wrote to reach GPUs without
-//     asking the scheduler).
+// In order:
+//  1. a pod with gpusched.io/gpu-unrestricted: "true" is left as it is;
+//  2. a container whose environment holds NVIDIA_VISIBLE_DEVICES or a
+//     CUDA_MPS_* variable twice is refused (the runtime would apply the
+//     agent's value to one entry and leave the other);
+//  3. a pod without GPU demand (see demand) gets NVIDIA_VISIBLE_DEVICES=void;
+//  4. a pod with GPU demand gets the GPUs of its assignment, which must
+//     name this node and GPUs of its inventory;
+//  5. a GPU container that carries NVIDIA's device-list mount of another
+//     GPU is refused: the runtime would give it that GPU too;
+//  6. every GPU beyond those of step 3 or 4 is denied in the container's
+//     device cgroup, and NVIDIA CDI annotations are removed (see confine).
 //
-// NRI hands the plugin the sandbox and the container, not the pod spec, so a
-// container's nvidia.com/gpu request is visible only through what a device
-// plugin put into the container; a CUDA image's default
-// NVIDIA_VISIBLE_DEVICES=all is not demand. Every container of a GPU pod gets
-// the pod's GPUs: gpusched assigns GPUs to pods, not to containers.
+// Every container of a GPU pod gets the pod's GPUs: gpusched assigns GPUs
+// to pods, not to containers.
 func Decide(cfg *Config, snap *discovery.Snapshot, pod *api.PodSandbox, ctr *api.Container) (Decision, error) {
 	podName := pod.GetNamespace() + "/" + pod.GetName()
-	if slices.Contains(cfg.UnrestrictedNamespaces, pod.GetNamespace()) {
+	annotations := pod.GetAnnotations()
+	exempt, err := unrestricted(annotations)
+	if err != nil {
+		return Decision{}, &RejectError{Pod: podName, Reason: ReasonUnrestricted, Subject: AnnotationUnrestricted, Detail: err.Error()}
+	}
+	if exempt {
 		return Decision{Exempt: true}, nil
 	}
-	annotations := pod.GetAnnotations()
-	raw, assigned := annotations[gpu.AnnotationAssigned]
+	if key, n := duplicatedEnv(ctr.GetEnv()); n > 1 {
+		return Decision{}, &RejectError{Pod: podName, Reason: ReasonDuplicateEnv, Subject: key, Detail: fmt.Sprintf(
+			"the container's environment sets %s %d times (the image's config and the pod spec both set it?); "+
+				"the runtime would give the agent's value to one and keep the others: remove it from the pod spec's env", key, n)}
+	}
 	d := Decision{Adjust: &api.ContainerAdjustment{}}
 	d.GPUPod, d.Why = demand(annotations, ctr)
 	if !d.GPUPod {
 		d.Adjust.AddEnv(EnvVisibleDevices, "void")
+		confine(d.Adjust, snap, ctr, nil)
 		return d, nil
 	}
 	reject := func(reason, format string, args ...any) (Decision, error) {
-		return Decision{GPUPod: true, Why: d.Why}, &RejectError{Pod: podName, Reason: reason, Detail: fmt.Sprintf(format, args...)}
+		return Decision{GPUPod: true, Why: d.Why}, &RejectError{Pod: podName, Reason: reason, Subject: gpu.AnnotationAssigned, Detail: fmt.Sprintf(format, args...)}
 	}
+	raw, assigned := annotations[gpu.AnnotationAssigned]
 	if !assigned {
 		return reject(ReasonMissing, "the pod asks for GPUs (%s) but has no assignment; it was not placed by gpusched "+
 			"(check spec.schedulerName), or the annotation was removed", d.Why)
@@ -162,6 +165,7 @@ func Decide(cfg *Config, snap *discovery.Snapshot, pod *api.PodSandbox, ctr *api
 		return reject(ReasonNoInventory, "node %s has not discovered its GPUs yet; the kubelet will retry", cfg.NodeName)
 	}
 	d.Assignment = a
+	var minors []int
 	for i, index := range a.Devices {
 		dev, ok := snap.ByIndex(index)
 		if !ok {
@@ -174,34 +178,17 @@ func Decide(cfg *Config, snap *discovery.Snapshot, pod *api.PodSandbox, ctr *api
 			return reject(ReasonUnknownGPU, "GPU index %d is %s on node %s, but the assignment names %s%s", index, dev.UUID, cfg.NodeName, a.UUIDs[i], elsewhere(snap, a, i))
 		}
 		d.UUIDs = append(d.UUIDs, dev.UUID)
+		minors = append(minors, snap.Minor(dev.UUID))
+	}
+	if m := foreignDeviceList(ctr, d.UUIDs, a.Devices); m != "" {
+		return Decision{GPUPod: true, Why: d.Why}, &RejectError{Pod: podName, Reason: ReasonForeignDevices, Subject: m, Detail: fmt.Sprintf(
+			"the container carries a device-list mount of a GPU that is not among its assigned %s: NVIDIA's device plugin "+
+				"allocates GPUs on this node with DEVICE_LIST_STRATEGY=volume-mounts; disable it on gpusched's nodes, or use its envvar strategy",
+			strings.Join(d.UUIDs, ","))}
 	}
 	give(cfg, &d)
+	confine(d.Adjust, snap, ctr, minors)
 	return d, nil
-}
-
-// demand tells whether a pod has GPU demand (see Decide), and how.
-func demand(annotations map[string]string, ctr *api.Container) (bool, string) {
-	if _, ok := annotations[gpu.AnnotationAssigned]; ok {
-		return true, gpu.AnnotationAssigned + " is set"
-	}
-	if _, ok := annotations[gpu.AnnotationMilli]; ok {
-		return true, gpu.AnnotationMilli + " is set"
-	}
-	for _, kv := range ctr.GetEnv() {
-		key, value, _ := strings.Cut(kv, "=")
-		switch {
-		case key == EnvDevicePluginGPUs:
-			return true, "the kubelet allocated " + string(gpu.ResourceGPU)
-		case key == EnvVisibleDevices && value != "" && value != "all" && value != "void" && value != "none":
-			return true, EnvVisibleDevices + "=" + value + " is set"
-		}
-	}
-	for _, c := range ctr.GetCDIDevices() {
-		if strings.HasPrefix(c.GetName(), cdiKind+"=") {
-			return true, "CDI device " + c.GetName() + " is requested"
-		}
-	}
-	return false, ""
 }
 
 // elsewhere says where the i-th assigned UUID is on this node, when it is
@@ -216,32 +203,39 @@ func elsewhere(snap *discovery.Snapshot, a gpu.Assignment, i int) string {
 	return ""
 }
 
-// give fills d.Adjust with the GPUs d.UUIDs and, for a share on an MPS node,
-// the MPS limits.
-func give(cfg *Config, d *Decision) {
-	if cfg.Mode == ModeCDI {
-		for _, u := range d.UUIDs {
-			d.Adjust.AddCDIDevice(&api.CDIDevice{Name: cdiKind + "=" + u})
+// unrestricted reads AnnotationUnrestricted: "true" exempts the pod, "false"
+// or no annotation does not, anything else is an error.
+func unrestricted(annotations map[string]string) (bool, error) {
+	v, ok := annotations[AnnotationUnrestricted]
+	switch {
+	case !ok || v == "false":
+		return false, nil
+	case v == "true":
+		return true, nil
+	}
+	return false, fmt.Errorf("%q is not allowed: want \"true\" (the pod's containers are left as the runtime makes them) or \"false\"", v)
+}
+
+// duplicatedEnv returns the first of the variables that decide a
+// container's GPUs (NVIDIA_VISIBLE_DEVICES, CUDA_MPS_*) that env holds more
+// than once, and how often; n <= 1 when there is none.
+func duplicatedEnv(env []string) (key string, n int) {
+	var seen map[string]int
+	for _, kv := range env {
+		k, _, _ := strings.Cut(kv, "=")
+		if k != EnvVisibleDevices && !strings.HasPrefix(k, envMPSPrefix) {
+			continue
 		}
-		d.Adjust.AddEnv(EnvVisibleDevices, "void")
-	} else {
-		d.Adjust.AddEnv(EnvVisibleDevices, strings.Join(d.UUIDs, ","))
+		if seen == nil {
+			seen = map[string]int{}
+		}
+		seen[k]++
 	}
-	if cfg.MPSPipeDir == "" || d.Assignment.Milli >= gpu.MilliPerGPU {
-		return
+	for _, kv := range env {
+		k, _, _ := strings.Cut(kv, "=")
+		if seen[k] > 1 {
+			return k, seen[k]
+		}
 	}
-	// Percent of the GPU's SMs, rounded up so a 1-milli share gets 1%.
-	threads := (d.Assignment.Milli + 9) / 10
-	d.Adjust.AddEnv(EnvMPSThreads, strconv.FormatInt(threads, 10))
-	if d.Assignment.MemoryMiB > 0 {
-		// One GPU is visible in the container, so it is device 0 there.
-		d.Adjust.AddEnv(EnvMPSMemLimit, "0="+strconv.FormatInt(d.Assignment.MemoryMiB, 10)+"M")
-	}
-	d.Adjust.AddEnv(EnvMPSPipeDir, cfg.MPSPipeDir)
-	d.Adjust.AddMount(&api.Mount{
-		Source:      cfg.MPSPipeDir,
-		Destination: cfg.MPSPipeDir,
-		Type:        "bind",
-		Options:     []string{"rbind", "rw"},
-	})
+	return "", 0
 }

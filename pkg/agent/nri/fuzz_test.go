@@ -21,6 +21,8 @@ func FuzzNRIDecide(f *testing.F) {
 	f.Add(true, true, "node=;gpus=", false, "", "")
 	f.Add(false, false, "", true, "abc", "GPUSCHED_DEVICE_PLUGIN_GPUS=1")
 	f.Add(true, false, "", false, "", "NVIDIA_VISIBLE_DEVICES=GPU-x")
+	f.Add(false, false, "", false, "", "NVIDIA_VISIBLE_DEVICES=all\nNVIDIA_VISIBLE_DEVICES=all")
+	f.Add(false, true, "node=gpu-node-0;gpus=3;milli=250", true, "250", "CUDA_MPS_PIPE_DIRECTORY=/a\nPATH=/bin\nCUDA_MPS_PIPE_DIRECTORY=/b")
 	store := eightGPUs(f)
 	f.Fuzz(func(t *testing.T, cdi, hasAssigned bool, assigned string, hasMilli bool, milli, env string) {
 		cfg := &agentnri.Config{NodeName: thisNode, Mode: agentnri.ModeEnv, MPSPipeDir: "/run/mps"}
@@ -37,11 +39,14 @@ func FuzzNRIDecide(f *testing.F) {
 		d, err := agentnri.Decide(cfg, store.Current(), pod("ml", "p", annotations), container("c", strings.Split(env, "\n")...))
 		if err != nil {
 			var rej *agentnri.RejectError
-			if !errors.As(err, &rej) || rej.Pod != "ml/p" || !strings.Contains(err.Error(), gpu.AnnotationAssigned) ||
-				!slices.Contains([]string{agentnri.ReasonMissing, agentnri.ReasonMalformed, agentnri.ReasonForeignNode, agentnri.ReasonUnknownGPU}, rej.Reason) {
-				t.Fatalf("refusal %#v does not name the pod, the annotation and a known reason", err)
+			if !errors.As(err, &rej) || rej.Pod != "ml/p" || rej.Subject == "" || !strings.Contains(err.Error(), rej.Subject) ||
+				!slices.Contains(agentnri.Reasons, rej.Reason) {
+				t.Fatalf("refusal %#v does not name the pod, the annotation or variable, and a known reason", err)
 			}
 			return
+		}
+		if key, n := duplicated(env); n > 1 {
+			t.Fatalf("a container with %s set %d times was accepted", key, n)
 		}
 		if !d.GPUPod {
 			if len(d.UUIDs) != 0 || len(d.Adjust.GetEnv()) != 1 || d.Adjust.GetEnv()[0].GetValue() != "void" {
@@ -58,4 +63,22 @@ func FuzzNRIDecide(f *testing.F) {
 			}
 		}
 	})
+}
+
+// duplicated is the fuzz test's own count of a GPU variable set more than
+// once in a newline-separated environment.
+func duplicated(env string) (string, int) {
+	count := map[string]int{}
+	for _, kv := range strings.Split(env, "\n") {
+		k, _, _ := strings.Cut(kv, "=")
+		if k == "NVIDIA_VISIBLE_DEVICES" || strings.HasPrefix(k, "CUDA_MPS_") {
+			count[k]++
+		}
+	}
+	for k, n := range count {
+		if n > 1 {
+			return k, n
+		}
+	}
+	return "", 0
 }

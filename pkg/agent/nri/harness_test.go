@@ -111,7 +111,24 @@ func (r *runtime) create(pod *api.PodSandbox, ctr *api.Container) (*api.Containe
 	}
 	ctr.State = api.ContainerState_CONTAINER_RUNNING
 	r.ctrs[ctr.Id] = ctr
+	if err := r.nri.PostCreateContainer(context.Background(), &api.PostCreateContainerRequest{Pod: pod, Container: ctr}); err != nil {
+		return nil, err
+	}
 	return resp.GetAdjust(), nil
+}
+
+// stopPod stops a pod sandbox, as the kubelet does when the pod ends: its
+// containers go.
+func (r *runtime) stopPod(pod *api.PodSandbox) error {
+	b := r.nri.BlockPluginSync()
+	defer b.Unblock()
+	for id, c := range r.ctrs {
+		if c.PodSandboxId == pod.Id {
+			delete(r.ctrs, id)
+		}
+	}
+	delete(r.pods, pod.Id)
+	return r.nri.StopPodSandbox(context.Background(), &api.StopPodSandboxRequest{Pod: pod})
 }
 
 // startAgent connects the agent's plugin to the runtime through
@@ -143,11 +160,12 @@ func startAgent(t testing.TB, r *runtime, cfg agentnri.Config, store *discovery.
 	return p, stop
 }
 
-// waitReady waits until the plugin has registered and synchronized.
+// waitReady waits until both of the plugin's connections have registered
+// and synchronized.
 func waitReady(t testing.TB, p *agentnri.Plugin) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
-	for !p.Ready() {
+	for !p.Ready() || !p.Observing() {
 		if time.Now().After(deadline) {
 			t.Fatal("the agent's NRI plugin did not register and synchronize within 5s")
 		}

@@ -91,11 +91,19 @@ func TestNRICreateContainer(t *testing.T) {
 			wantEnv: map[string]string{"NVIDIA_VISIBLE_DEVICES": "void"},
 		},
 		{
-			name:      "an unrestricted namespace is left alone",
+			name:        "an unrestricted pod is left alone",
+			mode:        agentnri.ModeEnv,
+			namespace:   "gpu-operator",
+			annotations: map[string]string{agentnri.AnnotationUnrestricted: "true"},
+			env:         []string{"NVIDIA_VISIBLE_DEVICES=all"},
+			wantEnv:     map[string]string{},
+		},
+		{
+			name:      "a namespace's name exempts nothing",
 			mode:      agentnri.ModeEnv,
 			namespace: "gpu-operator",
 			env:       []string{"NVIDIA_VISIBLE_DEVICES=all"},
-			wantEnv:   map[string]string{},
+			wantEnv:   map[string]string{"NVIDIA_VISIBLE_DEVICES": "void"},
 		},
 		{
 			name:        "a share without assignment",
@@ -156,7 +164,7 @@ func TestNRICreateContainer(t *testing.T) {
 			if stop != nil {
 				stop()
 			}
-			cfg := agentnri.Config{NodeName: thisNode, Mode: tt.mode, UnrestrictedNamespaces: []string{"gpu-operator"}}
+			cfg := agentnri.Config{NodeName: thisNode, Mode: tt.mode}
 			if tt.mps {
 				cfg.MPSPipeDir = mpsDir
 			}

@@ -13,6 +13,7 @@ import (
 	"github.com/containerd/nri/pkg/stub"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/gpusched/gpusched/pkg/agent/discovery"
 	"github.com/gpusched/gpusched/pkg/agent/metrics"
 	agentnri "github.com/gpusched/gpusched/pkg/agent/nri"
 	"github.com/gpusched/gpusched/pkg/gpu"
@@ -21,7 +22,8 @@ import (
 // TestNRIAgentRestartSynchronize: after an agent restart, NRI's Synchronize
 // rebuilds the agent's view of running containers with their GPUs; a
 // container created while the agent was down (so without its adjustment) is
-// reported as unverified; a stopped container leaves the view.
+// reported as unverified and holds every GPU it can reach; a removed
+// container leaves the view.
 func TestNRIAgentRestartSynchronize(t *testing.T) {
 	r := startRuntime(t)
 	store := eightGPUs(t)
@@ -68,11 +70,13 @@ func TestNRIAgentRestartSynchronize(t *testing.T) {
 	}
 	restart(t, r, p)
 	want := []agentnri.Record{
-		{ID: "c1", Pod: "ml/train", UUIDs: []string{uuid(0), uuid(1)}},
-		{ID: "c2", Pod: "ml/train", UUIDs: []string{uuid(0), uuid(1)}},
-		{ID: "c3", Pod: "ml/infer", UUIDs: []string{uuid(4)}},
-		{ID: "c4", Pod: "web/frontend"},
-		{ID: "c5", Pod: "ml/late", UUIDs: []string{uuid(6)}, Unverified: true},
+		{ID: "c1", Pod: "ml/train", PodUID: "uid-train", Sandbox: "sandbox-ml-train", UUIDs: []string{uuid(0), uuid(1)}, Milli: 1000},
+		{ID: "c2", Pod: "ml/train", PodUID: "uid-train", Sandbox: "sandbox-ml-train", UUIDs: []string{uuid(0), uuid(1)}, Milli: 1000},
+		{ID: "c3", Pod: "ml/infer", PodUID: "uid-infer", Sandbox: "sandbox-ml-infer", UUIDs: []string{uuid(4)}, Milli: 500},
+		{ID: "c4", Pod: "web/frontend", PodUID: "uid-frontend", Sandbox: "sandbox-web-frontend"},
+		// Created without the agent, with the image's all: it holds every GPU.
+		{ID: "c5", Pod: "ml/late", PodUID: "uid-late", Sandbox: "sandbox-ml-late",
+			UUIDs: []string{uuid(0), uuid(1), uuid(2), uuid(3), uuid(4), uuid(5), uuid(6), uuid(7)}, Milli: 1000, Unverified: true},
 	}
 	if got := p.Containers(); !reflect.DeepEqual(got, want) {
 		t.Fatalf("view after restart:\n%+v\nwant\n%+v", got, want)
@@ -82,13 +86,13 @@ func TestNRIAgentRestartSynchronize(t *testing.T) {
 	}
 
 	b := r.nri.BlockPluginSync()
-	_, err = r.nri.StopContainer(context.Background(), &api.StopContainerRequest{Pod: whole, Container: r.ctrs["c2"]})
+	err = r.nri.RemoveContainer(context.Background(), &api.RemoveContainerRequest{Pod: whole, Container: r.ctrs["c2"]})
 	b.Unblock()
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got := p.Containers(); len(got) != 4 || got[1].ID != "c3" {
-		t.Fatalf("view after c2 stopped: %+v", got)
+		t.Fatalf("view after c2 was removed: %+v", got)
 	}
 }
 
@@ -150,7 +154,7 @@ func TestNRIReconnectsAfterRuntimeRestart(t *testing.T) {
 func TestNRIRejectionMetrics(t *testing.T) {
 	r := startRuntime(t)
 	m := metrics.New()
-	p, err := agentnri.New(agentnri.Config{NodeName: thisNode, Mode: agentnri.ModeEnv, UnrestrictedNamespaces: []string{"kube-system"}}, eightGPUs(t), m)
+	p, err := agentnri.New(agentnri.Config{NodeName: thisNode, Mode: agentnri.ModeEnv}, eightGPUs(t), m)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +165,7 @@ func TestNRIRejectionMetrics(t *testing.T) {
 	}{
 		{pod("ml", "a", map[string]string{gpu.AnnotationAssigned: "node=" + thisNode + ";gpus=1"}), true},
 		{pod("ml", "b", nil), true},
-		{pod("kube-system", "c", nil), true},
+		{pod("gpu-operator", "c", map[string]string{agentnri.AnnotationUnrestricted: "true"}), true},
 		{pod("ml", "d", map[string]string{gpu.AnnotationMilli: "100"}), false},
 		{pod("ml", "e", map[string]string{gpu.AnnotationAssigned: "node=other;gpus=1"}), false},
 		{pod("ml", "f", map[string]string{gpu.AnnotationAssigned: "node=other;gpus=1"}), false},
@@ -231,4 +235,26 @@ func counter(t *testing.T, m *metrics.Metrics, name, label, value string) float6
 		}
 	}
 	return 0
+}
+
+// TestNRISynchronizeBeforeInventory: the agent registers before it knows the
+// node's GPUs (so that no container is created without it); the running
+// containers it learns at Synchronize then hold their GPUs as soon as the
+// GPUs are known, so a stale assignment of one of them is refused.
+func TestNRISynchronizeBeforeInventory(t *testing.T) {
+	r := startRuntime(t)
+	train := pod("ml", "train", map[string]string{gpu.AnnotationAssigned: "node=" + thisNode + ";gpus=0"})
+	r.pods[train.Id] = train
+	r.ctrs["t1"] = &api.Container{Id: "t1", Name: "t1", PodSandboxId: train.Id, State: api.ContainerState_CONTAINER_RUNNING,
+		Env: []string{"NVIDIA_VISIBLE_DEVICES=" + uuid(0)}}
+	store := &discovery.Store{}
+	p, _ := startAgent(t, r, agentnri.Config{NodeName: thisNode, Mode: agentnri.ModeEnv}, store)
+	if got := p.Containers(); len(got) != 1 || !got[0].Pending {
+		t.Fatalf("view before the GPUs are known: %+v, want t1 pending", got)
+	}
+	store.Set(eightGPUs(t).Current())
+	_, err := r.create(pod("ml", "stale", map[string]string{gpu.AnnotationAssigned: "node=" + thisNode + ";gpus=0"}), container("s1"))
+	if err == nil || !strings.Contains(err.Error(), "is held by live pods ml/train") {
+		t.Errorf("a second pod on train's GPU once the GPUs are known: %v, want refused", err)
+	}
 }
