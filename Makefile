@@ -39,7 +39,8 @@ bin/etcd: ## etcd for scheduler_perf, from the module's own etcd version
 fuzz: ## each fuzz target for 30s; new findings land in the Go cache, add them to testdata/fuzz
 	for t in gpu:FuzzDemandFromPod gpu:FuzzParseAssignment gpu:FuzzInventoryFromNode \
 		extender:FuzzFilterRequest extender:FuzzDecodeArgs \
-		telemetry/prometheus:FuzzParse simulator:FuzzLoadTelemetry; do \
+		telemetry/prometheus:FuzzParse simulator:FuzzLoadTelemetry \
+		agent/nri:FuzzNRIDecide agent/nri:FuzzNRIConfine; do \
 		$(GO) test -run '^$$' -fuzz "^$${t#*:}\$$" -fuzztime 30s ./pkg/$${t%%:*}/ || exit 1; \
 	done
 

@@ -548,6 +548,16 @@ func (r *Runtime) StartContainer(t testing.TB, containerID string) error {
 	return err
 }
 
+// RemoveContainer removes a container (stopping it first if it runs).
+func (r *Runtime) RemoveContainer(t testing.TB, containerID string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := r.Runtime.RemoveContainer(ctx, &runtimeapi.RemoveContainerRequest{ContainerId: containerID}); err != nil {
+		t.Fatalf("critest: RemoveContainer %s: %v", containerID, err)
+	}
+}
+
 // Spec returns the OCI runtime spec containerd stored for the container (the
 // one runc gets at start), from CRI's verbose ContainerStatus info.
 func (r *Runtime) Spec(t testing.TB, containerID string) *specs.Spec {

@@ -143,6 +143,18 @@ func checkAdmission(t *testing.T, c *testcluster.Cluster, w writers) {
 		assertRefused(t, "the agent without a node name writing the inventory", err, "carries no node name")
 		_, err = patchAnnotation(ctx, nodes(w.agent, "gpu-0"), "gpu-0", gpu.AnnotationDevices, &devices)
 		assertAllowed(t, "the agent of gpu-0 writing its inventory", err)
+		// Nothing else of a Node, its own included: one compromised GPU node
+		// must not taint, relabel or re-annotate the cluster.
+		agentOnly := w.agent + " may change only gpusched.io/gpu-devices of a Node"
+		for _, c := range []struct{ what, patch, says string }{
+			{"a label", `{"metadata":{"labels":{"nvidia.com/gpu.product":"H100"}}}`, "labels"},
+			{"a taint", `{"spec":{"taints":[{"key":"evict","effect":"NoExecute"}]}}`, "the spec"},
+			{"another annotation", `{"metadata":{"annotations":{"team":"agent"}}}`, "other annotations"},
+			{"its inventory and a label at once", `{"metadata":{"labels":{"x":"y"},"annotations":{"gpusched.io/gpu-devices":"[]"}}}`, "labels"},
+		} {
+			_, err = nodes(w.agent, "gpu-0").Patch(ctx, "gpu-0", types.MergePatchType, []byte(c.patch), metav1.PatchOptions{})
+			assertRefused(t, "the agent of gpu-0 changing "+c.what+" of its Node", err, agentOnly, "changes "+c.says, "of node gpu-0")
+		}
 		_, err = patchAnnotation(ctx, nodes(intruderServiceAccount, ""), "gpu-0", "team", ptr.To("ml"))
 		assertAllowed(t, "another ServiceAccount changing another annotation", err)
 		_, err = intruder.CoreV1().Nodes().Create(ctx, gt.MakeGPUNode("gpu-2").Annotation(gpu.AnnotationDevices, devices).Obj(), metav1.CreateOptions{})

@@ -74,7 +74,7 @@ func (p *envPlugin) seenEnv(name string) []string {
 
 // connect starts an NRI plugin named name on the runtime's NRI socket and
 // waits until the runtime has synchronized it.
-func connect(t *testing.T, rt *critest.Runtime, name, value string) *envPlugin {
+func connect(t testing.TB, rt *critest.Runtime, name, value string) *envPlugin {
 	t.Helper()
 	p := &envPlugin{value: value, synced: make(chan struct{}), seen: map[string][]string{}}
 	s, err := stub.New(p, stub.WithPluginName(name), stub.WithPluginIdx("10"), stub.WithSocketPath(rt.NRISocket()))

@@ -14,7 +14,11 @@
 //
 // On a node where NVIDIA's device plugin is already registered (a live
 // socket named nvidia*.sock in the device-plugin directory) the agent does
-// not register: two plugins cannot serve one resource name.
+// not register: two plugins cannot serve one resource name. It checks again
+// while it serves, and reports NVIDIA's plugin when it appears later (the
+// kubelet then follows whichever registered last). Either way the NRI
+// plugin treats what NVIDIA's plugin adds to a container as GPU demand and
+// confines it to the pod's assignment.
 package deviceplugin
 
 import (
@@ -71,6 +75,8 @@ type Plugin struct {
 	pluginapi.UnimplementedDevicePluginServer
 	cfg   Config
 	store *discovery.Store
+	// seenNVIDIA is NVIDIA's plugin's socket when last checked, or "".
+	seenNVIDIA string
 }
 
 // New returns a plugin advertising the devices of store.
@@ -101,8 +107,8 @@ func (p *Plugin) Run(ctx context.Context) error {
 	if other := NVIDIAPlugin(p.cfg.Dir); other != "" {
 		logger.Info("NVIDIA's device plugin is registered; the agent does not register its own",
 			"socket", other,
-			"guaranteed", "containers still get exactly the GPUs of their gpu-assigned annotation through NRI",
-			"notGuaranteed", "the kubelet's nvidia.com/gpu device IDs, and any device nodes, mounts or CDI devices NVIDIA's plugin adds, follow its own choice; use its envvar strategy or disable it on gpusched nodes")
+			"guaranteed", "containers open exactly the GPUs of their gpu-assigned annotation: the NRI plugin denies the others NVIDIA's plugin passes and refuses its foreign device-list mounts",
+			"notGuaranteed", "the kubelet's nvidia.com/gpu device IDs follow NVIDIA's plugin's choice, and GPU containers whose volume-mount device list names other GPUs are refused; disable it on gpusched nodes, or use its envvar strategy")
 		return nil
 	}
 	for ctx.Err() == nil {
@@ -150,6 +156,12 @@ func (p *Plugin) serve(ctx context.Context) error {
 			if _, err := os.Stat(path); err != nil {
 				return fmt.Errorf("socket %s is gone (kubelet restart?): registering again", path)
 			}
+			other := NVIDIAPlugin(p.cfg.Dir)
+			if other != "" && other != p.seenNVIDIA {
+				klog.FromContext(ctx).Info("NVIDIA's device plugin registered after the agent's: the kubelet now follows it for nvidia.com/gpu; "+
+					"containers still open only their assigned GPUs (the NRI plugin confines what it adds)", "socket", other)
+			}
+			p.seenNVIDIA = other
 		}
 	}
 }

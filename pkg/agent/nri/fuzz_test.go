@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/containerd/nri/pkg/api"
 	agentnri "github.com/gpusched/gpusched/pkg/agent/nri"
 	"github.com/gpusched/gpusched/pkg/gpu"
 )
@@ -81,4 +82,69 @@ func duplicated(env string) (string, int) {
 		}
 	}
 	return "", 0
+}
+
+// FuzzNRIConfine: whatever device node, mount, OCI annotation and exemption
+// a tenant's container carries, Decide never panics, exempts only on
+// gpusched.io/gpu-unrestricted=true, and an accepted container's adjustment
+// denies in the device cgroup every GPU of the node it was not given (all of
+// major 195 for a container without GPUs) and removes every NVIDIA CDI
+// annotation.
+func FuzzNRIConfine(f *testing.F) {
+	f.Add("node=gpu-node-0;gpus=2", "/dev/nvidia5", int64(195), int64(5), "/var/run/nvidia-container-devices/GPU-x", "cdi.k8s.io/x", "nvidia.com/gpu=all", "")
+	f.Add("", "/dev/nvidia0", int64(195), int64(0), "", "", "", "")
+	f.Add("", "/dev/dri/card0", int64(226), int64(0), "/data", "nvidia.cdi.k8s.io/y", "k8s.device-plugin.nvidia.com/gpu=GPU-1", "true")
+	f.Add("node=gpu-node-0;gpus=1,2", "/dev/../dev/nvidia7", int64(1), int64(3), "/var/run/nvidia-container-devices/../x", "cdi.k8s.io/a", " nvidia.com/gpu=0 ,x", "yes")
+	snap := minorsStore(f)
+	f.Fuzz(func(t *testing.T, assigned, devPath string, major, minor int64, mountDest, annKey, annValue, unrestricted string) {
+		annotations := map[string]string{}
+		if assigned != "" {
+			annotations[gpu.AnnotationAssigned] = assigned
+		}
+		if unrestricted != "" {
+			annotations[agentnri.AnnotationUnrestricted] = unrestricted
+		}
+		ctr := &api.Container{Id: "c", Name: "c", Linux: &api.LinuxContainer{Devices: []*api.LinuxDevice{{Path: devPath, Type: "c", Major: major, Minor: minor}}}}
+		if mountDest != "" {
+			ctr.Mounts = []*api.Mount{{Source: "/dev/null", Destination: mountDest, Type: "bind"}}
+		}
+		if annKey != "" {
+			ctr.Annotations = map[string]string{annKey: annValue}
+		}
+		d, err := agentnri.Decide(&agentnri.Config{NodeName: thisNode, Mode: agentnri.ModeEnv}, snap, pod("ml", "p", annotations), ctr)
+		if err != nil {
+			return
+		}
+		if d.Exempt {
+			if unrestricted != "true" {
+				t.Fatalf("exempt with %s=%q", agentnri.AnnotationUnrestricted, unrestricted)
+			}
+			return
+		}
+		denied := func(m int64) bool {
+			for _, r := range d.Adjust.GetLinux().GetResources().GetDevices() {
+				if !r.GetAllow() && r.GetType() == "c" && r.GetMajor().GetValue() == 195 && (r.GetMinor() == nil || r.GetMinor().GetValue() == m) {
+					return true
+				}
+			}
+			return false
+		}
+		given := map[int64]bool{}
+		for _, u := range d.UUIDs {
+			given[int64(snap.Minor(u))] = true
+		}
+		for _, m := range snap.Minors {
+			if !given[int64(m)] && !denied(int64(m)) {
+				t.Fatalf("GPU minor %d is neither given (%v) nor denied: %+v", m, d.UUIDs, d.Adjust.GetLinux().GetResources().GetDevices())
+			}
+		}
+		// A key under cdi.k8s.io/ whose value names nvidia.com/gpu=... must go.
+		if strings.HasPrefix(annKey, "cdi.k8s.io/") && slices.ContainsFunc(strings.Split(annValue, ","), func(n string) bool {
+			return strings.HasPrefix(strings.TrimSpace(n), "nvidia.com/gpu=")
+		}) {
+			if _, removed := d.Adjust.GetAnnotations()[api.MarkForRemoval(annKey)]; !removed {
+				t.Fatalf("CDI annotation %s=%s kept", annKey, annValue)
+			}
+		}
+	})
 }

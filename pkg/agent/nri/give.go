@@ -31,10 +31,13 @@ func give(cfg *Config, d *Decision) {
 		d.Adjust.AddEnv(EnvMPSMemLimit, "0="+strconv.FormatInt(d.Assignment.MemoryMiB, 10)+"M")
 	}
 	d.Adjust.AddEnv(EnvMPSPipeDir, cfg.MPSPipeDir)
+	// Read-only: a client still opens the daemon's named pipes and sockets
+	// (a read-only mount does not stop writes to those), but cannot remove
+	// or replace them to catch other pods' MPS traffic.
 	d.Adjust.AddMount(&api.Mount{
 		Source:      cfg.MPSPipeDir,
 		Destination: cfg.MPSPipeDir,
 		Type:        "bind",
-		Options:     []string{"rbind", "rw"},
+		Options:     []string{"rbind", "ro", "nosuid", "nodev", "noexec"},
 	})
 }

@@ -2,6 +2,7 @@ package nri_test
 
 import (
 	"fmt"
+	"slices"
 	"reflect"
 	"strings"
 	"testing"
@@ -30,7 +31,7 @@ func TestNRICreateContainer(t *testing.T) {
 		env         []string
 		wantEnv     map[string]string // the adjustment's environment, exactly
 		wantCDI     []string
-		wantMount   bool     // the MPS pipe directory is mounted
+		wantMount   bool     // the MPS pipe directory is mounted, read-only
 		wantErr     []string // substrings of the refusal
 	}{
 		{
@@ -213,9 +214,11 @@ func TestNRICreateContainer(t *testing.T) {
 	}
 }
 
+// hasMount reports whether dir is bind-mounted read-only at the same path.
 func hasMount(mounts []*api.Mount, dir string) bool {
 	for _, m := range mounts {
-		if m.GetSource() == dir && m.GetDestination() == dir && m.GetType() == "bind" {
+		if m.GetSource() == dir && m.GetDestination() == dir && m.GetType() == "bind" && slices.Contains(m.GetOptions(), "ro") &&
+			!slices.Contains(m.GetOptions(), "rw") {
 			return true
 		}
 	}
