@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -121,9 +122,22 @@ func (a agents) stop() {
 // runtime, where the node agent decides at CreateContainer what they get,
 // and renders what that is: "NVIDIA_VISIBLE_DEVICES=<UUIDs>", or why the
 // agent refused the container. Keyed by pod name; pods not bound are left
-// out.
+// out. Pods that have ended go first, and their sandboxes are stopped after
+// (as the kubelet stops an ended pod's), since they ran, and left their
+// GPUs, before the pods that run now.
 func (a agents) devices(ctx context.Context, pods []*v1.Pod) map[string]string {
 	out := map[string]string{}
+	ended := func(p *v1.Pod) bool { return p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed }
+	pods = slices.Clone(pods)
+	slices.SortStableFunc(pods, func(x, y *v1.Pod) int {
+		switch {
+		case ended(x) && !ended(y):
+			return -1
+		case ended(y) && !ended(x):
+			return 1
+		}
+		return 0
+	})
 	for _, p := range pods {
 		if p.Spec.NodeName == "" {
 			continue
@@ -139,6 +153,11 @@ func (a agents) devices(ctx context.Context, pods []*v1.Pod) map[string]string {
 			continue
 		}
 		out[p.Name] = describeContainers(ctrs)
+		if ended(p) {
+			if err := n.StopPod(ctx, p); err != nil {
+				out[p.Name] += " (stopping its sandbox: " + err.Error() + ")"
+			}
+		}
 	}
 	return out
 }

@@ -134,14 +134,7 @@ type Container struct {
 // applied to that spec as the runtime applies it. It stops at the first
 // container the runtime refuses and returns that error.
 func (n *Node) CreatePod(ctx context.Context, pod *v1.Pod) ([]Container, error) {
-	sandbox := &api.PodSandbox{
-		Id:          "sandbox-" + string(pod.UID),
-		Name:        pod.Name,
-		Namespace:   pod.Namespace,
-		Uid:         string(pod.UID),
-		Labels:      pod.Labels,
-		Annotations: pod.Annotations,
-	}
+	sandbox := sandboxOf(pod)
 	specs := append(append([]v1.Container{}, pod.Spec.InitContainers...), pod.Spec.Containers...)
 	out := make([]Container, 0, len(specs))
 	for _, spec := range specs {
@@ -163,6 +156,25 @@ func (n *Node) CreatePod(ctx context.Context, pod *v1.Pod) ([]Container, error) 
 		out = append(out, Container{Name: spec.Name, Adjust: adj, Spec: final, CDIDevices: cdi})
 	}
 	return out, nil
+}
+
+// StopPod stops the pod's sandbox, as the kubelet does once the pod has
+// ended or is deleted: its containers no longer hold GPUs.
+func (n *Node) StopPod(ctx context.Context, pod *v1.Pod) error {
+	return n.Runtime.StopPodSandbox(ctx, sandboxOf(pod))
+}
+
+// sandboxOf is the pod sandbox the kubelet asks the runtime for: the pod's
+// name, UID, labels and annotations.
+func sandboxOf(pod *v1.Pod) *api.PodSandbox {
+	return &api.PodSandbox{
+		Id:          "sandbox-" + string(pod.UID),
+		Name:        pod.Name,
+		Namespace:   pod.Namespace,
+		Uid:         string(pod.UID),
+		Labels:      pod.Labels,
+		Annotations: pod.Annotations,
+	}
 }
 
 // containerEnv is the environment the kubelet asks the runtime for: the

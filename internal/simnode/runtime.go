@@ -97,6 +97,26 @@ func (r *Runtime) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr 
 	return resp.GetAdjust(), nil
 }
 
+// StopPodSandbox does what the runtime does when the kubelet stops a pod's
+// sandbox (the pod ended or was deleted): its containers go, and the
+// plugins are told.
+func (r *Runtime) StopPodSandbox(ctx context.Context, pod *api.PodSandbox) error {
+	block := r.nri.BlockPluginSync()
+	defer block.Unblock()
+	r.mu.Lock()
+	for id, c := range r.ctrs {
+		if c.GetPodSandboxId() == pod.GetId() {
+			delete(r.ctrs, id)
+		}
+	}
+	delete(r.pods, pod.GetId())
+	r.mu.Unlock()
+	if err := r.nri.StopPodSandbox(ctx, &api.StopPodSandboxRequest{Pod: pod}); err != nil {
+		return fmt.Errorf("NRI StopPodSandbox of %s/%s: %w", pod.GetNamespace(), pod.GetName(), err)
+	}
+	return nil
+}
+
 // synchronize hands a connecting plugin every pod and container created so far.
 func (r *Runtime) synchronize(ctx context.Context, cb adaptation.SyncCB) error {
 	r.mu.Lock()
