@@ -101,10 +101,69 @@ type Plugin struct {
 
 	mu         sync.Mutex
 	containers map[string]Record
+	// byGPU indexes containers by the GPU UUIDs they hold and their pod's
+	// UID; pending counts the Pending ones. Both change only through put
+	// and drop.
+	byGPU   map[string]map[string]map[string]bool
+	pending int
 
 	// now and unconfirmedHold, replaceable in tests.
 	now             func() time.Time
 	unconfirmedHold time.Duration
+}
+
+// put records r (under p.mu), replacing any record of the same container.
+func (p *Plugin) put(r Record) {
+	p.drop(r.ID)
+	p.containers[r.ID] = r
+	for _, u := range r.UUIDs {
+		if p.byGPU[u] == nil {
+			p.byGPU[u] = map[string]map[string]bool{}
+		}
+		if p.byGPU[u][r.PodUID] == nil {
+			p.byGPU[u][r.PodUID] = map[string]bool{}
+		}
+		p.byGPU[u][r.PodUID][r.ID] = true
+	}
+	if r.Pending {
+		p.pending++
+	}
+}
+
+// drop forgets the container id (under p.mu).
+func (p *Plugin) drop(id string) {
+	r, ok := p.containers[id]
+	if !ok {
+		return
+	}
+	delete(p.containers, id)
+	for _, u := range r.UUIDs {
+		delete(p.byGPU[u][r.PodUID], id)
+		if len(p.byGPU[u][r.PodUID]) == 0 {
+			delete(p.byGPU[u], r.PodUID)
+		}
+		if len(p.byGPU[u]) == 0 {
+			delete(p.byGPU, u)
+		}
+	}
+	if r.Pending {
+		p.pending--
+	}
+}
+
+// liveHolder returns a record among the containers ids of one pod that
+// still holds its GPUs, dropping those whose creation was never confirmed
+// within the hold (the runtime failed them after the agent answered).
+func (p *Plugin) liveHolder(ids map[string]bool) (Record, bool) {
+	for id := range ids {
+		r := p.containers[id]
+		if !r.unconfirmedSince.IsZero() && p.now().Sub(r.unconfirmedSince) > p.hold() {
+			p.drop(id)
+			continue
+		}
+		return r, true
+	}
+	return Record{}, false
 }
 
 func (p *Plugin) hold() time.Duration {
@@ -130,7 +189,7 @@ func New(cfg Config, store *discovery.Store, m *metrics.Metrics) (*Plugin, error
 	if store == nil {
 		return nil, errors.New("NRI plugin: no GPU inventory store")
 	}
-	return &Plugin{cfg: cfg, store: store, metrics: m, containers: map[string]Record{}, now: time.Now}, nil
+	return &Plugin{cfg: cfg, store: store, metrics: m, containers: map[string]Record{}, byGPU: map[string]map[string]map[string]bool{}, now: time.Now}, nil
 }
 
 // Run connects both connections to the runtime's NRI socket and serves
@@ -216,7 +275,7 @@ func (o observer) PostCreateContainer(_ context.Context, _ *api.PodSandbox, ctr 
 	defer o.p.mu.Unlock()
 	if r, ok := o.p.containers[ctr.GetId()]; ok {
 		r.unconfirmedSince = time.Time{}
-		o.p.containers[ctr.GetId()] = r
+		o.p.containers[ctr.GetId()] = r // the same GPUs: no index change
 	}
 	return nil
 }
@@ -284,7 +343,10 @@ func (p *Plugin) synchronize(ctx context.Context, pods []*api.PodSandbox, ctrs [
 		view[r.ID] = r
 	}
 	p.mu.Lock()
-	p.containers = view
+	p.containers, p.byGPU, p.pending = map[string]Record{}, map[string]map[string]map[string]bool{}, 0
+	for _, r := range view {
+		p.put(r)
+	}
 	p.mu.Unlock()
 	p.metrics.SetUnverified(unverified)
 	logger.Info("NRI synchronized", "containers", len(view), "unverified", unverified)
@@ -364,7 +426,7 @@ func reached(snap *discovery.Snapshot, ctr *api.Container) []string {
 // resolvePending works out, under p.mu, the GPUs of the containers found
 // at Synchronize before the node's GPUs were known.
 func (p *Plugin) resolvePending(snap *discovery.Snapshot) {
-	if snap == nil {
+	if snap == nil || p.pending == 0 {
 		return
 	}
 	for id, r := range p.containers {
@@ -373,10 +435,10 @@ func (p *Plugin) resolvePending(snap *discovery.Snapshot) {
 		}
 		resolved, exempt := verify(&p.cfg, snap, r.pod, r.ctr)
 		if exempt {
-			delete(p.containers, id)
+			p.drop(id)
 			continue
 		}
-		p.containers[id] = resolved
+		p.put(resolved)
 	}
 }
 
@@ -413,7 +475,7 @@ func (p *Plugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *
 			if err = p.exclusive(pod, d); err == nil {
 				r := record(pod, ctr, d)
 				r.unconfirmedSince = p.now()
-				p.containers[ctr.GetId()] = r
+				p.put(r)
 			}
 		}
 		p.mu.Unlock()
@@ -457,16 +519,14 @@ func (p *Plugin) exclusive(pod *api.PodSandbox, d Decision) error {
 	for _, uuid := range d.UUIDs {
 		milli, memory := d.Assignment.Milli, d.Assignment.MemoryMiB
 		var holders []string
-		seen := map[string]bool{pod.GetUid(): true}
-		for id, r := range p.containers {
-			if seen[r.PodUID] || !slices.Contains(r.UUIDs, uuid) {
+		for uid, ids := range p.byGPU[uuid] {
+			if uid == pod.GetUid() {
 				continue
 			}
-			if !r.unconfirmedSince.IsZero() && p.now().Sub(r.unconfirmedSince) > p.hold() {
-				delete(p.containers, id) // its creation failed after the agent answered
+			r, live := p.liveHolder(ids)
+			if !live {
 				continue
 			}
-			seen[r.PodUID] = true
 			milli += r.Milli
 			memory += r.MemoryMiB
 			holders = append(holders, fmt.Sprintf("%s (%d milli, %d MiB)", r.Pod, r.Milli, r.MemoryMiB))
@@ -496,7 +556,7 @@ func (p *Plugin) forget(match func(Record) bool) {
 	defer p.mu.Unlock()
 	for id, r := range p.containers {
 		if match(r) {
-			delete(p.containers, id)
+			p.drop(id)
 		}
 	}
 }

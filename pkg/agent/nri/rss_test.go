@@ -14,8 +14,8 @@ import (
 
 // TestAgentRSS measures the agent binary's memory with 110 pods on the node:
 // it runs $GPUSCHED_AGENT_BINARY on a mock DGX H100 against this test's NRI
-// runtime, creates one container for each of 110 pods (8 whole-GPU pods, 14
-// shares, 88 pods without GPUs), and reports the process's resident memory.
+// runtime, creates one container for each of 110 pods (7 whole-GPU pods, 14
+// shares of GPU 7, 89 pods without GPUs), and reports the process's resident memory.
 // Skipped unless the variable names a built agent:
 //
 //	go build -o /tmp/gpusched-agent ./cmd/gpusched-agent
@@ -61,10 +61,10 @@ current-context: c
 	for i := range 110 {
 		var annotations map[string]string
 		switch {
-		case i < 8:
+		case i < 7:
 			annotations = map[string]string{gpu.AnnotationAssigned: fmt.Sprintf("node=%s;gpus=%d;uuids=%s", thisNode, i, uuid(i))}
-		case i < 22:
-			annotations = map[string]string{gpu.AnnotationMilli: "100", gpu.AnnotationAssigned: fmt.Sprintf("node=%s;gpus=7;milli=100", thisNode)}
+		case i < 21:
+			annotations = map[string]string{gpu.AnnotationMilli: "50", gpu.AnnotationAssigned: fmt.Sprintf("node=%s;gpus=7;milli=50", thisNode)}
 		}
 		if _, err := r.create(pod("ml", fmt.Sprintf("p%d", i), annotations), container(fmt.Sprintf("c%d", i), "NVIDIA_VISIBLE_DEVICES=all")); err != nil {
 			t.Fatalf("pod %d: %v", i, err)
