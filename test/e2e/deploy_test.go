@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"io/fs"
+	admissionv1 "k8s.io/api/admissionregistration/v1"
 	"os"
 	"path"
 	"path/filepath"
@@ -93,6 +94,18 @@ func TestDeployManifests(t *testing.T) {
 	// The kube-scheduler's identity may delete pods: the static pod preempts.
 	assertPreemption(t, "deploy/static-pod/gpusched-config.yaml", staticCfg, true)
 	checkSchedulerConfig(t, "deploy/extender/scheduler-config.yaml", readRepoFile(t, "deploy", "extender", "scheduler-config.yaml"), extenderProfile)
+	// Only the static pod's install trusts system:kube-scheduler, the stock
+	// scheduler's identity too, to write assignments.
+	command(t, nil, kubectl, kc, "apply", "--dry-run=server", "-k", "deploy/static-pod/admission")
+	for dir, want := range map[string]bool{"deploy/admission": false, "deploy/static-pod/admission": true} {
+		var policy admissionv1.ValidatingAdmissionPolicy
+		findObject(t, decodeObjects(t, command(t, nil, kubectl, "kustomize", dir)), "ValidatingAdmissionPolicy", "gpusched-assignment", &policy)
+		writers := policy.Spec.Variables[0]
+		if got := writers.Name == "writers" && strings.Contains(writers.Expression, "'system:kube-scheduler'"); got != want {
+			t.Errorf("%s: system:kube-scheduler among the assignment's writers is %v, want %v (%s: %s)", dir, got, want, writers.Name, writers.Expression)
+		}
+	}
+	covered["deploy/static-pod/admission/kustomization.yaml"] = true
 	covered["deploy/static-pod/gpusched.yaml"] = true
 	covered["deploy/static-pod/gpusched-config.yaml"] = true
 	covered["deploy/static-pod/rbac.yaml"] = true

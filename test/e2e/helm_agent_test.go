@@ -72,7 +72,7 @@ func TestHelmChartAgentAdmission(t *testing.T) {
 	// CDI, MPS and the NVIDIA runtime as the default, in the release's own
 	// namespace.
 	command(t, nil, kubectl, kc, "create", "namespace", "gpu-system")
-	custom := command(t, nil, helm, "template", "team", "charts/gpusched", "--namespace=gpu-system", "--set=agent.enabled=true",
+	custom := command(t, nil, helm, "template", "team", "charts/gpusched", "--namespace=gpu-system", "--set=agent.enabled=true", "--set=admissionPolicy.enabled=true",
 		"--set=agent.mode=cdi", "--set=agent.mpsPipeDir=/run/nvidia/mps", "--set=agent.unrestrictedServiceAccounts={gpu-operator/nvidia-dcgm-exporter}",
 		"--set=agent.nvml.runtimeClassName=", "--set=agent.image.tag=v9")
 	command(t, custom, kubectl, kc, "apply", "--dry-run=server", "-f", "-")
@@ -88,7 +88,12 @@ func TestHelmChartAgentAdmission(t *testing.T) {
 		{"agent.nvml.runtimeClassName=NVIDIA", "/agent/nvml/runtimeClassName"},
 		{"agent.unrestrictedServiceAccounts={gpu-operator}", "/agent/unrestrictedServiceAccounts/0"},
 		{"agent.enabled=yes", "/agent/enabled"},
-		{"agent.enabled=true,agent.serviceAccount.create=false", "agent.serviceAccount.name is required"},
+		{"agent.enabled=true,admissionPolicy.enabled=true,agent.serviceAccount.create=false", "agent.serviceAccount.name is required"},
+		// The agent is never installed without the policies that keep pods
+		// from writing their own assignments, in Deny mode.
+		{"agent.enabled=true", "agent.enabled=true needs admissionPolicy.enabled=true"},
+		{"agent.enabled=true,admissionPolicy.enabled=true,admissionPolicy.validationActions={Warn}", "needs admissionPolicy.validationActions to include Deny, not [Warn]"},
+		{"agent.enabled=true,admissionPolicy.enabled=true,admissionPolicy.validationActions={Audit}", "needs admissionPolicy.validationActions to include Deny, not [Audit]"},
 		{"admissionPolicy.enabled=yes", "/admissionPolicy/enabled"},
 		{"admissionPolicy.validationActions={Block}", "/admissionPolicy/validationActions/0"},
 		{"admissionPolicy.assignmentWriters={it's}", "/admissionPolicy/assignmentWriters/0"},
