@@ -62,6 +62,14 @@ func (p *GPUPlacement) readBind(ctx context.Context, pod *v1.Pod, a gpu.Assignme
 		p.ledger.SettleAll(pod.UID) // gone
 	case err == nil && (got.Spec.NodeName != a.Node || got.Annotations[gpu.AnnotationAssigned] != a.String()):
 		p.ledger.Settle(pod.UID, a) // not bound with a: unbound, or by another bind
+		if got.Spec.NodeName == "" && got.Annotations[gpu.AnnotationAssigned] == a.String() {
+			// PreBind wrote a and the bind failed: the GPUs are free again,
+			// so the pod must not keep naming them.
+			if err := p.removeAssignment(ctx, got, a.String()); err != nil {
+				logger(ctx).V(2).Info("Could not remove the assignment of a pod whose bind failed; its next cycle removes or replaces it",
+					"pod", klog.KObj(pod), "assignment", a.String(), "err", err)
+			}
+		}
 	case err == nil:
 		logger(ctx).V(2).Info("A failed bind had bound the pod; its GPUs stay with it", "pod", klog.KObj(pod), "assignment", a.String())
 	default:

@@ -515,3 +515,81 @@ func TestUnreserveAfterLostBind(t *testing.T) {
 		t.Errorf("third: annotation %q, want GPU 0: GPU 1 is held by the pod whose bind answer was lost", got)
 	}
 }
+
+// TestPreBindRemovesStaleAssignment: a pod that holds no GPUs in this cycle
+// but still carries gpusched.io/gpu-assigned (a bind that failed after
+// PreBind, or a demand removed since) loses it before it binds, whichever
+// plugin binds: the node agent would give its containers those GPUs, which
+// may be another pod's by now. A pod with GPUs gets its fresh assignment.
+func TestPreBindRemovesStaleAssignment(t *testing.T) {
+	stale := gpu.Assignment{Node: "n", Devices: []int{0}, Milli: 1000}
+	for _, gpuBindsFirst := range []bool{false, true} {
+		t.Run(fmt.Sprintf("GPUPlacement binds first: %v", gpuBindsFirst), func(t *testing.T) {
+			ctx := context.Background()
+			c := newClusterBinding(t, nil, []*v1.Node{gt.MakeGPUNode("n").GFD(a100, 2, 81920).Obj()}, nil, gpuBindsFirst)
+			pod := gt.MakeGPUPod("no-longer-gpu").CPU("1").Assigned(stale).Obj()
+			if _, err := c.client.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			state := framework.NewCycleState()
+			c.fw.RunPreFilterPlugins(ctx, state, pod)
+			if status := c.fw.RunReservePluginsReserve(ctx, state, pod, "n"); !status.IsSuccess() {
+				t.Fatal(status)
+			}
+			if status := c.fw.RunPreBindPreFlights(ctx, state, pod, "n"); status.IsSkip() {
+				t.Fatalf("PreBindPreFlight skips a pod that carries a stale assignment")
+			}
+			if status := c.fw.RunPreBindPlugins(ctx, state, pod, "n"); !status.IsSuccess() {
+				t.Fatal(status)
+			}
+			got, err := c.client.CoreV1().Pods("default").Get(ctx, pod.Name, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if v, ok := got.Annotations[gpu.AnnotationAssigned]; ok {
+				t.Errorf("the pod still carries %s %q before it binds", gpu.AnnotationAssigned, v)
+			}
+		})
+	}
+}
+
+// TestPreBindPatchCarriesUID: PreBind's patch names the pod's UID, which the
+// API server takes as a precondition, so a pod deleted and created again
+// under the same name (a StatefulSet's) meanwhile is not given the GPUs
+// chosen for the old one.
+func TestPreBindPatchCarriesUID(t *testing.T) {
+	c := newTwoGPUCluster(t)
+	pod := gt.MakeGPUPod("web-0").Milli(400).Obj()
+	c.schedule(t, pod, "n")
+	var patches []string
+	for _, action := range c.client.Actions() {
+		if p, ok := action.(clienttesting.PatchAction); ok && p.GetName() == "web-0" {
+			patches = append(patches, string(p.GetPatch()))
+		}
+	}
+	if len(patches) != 1 || !strings.Contains(patches[0], `"uid":"`+string(pod.UID)+`"`) {
+		t.Errorf("PreBind's patches %q, want one naming uid %s", patches, pod.UID)
+	}
+}
+
+// TestFailedBindClearsAssignment: PreBind wrote the pod's assignment and the
+// bind failed; once a read of the pod says it is not bound, its GPUs are
+// free again, and the pod no longer names them, so a later bind without
+// GPUPlacement cannot hand it GPUs that are another pod's by then.
+func TestFailedBindClearsAssignment(t *testing.T) {
+	c := newTwoGPUCluster(t)
+	pod := gt.MakeGPUPod("unlucky").Milli(400).Obj()
+	state, written := c.schedule(t, pod, "n")
+	if written == "" {
+		t.Fatal("PreBind wrote no assignment")
+	}
+	// The bind plugin failed: the framework unreserves.
+	c.fw.RunReservePluginsUnreserve(context.Background(), state, pod, "n")
+	got, err := c.client.CoreV1().Pods("default").Get(context.Background(), pod.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, ok := got.Annotations[gpu.AnnotationAssigned]; ok {
+		t.Errorf("after the failed bind the unbound pod still names %q", v)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -88,10 +89,13 @@ func (p *GPUPlacement) Unreserve(ctx context.Context, state fwk.CycleState, pod 
 }
 
 // PreBindPreFlight tells the framework whether PreBind has work for this pod:
-// it has none for a pod without GPUs, nor when GPUPlacement is the profile's
-// first bind plugin, since Bind then writes the assignment in the Binding.
+// writing its assignment, unless GPUPlacement is the profile's first bind
+// plugin (Bind then writes it in the Binding), or removing a stale
+// assignment from a pod that has none in this cycle (see PreBind).
 func (p *GPUPlacement) PreBindPreFlight(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeName string) (*fwk.PreBindPreFlightResult, *fwk.Status) {
-	if _, err := state.Read(assignmentKey); err != nil || p.bindsFirst() {
+	_, err := state.Read(assignmentKey)
+	_, stale := pod.Annotations[gpu.AnnotationAssigned]
+	if (err != nil && !stale) || (err == nil && p.bindsFirst()) {
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
 	return &fwk.PreBindPreFlightResult{AllowParallel: true}, nil
@@ -101,15 +105,29 @@ func (p *GPUPlacement) PreBindPreFlight(ctx context.Context, state fwk.CycleStat
 // the pod, so that it is on the pod the moment the pod lands on its node: the
 // node agent reads it there, and a restarted scheduler rebuilds its ledger
 // from it. The merge patch touches only the annotation, so it cannot undo a
-// concurrent change to the pod.
+// concurrent change to the pod, and carries the pod's UID, which the API
+// server takes as a precondition: a pod deleted and created again under the
+// same name (a StatefulSet's) is not given the old pod's GPUs.
+//
+// A pod that holds no assignment in this cycle (it asks for no GPU any
+// more, or its GPUs come from DRA) but still carries one, left by a bind
+// that failed after PreBind or written before its demand changed, loses it
+// before it binds: the node agent would give its containers those GPUs,
+// which may be another pod's by now.
 func (p *GPUPlacement) PreBind(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
 	data, err := state.Read(assignmentKey)
 	if err != nil {
+		if stale, ok := pod.Annotations[gpu.AnnotationAssigned]; ok {
+			if err := p.removeAssignment(ctx, pod, stale); err != nil {
+				return fwk.AsStatus(fmt.Errorf("%s: removing the stale %s %q of pod %s/%s: %w", Name, gpu.AnnotationAssigned, stale, pod.Namespace, pod.Name, err))
+			}
+			logger(ctx).V(2).Info("Removed a stale GPU assignment before binding", "pod", klog.KObj(pod), "assignment", stale)
+		}
 		return nil
 	}
 	a := data.(*assignmentState).assignment
 	patch, err := json.Marshal(map[string]any{
-		"metadata": map[string]any{"annotations": map[string]string{gpu.AnnotationAssigned: a.String()}},
+		"metadata": map[string]any{"uid": pod.UID, "annotations": map[string]string{gpu.AnnotationAssigned: a.String()}},
 	})
 	if err != nil {
 		return fwk.AsStatus(err)
@@ -120,6 +138,23 @@ func (p *GPUPlacement) PreBind(ctx context.Context, state fwk.CycleState, pod *v
 	}
 	state.Write(bindKey, bindSent{}) // the bind plugin binds next
 	return nil
+}
+
+// removeAssignment removes the pod's assignment annotation if the pod is
+// still the one with pod.UID and the annotation still reads value: a JSON
+// patch whose tests fail, and changes nothing, otherwise.
+func (p *GPUPlacement) removeAssignment(ctx context.Context, pod *v1.Pod, value string) error {
+	path := "/metadata/annotations/" + strings.ReplaceAll(strings.ReplaceAll(gpu.AnnotationAssigned, "~", "~0"), "/", "~1")
+	patch, err := json.Marshal([]map[string]any{
+		{"op": "test", "path": "/metadata/uid", "value": pod.UID},
+		{"op": "test", "path": path, "value": value},
+		{"op": "remove", "path": path},
+	})
+	if err != nil {
+		return err
+	}
+	_, err = p.handle.ClientSet().CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.JSONPatchType, patch, metav1.PatchOptions{})
+	return err
 }
 
 // Bind binds a pod that holds GPUs with the assignment annotation in the
