@@ -2,8 +2,8 @@ package nri_test
 
 import (
 	"fmt"
-	"slices"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
