@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -71,6 +73,10 @@ func (e *Extender) bind(ctx context.Context, args *extenderv1.ExtenderBindingArg
 	if err != nil {
 		return BindResultError, err
 	}
+	if name := schedulerNameOf(pod); !slices.Contains(e.schedulerNames, name) {
+		return BindResultError, fmt.Errorf("pod %s/%s: its spec.schedulerName is %q, and this extender binds only pods of %s (--scheduler-name): "+
+			"a scheduler that does not call it did not place the pod", pod.Namespace, pod.Name, name, strings.Join(e.schedulerNames, ", "))
+	}
 	if pod.Spec.NodeName != "" {
 		if err := alreadyBound(pod, args.Node); err != nil {
 			return BindResultError, err
@@ -114,6 +120,14 @@ func (e *Extender) bind(ctx context.Context, args *extenderv1.ExtenderBindingArg
 	}
 	logger.V(2).Info("Bound pod", "node", args.Node, "assignment", a.String())
 	return BindResultBound, nil
+}
+
+// schedulerNameOf is the pod's scheduler, as the API server defaults it.
+func schedulerNameOf(pod *v1.Pod) string {
+	if pod.Spec.SchedulerName == "" {
+		return v1.DefaultSchedulerName
+	}
+	return pod.Spec.SchedulerName
 }
 
 // podToBind returns the pod the scheduler asks to bind: the copy the

@@ -112,6 +112,14 @@ func TestBind(t *testing.T) {
 		wantErr:    "node ghost: " + MsgUnknownNode,
 		wantResult: BindResultError,
 	}, {
+		// Anyone who reaches the extender's API could otherwise have it bind
+		// (and give GPUs to) a pod its scheduler never placed.
+		name:       "a pod of another scheduler is not bound",
+		pods:       []*v1.Pod{gt.MakeGPUPod("p").GPUs(1).SchedulerName("gpusched").Obj()},
+		args:       func(pods []*v1.Pod) *extenderv1.ExtenderBindingArgs { return bindArgs(pods[0], "a100-0") },
+		wantErr:    `pod default/p: its spec.schedulerName is "gpusched", and this extender binds only pods of default-scheduler (--scheduler-name)`,
+		wantResult: BindResultError,
+	}, {
 		name:       "a malformed demand",
 		pods:       []*v1.Pod{gt.MakeGPUPod("p").Annotation(gpu.AnnotationMilli, "half").Obj()},
 		args:       func(pods []*v1.Pod) *extenderv1.ExtenderBindingArgs { return bindArgs(pods[0], "a100-0") },

@@ -16,6 +16,7 @@ package extender
 import (
 	"context"
 	"iter"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -58,13 +59,19 @@ type Extender struct {
 	// inFlight holds the UIDs of pods held on a node whose Binding is being
 	// written: a retry must not report them bound before the write is done.
 	inFlight sync.Map
+	// schedulerNames are the schedulers whose pods Bind binds.
+	schedulerNames []string
 }
 
 // New returns an Extender deciding with policy over the cluster's view,
 // binding through client.
 func New(cluster *Cluster, client kubernetes.Interface, policy *gpu.Policy) *Extender {
-	return &Extender{cluster: cluster, ledger: gpu.NewLedger(), policy: policy, client: client}
+	return &Extender{cluster: cluster, ledger: gpu.NewLedger(), policy: policy, client: client, schedulerNames: []string{v1.DefaultSchedulerName}}
 }
+
+// BindOnlyFor makes the extender bind only pods whose spec.schedulerName is
+// one of names (default-scheduler until it is called).
+func (e *Extender) BindOnlyFor(names ...string) { e.schedulerNames = slices.Clone(names) }
 
 // candidate is one node of a filter or prioritize request, and what was
 // found for it.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	v1 "k8s.io/api/core/v1"
 
 	"github.com/gpusched/gpusched/pkg/apis/config"
 	"github.com/gpusched/gpusched/pkg/apis/config/load"
@@ -59,6 +60,11 @@ type Options struct {
 	Policy       string
 	GPUWeight    int64
 	MemoryWeight int64
+	// SchedulerNames are the schedulers whose pods the extender binds: those
+	// of the profiles that call it. A bind request for a pod of another
+	// scheduler is refused, so nobody who reaches the API can have the
+	// extender bind (and give GPUs to) a pod its scheduler never placed.
+	SchedulerNames []string
 	// PlacementArgsFile, when set, is a file holding GPUPlacementArgs in
 	// the form a KubeSchedulerConfiguration's pluginConfig gives the
 	// GPUPlacement plugin; it replaces Policy, GPUWeight and MemoryWeight,
@@ -71,6 +77,7 @@ type Options struct {
 // address.
 func NewOptions() *Options {
 	return &Options{
+		SchedulerNames:    []string{v1.DefaultSchedulerName},
 		KubeAPIQPS:        50,
 		KubeAPIBurst:      100,
 		BindAddress:       "0.0.0.0:8888",
@@ -94,6 +101,7 @@ func NewOptions() *Options {
 // AddFlags registers the options as flags.
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "kubeconfig file; empty: the in-cluster configuration")
+	fs.StringSliceVar(&o.SchedulerNames, "scheduler-name", o.SchedulerNames, "the schedulers (spec.schedulerName) whose pods the extender binds: those of the profiles that call it; a bind of any other pod is refused")
 	fs.Float32Var(&o.KubeAPIQPS, "kube-api-qps", o.KubeAPIQPS, "queries per second to the API server")
 	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", o.KubeAPIBurst, "burst of queries to the API server")
 	fs.StringVar(&o.BindAddress, "bind-address", o.BindAddress, "host:port to serve the extender API, health and metrics on")
@@ -127,6 +135,9 @@ func (o *Options) Validate() error {
 	}
 	if _, err := gpu.LookupPolicy(o.Policy); err != nil {
 		bad("policy", fmt.Sprintf("%q", o.Policy), err.Error())
+	}
+	if len(o.SchedulerNames) == 0 || slices.Contains(o.SchedulerNames, "") {
+		bad("scheduler-name", fmt.Sprintf("%q", o.SchedulerNames), "want the names of the schedulers that call the extender, none empty (default "+v1.DefaultSchedulerName+")")
 	}
 	for flag, w := range map[string]int64{"gpu-weight": o.GPUWeight, "memory-weight": o.MemoryWeight} {
 		if w < 0 || w > validation.MaxWeight {

@@ -75,6 +75,7 @@ func Start(ctx context.Context, opts *Options, client kubernetes.Interface) (*Se
 	logger := klog.FromContext(ctx).WithName("extender")
 	ctx = klog.NewContext(ctx, logger)
 	ext := New(cluster, client, policy)
+	ext.BindOnlyFor(opts.SchedulerNames...)
 	if err := ext.UseExternal(args); err != nil {
 		ln.Close()
 		return nil, err

@@ -39,6 +39,8 @@ func TestOptionsValidate(t *testing.T) {
 		{"an unknown policy", func(o *Options) { o.Policy = "bestfit" }, []string{`invalid --policy "bestfit": ` + unknownPolicy(t, "bestfit")}},
 		{"a negative weight", func(o *Options) { o.MemoryWeight = -1 }, []string{"invalid --memory-weight -1: want a weight from 0 to 100"}},
 		{"a weight over 100", func(o *Options) { o.GPUWeight = 101 }, []string{"invalid --gpu-weight 101: want a weight from 0 to 100"}},
+		{"no scheduler to bind for", func(o *Options) { o.SchedulerNames = nil }, []string{`invalid --scheduler-name []: want the names of the schedulers that call the extender`}},
+		{"an empty scheduler name", func(o *Options) { o.SchedulerNames = []string{"default-scheduler", ""} }, []string{`invalid --scheduler-name ["default-scheduler" ""]`}},
 		{"no positive weight", func(o *Options) { o.GPUWeight = 0 }, []string{"invalid --gpu-weight and --memory-weight: at least one must be positive"}},
 		{"a certificate without key", func(o *Options) { o.TLSCertFile = "c.pem" }, []string{"--tls-cert-file and --tls-private-key-file: set both or neither"}},
 		{"no port", func(o *Options) { o.BindAddress = "127.0.0.1" }, []string{`invalid --bind-address "127.0.0.1": want host:port`}},
