@@ -394,6 +394,9 @@ func startPlacementExtender(ctx context.Context, t *testing.T, c *testcluster.Cl
 	addr := freeLoopbackAddr(t)
 	opts := extender.NewOptions()
 	opts.BindAddress, opts.PlacementArgsFile = addr, argsFile
+	// It binds the stock profile's pods, and those driveExtender places by
+	// playing the scheduler itself.
+	opts.SchedulerNames = []string{"stock", "nobody"}
 	ext := startExtenderAs(ctx, t, c.RestConfig, opts)
 	return addr, func() { _ = ext.Stop() }
 }
