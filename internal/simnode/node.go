@@ -13,6 +13,7 @@ package simnode
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -138,17 +139,18 @@ func (n *Node) CreatePod(ctx context.Context, pod *v1.Pod) ([]Container, error) 
 	specs := append(append([]v1.Container{}, pod.Spec.InitContainers...), pod.Spec.Containers...)
 	out := make([]Container, 0, len(specs))
 	for _, spec := range specs {
+		// The runtime hands NRI the spec it built; the adjustment is applied
+		// to that spec.
+		final := initialSpec(&api.Container{Env: containerEnv(spec)})
 		ctr := &api.Container{
 			Id:   string(pod.UID) + "-" + spec.Name,
 			Name: spec.Name,
-			Env:  containerEnv(spec),
+			Env:  slices.Clone(final.Process.Env),
 		}
-		ctr.Env = initialSpec(ctr).Process.Env
 		adj, err := n.Runtime.CreateContainer(ctx, sandbox, ctr)
 		if err != nil {
 			return out, fmt.Errorf("creating container %s of pod %s/%s on node %s: %w", spec.Name, pod.Namespace, pod.Name, n.Name, err)
 		}
-		final := initialSpec(&api.Container{Env: containerEnv(spec)})
 		cdi, err := applyAdjustment(final, adj)
 		if err != nil {
 			return out, fmt.Errorf("container %s of pod %s/%s on node %s: %w", spec.Name, pod.Namespace, pod.Name, n.Name, err)

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/gpus"
 	v1 "k8s.io/api/core/v1"
@@ -133,6 +134,8 @@ func TestAgentHandoffE2E(t *testing.T) {
 type simulatedNode struct {
 	name    string
 	machine *nvmlmock.Machine
+	// interval between the agent's rediscoveries; the agent's default when 0.
+	interval time.Duration
 }
 
 // startAgents creates each node (no GPU labels, allocatable nvidia.com/gpu as
@@ -150,10 +153,11 @@ func startAgents(ctx context.Context, t *testing.T, c *testcluster.Cluster, node
 		testcluster.CreateNode(ctx, t, c.Client, gt.MakeGPUNode(n.name).AllocatableGPUs(count).Obj())
 		n.machine.SetMachineNumber(k)
 		agent, err := simnode.Start(ctx, simnode.Config{
-			Name:    n.name,
-			Machine: n.machine,
-			Nodes:   client.CoreV1().Nodes(),
-			Dir:     filepath.Join(t.TempDir(), "nri"),
+			Name:     n.name,
+			Machine:  n.machine,
+			Nodes:    client.CoreV1().Nodes(),
+			Dir:      filepath.Join(t.TempDir(), "nri"),
+			Interval: n.interval,
 		})
 		if err != nil {
 			t.Fatal(err)

@@ -3,15 +3,12 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 
 	"github.com/gpusched/gpusched/internal/simnode"
 	"github.com/gpusched/gpusched/pkg/agent/nvmlmock"
@@ -33,15 +30,7 @@ func TestAgentGPULostE2E(t *testing.T) {
 	simnode.QuietNRILogs()
 	c := testcluster.Start(t)
 	m := nvmlmock.DGXH100()
-	testcluster.CreateNode(ctx, t, c.Client, gt.MakeGPUNode("dgx-0").AllocatableGPUs(8).Obj())
-	config := rest.CopyConfig(c.RestConfig)
-	config.UserAgent = "gpusched-agent"
-	agent, err := simnode.Start(ctx, simnode.Config{Name: "dgx-0", Machine: m, Nodes: kubernetes.NewForConfigOrDie(config).CoreV1().Nodes(),
-		Dir: filepath.Join(t.TempDir(), "nri"), Interval: 200 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(agent.Stop)
+	agent := startAgents(ctx, t, c, []simulatedNode{{name: "dgx-0", machine: m, interval: 200 * time.Millisecond}})["dgx-0"]
 	startGPUSched(ctx, t, c)
 
 	held := map[string]string{} // GPU UUID -> pod
@@ -69,13 +58,12 @@ func TestAgentGPULostE2E(t *testing.T) {
 	// The lowest GPU a pod holds falls off the bus: every GPU after it moves
 	// down one NVML index.
 	lost := slices.MinFunc(before, func(a, b gpu.Assignment) int { return a.Devices[0] - b.Devices[0] })
-	built := slices.Index(func() []string {
-		var u []string
-		for i := range 8 {
-			u = append(u, nvmlmock.GPUUUID(i))
+	built := -1 // the GPU's position in the mock, which RemoveGPU takes
+	for i := range 8 {
+		if nvmlmock.GPUUUID(i) == lost.UUIDs[0] {
+			built = i
 		}
-		return u
-	}(), lost.UUIDs[0])
+	}
 	if built < 0 {
 		t.Fatalf("GPU %s is not one of the mock's", lost.UUIDs[0])
 	}

@@ -54,9 +54,7 @@ func (l *Lost) Keep(prev, next *Snapshot, now time.Time) (*Snapshot, error) {
 			if _, known := l.devices[d.UUID]; known {
 				continue
 			}
-			if d.Unhealthy == "" || !isLostMark(d.Unhealthy) {
-				d.Unhealthy = "lost: not reported by NVML since " + now.UTC().Format(time.RFC3339)
-			}
+			d.Unhealthy = "lost: not reported by NVML since " + now.UTC().Format(time.RFC3339)
 			l.devices[d.UUID] = lostDevice{dev: d, numa: prev.NUMANodes[i], minor: prev.Minors[i]}
 		}
 	}
@@ -91,11 +89,6 @@ func (l *Lost) Keep(prev, next *Snapshot, now time.Time) (*Snapshot, error) {
 	s.NUMANodes, s.Minors, s.Machine = sortedNUMA, sortedMinors, next.Machine
 	return s, nil
 }
-
-// Count is how many devices are lost.
-func (l *Lost) Count() int { return len(l.devices) }
-
-func isLostMark(reason string) bool { return len(reason) >= 5 && reason[:5] == "lost:" }
 
 func sortedLost(m map[string]lostDevice) []string {
 	keys := make([]string, 0, len(m))
