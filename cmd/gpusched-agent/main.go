@@ -21,7 +21,6 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/spf13/cobra"
 	"golang.org/x/sync/errgroup"
-	corev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
@@ -178,7 +177,7 @@ func openNVML(mockName string) (nvml.Interface, error) {
 }
 
 // nodeClient builds the client for Nodes: in-cluster, or from a kubeconfig.
-func nodeClient(kubeconfig string) (corev1.NodeInterface, error) {
+func nodeClient(kubeconfig string) (discovery.NodeClient, error) {
 	var cfg *rest.Config
 	var err error
 	if kubeconfig != "" {
@@ -189,12 +188,9 @@ func nodeClient(kubeconfig string) (corev1.NodeInterface, error) {
 	if err != nil {
 		return nil, fmt.Errorf("API server configuration: %w", err)
 	}
+	cfg = rest.CopyConfig(cfg)
 	cfg.UserAgent = "gpusched-agent"
-	client, err := corev1.NewForConfig(cfg)
-	if err != nil {
-		return nil, err
-	}
-	return client.Nodes(), nil
+	return discovery.NewNodeClient(cfg)
 }
 
 // countDevices keeps the devices gauge equal to the published inventory.

@@ -12,10 +12,10 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/gpus"
 	"golang.org/x/sync/errgroup"
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/gpusched/gpusched/internal/simnode"
+	"github.com/gpusched/gpusched/pkg/agent/discovery"
 	"github.com/gpusched/gpusched/pkg/agent/nvmlmock"
 )
 
@@ -69,7 +69,7 @@ func startAgents(ctx context.Context, config *rest.Config, dir string, nodes []L
 	config = rest.CopyConfig(config)
 	config.UserAgent = "gpusched-agent"
 	config.QPS, config.Burst = -1, 0 // one client for every agent: no client-side rate limit
-	client, err := kubernetes.NewForConfig(config)
+	client, err := discovery.NewNodeClient(config) // the agent binary's
 	if err != nil {
 		return nil, err
 	}
@@ -88,7 +88,7 @@ func startAgents(ctx context.Context, config *rest.Config, dir string, nodes []L
 			started[k], err = simnode.Start(gctx, simnode.Config{
 				Name:    l.Node.Name,
 				Machine: m,
-				Nodes:   client.CoreV1().Nodes(),
+				Nodes:   client,
 				Dir:     filepath.Join(dir, strconv.Itoa(k)),
 			})
 			return err

@@ -11,10 +11,10 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/gpus"
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/gpusched/gpusched/internal/simnode"
+	"github.com/gpusched/gpusched/pkg/agent/discovery"
 	"github.com/gpusched/gpusched/pkg/agent/nvmlmock"
 	"github.com/gpusched/gpusched/pkg/gpu"
 	gt "github.com/gpusched/gpusched/pkg/gpu/gputest"
@@ -146,7 +146,10 @@ func startAgents(ctx context.Context, t *testing.T, c *testcluster.Cluster, node
 	t.Helper()
 	config := rest.CopyConfig(c.RestConfig)
 	config.UserAgent = "gpusched-agent"
-	client := kubernetes.NewForConfigOrDie(config)
+	client, err := discovery.NewNodeClient(config) // the agent binary's
+	if err != nil {
+		t.Fatal(err)
+	}
 	agents := map[string]*simnode.Node{}
 	for k, n := range nodes {
 		count, _ := n.machine.DeviceGetCount()
@@ -155,7 +158,7 @@ func startAgents(ctx context.Context, t *testing.T, c *testcluster.Cluster, node
 		agent, err := simnode.Start(ctx, simnode.Config{
 			Name:     n.name,
 			Machine:  n.machine,
-			Nodes:    client.CoreV1().Nodes(),
+			Nodes:    client,
 			Dir:      filepath.Join(t.TempDir(), "nri"),
 			Interval: n.interval,
 		})
