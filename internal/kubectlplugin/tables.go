@@ -114,6 +114,9 @@ func writeNodes(w io.Writer, s *gpuview.Snapshot) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	if err := writeConflicts(w, s.Nodes); err != nil {
+		return err
+	}
 	c := &s.Cluster
 	_, err := fmt.Fprintf(w, "\nCluster: %d nodes, %d GPUs; allocated %.1f%%; fragmented %.1f%% of GPU capacity (%.0fm of %dm free); %d pending GPU pods\n",
 		len(s.Nodes), c.GPUCount, c.AllocatedPct(), c.FragmentedPct(), c.FragmentedMilli, c.FreeMilli(), len(s.Pending))
@@ -138,7 +141,23 @@ func writeGPUs(w io.Writer, nodes []gpuview.Node) error {
 				g.AllocatedMilli, gpuview.Memory(g.AllocatedMemoryMiB), g.FreeMilli(), gpuview.Memory(g.FreeMemoryMiB()), holders(g.Holders))
 		}
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return writeConflicts(w, nodes)
+}
+
+// writeConflicts lists the nodes' assignment conflicts, if any: GPUs that
+// moved or left under the pods assigned them.
+func writeConflicts(w io.Writer, nodes []gpuview.Node) error {
+	for i := range nodes {
+		for _, c := range nodes[i].Conflicts {
+			if _, err := fmt.Fprintf(w, "conflict on %s: %s\n", nodes[i].Name, c); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 func holders(hs []gpuview.Holder) string {

@@ -123,6 +123,7 @@ func TestDashboardCollector(t *testing.T) {
 		`gpusched_node_fragmented_milli{model="Tesla-T4",node="t4-0",pool="serve"}`:                   0,
 		`gpusched_node_gpu_inventory_invalid{node="broken",pool=""}`:                                  1,
 		`gpusched_node_gpu_inventory_invalid{node="t4-0",pool="serve"}`:                               0,
+		`gpusched_node_gpu_assignment_conflicts{node="a100-0",pool="train"}`:                          0,
 		// Cluster: 2000 + 2000 (t4-0) = 4000m; 1250m held; 562.5 + 0 fragmented; 4 GPUs.
 		`gpusched_cluster_gpu_capacity_milli{}`:  4000,
 		`gpusched_cluster_gpu_allocated_milli{}`: 1250,

@@ -44,6 +44,8 @@ var (
 		"Free milli-GPU of the node that the typical pods could not use, weighted by how often each comes (the FGD measure).", nodeLabels, nil)
 	descNodeInventoryInvalid = prometheus.NewDesc("gpusched_node_gpu_inventory_invalid",
 		"1 when the node's GPU labels or annotation are malformed, so its GPUs cannot be read.", []string{"node", "pool"}, nil)
+	descNodeConflicts = prometheus.NewDesc("gpusched_node_gpu_assignment_conflicts",
+		"Bound pods' GPU assignments on the node that name a GPU, by UUID, the node now has at another index or no longer has.", []string{"node", "pool"}, nil)
 
 	descClusterCapacity = prometheus.NewDesc("gpusched_cluster_gpu_capacity_milli",
 		"GPU capacity of the cluster in milli-GPU.", nil, nil)
@@ -74,7 +76,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 		ch <- descGPUCapacityMemory
 		ch <- descGPUUnhealthy
 	}
-	for _, d := range []*prometheus.Desc{descNodeCapacity, descNodeAllocated, descNodeFragmented, descNodeInventoryInvalid,
+	for _, d := range []*prometheus.Desc{descNodeCapacity, descNodeAllocated, descNodeFragmented, descNodeInventoryInvalid, descNodeConflicts,
 		descClusterCapacity, descClusterAllocated, descClusterFragmented, descClusterGPUs, descPending, descSnapshotAge} {
 		ch <- d
 	}
@@ -100,6 +102,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			continue
 		}
 		gauge(descNodeInventoryInvalid, 0, n.Name, n.Pool)
+		gauge(descNodeConflicts, float64(len(n.Conflicts)), n.Name, n.Pool)
 		gauge(descNodeCapacity, float64(n.CapacityMilli), n.Name, n.Pool, n.Model)
 		gauge(descNodeAllocated, float64(n.AllocatedMilli), n.Name, n.Pool, n.Model)
 		gauge(descNodeFragmented, n.FragmentedMilli, n.Name, n.Pool, n.Model)

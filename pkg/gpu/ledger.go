@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"iter"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -58,6 +59,31 @@ type Ledger struct {
 	front atomic.Pointer[frontCache]
 	// nodes is the number of names in views. Guarded by mu.
 	nodes int
+	// onConflicts, when set (ReportConflicts), hears of each node whose
+	// conflicts changed, and reported the last ones it was told per node.
+	// Guarded by mu.
+	onConflicts func(node string, conflicts []string)
+	reported    map[string]string
+}
+
+// ReportConflicts makes the ledger call report whenever a node's view is
+// computed with other conflicts (NodeGPUs.Conflicts) than the last ones
+// reported for it: assignments naming a GPU by a UUID the node now has at
+// another index, or no longer has. An empty list says the node's conflicts
+// are gone. report is called with the ledger locked: it must not call the
+// ledger. Set it before the ledger is used.
+func (l *Ledger) ReportConflicts(report func(node string, conflicts []string)) {
+	l.onConflicts = report
+	l.reported = map[string]string{}
+}
+
+// ConflictsMessage is what the front ends log for a ReportConflicts call,
+// with the node and the conflicts.
+func ConflictsMessage(conflicts []string) string {
+	if len(conflicts) == 0 {
+		return "GPU assignments match the node's GPUs again"
+	}
+	return "GPU assignments name GPUs the node has elsewhere or no longer: those GPUs count where their UUID is, or nowhere"
 }
 
 // frontCache is Ledger.front's table: a few times the nodes of a large
@@ -147,6 +173,12 @@ func (l *Ledger) Node(node *v1.Node, generation int64, pods iter.Seq[*v1.Pod]) *
 	}
 	next.view, next.held = l.compute(node.Name, next.inv, next.invErr, pods)
 	l.store(node.Name, next)
+	if l.onConflicts != nil {
+		if key := strings.Join(next.view.Conflicts, "\n"); key != l.reported[node.Name] {
+			l.reported[node.Name] = key
+			l.onConflicts(node.Name, next.view.Conflicts)
+		}
+	}
 	return next.view
 }
 

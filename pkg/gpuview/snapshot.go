@@ -52,7 +52,11 @@ type Node struct {
 	Model string `json:"model,omitempty"`
 	// InventoryError says why the node's GPUs could not be read.
 	InventoryError string `json:"inventoryError,omitempty"`
-	GPUs           []GPU  `json:"gpus"`
+	// Conflicts are the bound pods' assignments that name a GPU by a UUID
+	// the node now has at another index, or no longer has
+	// (gpu.NodeGPUs.Conflicts).
+	Conflicts []string `json:"conflicts,omitempty"`
+	GPUs      []GPU    `json:"gpus"`
 	// Unschedulable is the node's spec.unschedulable (cordoned).
 	Unschedulable bool `json:"unschedulable,omitempty"`
 	Totals
@@ -257,6 +261,7 @@ func nodeOf(n *v1.Node, view *gpu.NodeGPUs, pods []*v1.Pod, poolLabel string) No
 		out.InventoryError = view.Err.Error()
 		return out
 	}
+	out.Conflicts = view.Conflicts
 	models := map[string]int{}
 	out.GPUs = make([]GPU, view.Len())
 	for i, dev := range view.Inventory.Devices {

@@ -94,6 +94,10 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 		return nil, fmt.Errorf("%s: %w", Name, err)
 	}
 	p := &GPUPlacement{handle: h, ledger: gpu.NewLedger(), policy: policy, dra: newDRAReader(args.DRA, h), external: external}
+	conflictLog := klog.FromContext(ctx)
+	p.ledger.ReportConflicts(func(node string, conflicts []string) {
+		conflictLog.Info(gpu.ConflictsMessage(conflicts), "node", node, "conflicts", conflicts)
+	})
 	if err := p.forgetDeletedPods(); err != nil {
 		return nil, err
 	}
