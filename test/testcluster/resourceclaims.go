@@ -22,7 +22,6 @@ func (c *Cluster) StartResourceClaimController(ctx context.Context, t *testing.T
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(ctx)
 	factory := informers.NewSharedInformerFactory(client, 0)
 	controller, err := resourceclaim.NewController(klog.FromContext(ctx), client,
 		factory.Core().V1().Pods(),
@@ -30,23 +29,7 @@ func (c *Cluster) StartResourceClaimController(ctx context.Context, t *testing.T
 		factory.Resource().V1().ResourceClaims(),
 		factory.Resource().V1().ResourceClaimTemplates())
 	if err != nil {
-		cancel()
 		t.Fatalf("resourceclaim controller: %v", err)
 	}
-	factory.Start(ctx.Done())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		controller.Run(ctx, 2)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-		factory.Shutdown()
-	})
-	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
-		if !ok {
-			t.Fatalf("resourceclaim controller: informer for %v did not sync", typ)
-		}
-	}
+	runController(ctx, t, "resourceclaim", factory, func(ctx context.Context) { controller.Run(ctx, 2) })
 }

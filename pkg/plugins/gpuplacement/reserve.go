@@ -126,9 +126,7 @@ func (p *GPUPlacement) PreBind(ctx context.Context, state fwk.CycleState, pod *v
 		return nil
 	}
 	a := data.(*assignmentState).assignment
-	patch, err := json.Marshal(map[string]any{
-		"metadata": map[string]any{"uid": pod.UID, "annotations": map[string]string{gpu.AnnotationAssigned: a.String()}},
-	})
+	patch, err := AssignmentPatch(pod.UID, &a)
 	if err != nil {
 		return fwk.AsStatus(err)
 	}
@@ -138,6 +136,15 @@ func (p *GPUPlacement) PreBind(ctx context.Context, state fwk.CycleState, pod *v
 	}
 	state.Write(bindKey, bindSent{}) // the bind plugin binds next
 	return nil
+}
+
+// AssignmentPatch is PreBind's merge patch: it sets the assignment
+// annotation of the pod with uid, and the API server refuses it for another
+// pod of the same name (the UID cannot change).
+func AssignmentPatch(uid types.UID, a *gpu.Assignment) ([]byte, error) {
+	return json.Marshal(map[string]any{
+		"metadata": map[string]any{"uid": uid, "annotations": map[string]string{gpu.AnnotationAssigned: a.String()}},
+	})
 }
 
 // removeAssignment removes the pod's assignment annotation if the pod is
