@@ -6,10 +6,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/kubernetes"
@@ -46,6 +48,41 @@ docs/extender.md.`,
 		},
 	}
 	opts.AddFlags(cmd.Flags())
+	cmd.AddCommand(newCertificatesCommand())
+	return cmd
+}
+
+// newCertificatesCommand returns "gpusched-extender certificates", which
+// writes the certificates of mutual TLS between the scheduler and the
+// extender (docs/extender.md, "Certificates").
+func newCertificatesCommand() *cobra.Command {
+	req := extender.CertificateRequest{
+		ServerNames: []string{"gpusched-extender.kube-system.svc"},
+		ClientName:  extender.DefaultClient,
+		ValidFor:    365 * 24 * time.Hour,
+	}
+	var dir string
+	cmd := &cobra.Command{
+		Use:   "certificates --dir DIR",
+		Short: "Write a CA, the extender's serving certificate and the scheduler's client certificate",
+		Long: `certificates creates a CA used for nothing else, issues from it the
+extender's serving certificate (` + extender.ServerCert + `, ` + extender.ServerKey + `) and the
+scheduler's client certificate (` + extender.ClientCert + `, ` + extender.ClientKey + `), and writes
+them with the CA's certificate (` + extender.CAFile + `) into DIR. The CA's key is not
+kept: rotate by writing a new set. See docs/extender.md ("Certificates").`,
+		Args:         cobra.NoArgs,
+		SilenceUsage: true,
+		RunE: func(*cobra.Command, []string) error {
+			if dir == "" {
+				return errors.New("--dir is required")
+			}
+			return extender.WriteCertificates(dir, req)
+		},
+	}
+	cmd.Flags().StringVar(&dir, "dir", dir, "directory to write the files into (created 0700)")
+	cmd.Flags().StringSliceVar(&req.ServerNames, "server-name", req.ServerNames, "DNS names and IP addresses the scheduler reaches the extender by")
+	cmd.Flags().StringVar(&req.ClientName, "client-name", req.ClientName, "the client certificate's common name (the extender's --client-name)")
+	cmd.Flags().DurationVar(&req.ValidFor, "valid-for", req.ValidFor, "validity of every certificate")
 	return cmd
 }
 

@@ -98,7 +98,7 @@ func benchFilterPrioritize(b *testing.B, policy *gpu.Policy, clusterNodes, sent 
 	c, nodes, all := benchCluster(b, clusterNodes)
 	names := all[:sent]
 	nodes = nodes[:sent]
-	h := NewHandler(New(c, nil, policy), DefaultMaxRequestBytes)
+	h := NewHandler(New(c, nil, policy), DefaultMaxRequestBytes, nil)
 	pod := gt.MakeGPUPod("share").Milli(250).GPUMemory("8Gi").Obj()
 
 	var served time.Duration // in the extender's handler, this cycle

@@ -24,10 +24,16 @@ const (
 	BindResultError        = "error"
 )
 
-// bindTimeout bounds the API calls of one bind. They do not end with the
-// request: once the binding is written, the scheduler learns of it from its
-// informer even if it stopped waiting for the answer.
+// bindTimeout bounds the API calls of one bind; with leader election the
+// fence may end them sooner (leader.go). They do not end with the request:
+// once the binding is written, the scheduler learns of it from its informer
+// even if it stopped waiting for the answer.
 const bindTimeout = 30 * time.Second
+
+// DefaultBindSettleAfter is how long after a Binding's write was sent a read
+// that finds the pod unbound proves it will stay so: the API server's
+// default --request-timeout, the longest it works on a request it accepted.
+const DefaultBindSettleAfter = 60 * time.Second
 
 // Bind binds the pod to the node, giving it GPUs.
 //
@@ -43,9 +49,16 @@ const bindTimeout = 30 * time.Second
 // Bind is idempotent: when the pod is already bound to the node with an
 // assignment for it (or needs no GPUs), it succeeds without writing. Bound
 // elsewhere, or without an assignment, it fails. With leader election, an
-// instance that does not hold the lease fails every bind (errNotLeader).
+// instance that does not hold the lease fails every bind (errNotLeader), and
+// the leader's API calls end by its fence.
+//
+// A write that fails in a way that leaves open whether the API server bound
+// the pod (a timeout, a lost connection, a server error) keeps its GPUs held
+// in doubt, whatever a read right after says, until a read made
+// settleAfter after the write was sent finds the pod unbound: until then
+// the write may still commit.
 func (e *Extender) Bind(ctx context.Context, args *extenderv1.ExtenderBindingArgs) *extenderv1.ExtenderBindingResult {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), bindTimeout)
+	ctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), e.bindDeadline(time.Now()))
 	defer cancel()
 	result, err := e.bind(ctx, args)
 	if e.onBind != nil {
@@ -101,18 +114,20 @@ func (e *Extender) bind(ctx context.Context, args *extenderv1.ExtenderBindingArg
 		return BindResultError, err
 	}
 	defer e.inFlight.Delete(pod.UID)
+	sent := time.Now()
 	if err := e.writeBinding(ctx, args, &a); err != nil {
-		bound, known := e.boundAnyway(ctx, args, &a)
-		if bound {
-			logger.V(2).Info("Bound pod; the API server's answer was lost", "node", args.Node, "assignment", a.String(), "err", err)
-			return BindResultBound, nil
-		}
-		if !known {
-			// The API server cannot be read either: the binding may have
-			// been written. Its GPUs stay held until a read says.
-			logger.V(2).Info("Bind failed with its outcome unknown; its GPUs stay held until the pod can be read", "node", args.Node, "err", err)
+		if !refused(err) {
+			if bound, _ := e.boundAnyway(ctx, args, &a); bound {
+				logger.V(2).Info("Bound pod; the API server's answer was lost", "node", args.Node, "assignment", a.String(), "err", err)
+				return BindResultBound, nil
+			}
+			// The binding may have been written, or may still be: its
+			// GPUs stay held until a read made once it can no longer
+			// commit says.
+			logger.V(2).Info("Bind failed with its outcome unknown; its GPUs stay held until it is settled", "node", args.Node, "err", err,
+				"settleAfter", e.settleAfter)
 			e.ledger.Doubt(pod.UID)
-			go e.settleBind(args, &a)
+			go e.settleBind(args, &a, sent.Add(e.settleAfter))
 		}
 		e.cluster.Release(held)
 		e.ledger.Forget(pod.UID)
@@ -244,6 +259,18 @@ func (e *Extender) boundAnyway(ctx context.Context, args *extenderv1.ExtenderBin
 	return pod.UID == args.PodUID && pod.Spec.NodeName == args.Node && pod.Annotations[gpu.AnnotationAssigned] == a.String(), true
 }
 
+// refused reports whether a failed write was refused by the API server, so
+// that nothing was written and nothing will be: an API status in 4xx other
+// than 408 (a request timeout may have been worked on).
+func refused(err error) bool {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) {
+		return false
+	}
+	code := status.Status().Code
+	return code >= 400 && code < 500 && code != 408
+}
+
 // Reads of a pod whose bind's outcome is unknown: each bounded by
 // settleReadTimeout, retried from settleFirstRetry, doubling up to
 // settleMaxRetry, until one succeeds.
@@ -253,11 +280,13 @@ const (
 	settleMaxRetry    = 5 * time.Second
 )
 
-// settleBind reads the pod until a read succeeds, then releases the GPUs
-// held in doubt for it (gpu.Ledger.Settle) unless the binding was written;
-// a bound pod's GPUs count from its annotation once the informer sees it.
-func (e *Extender) settleBind(args *extenderv1.ExtenderBindingArgs, a *gpu.Assignment) {
-	for retry := settleFirstRetry; ; retry = min(2*retry, settleMaxRetry) {
+// settleBind waits until notBefore, when the write can no longer commit,
+// then reads the pod until a read succeeds, and releases the GPUs held in
+// doubt for it (gpu.Ledger.Settle) unless the binding was written; a bound
+// pod's GPUs count from its annotation once the informer sees it.
+func (e *Extender) settleBind(args *extenderv1.ExtenderBindingArgs, a *gpu.Assignment, notBefore time.Time) {
+	time.Sleep(time.Until(notBefore))
+	for retry := time.Duration(0); ; retry = min(max(2*retry, settleFirstRetry), settleMaxRetry) {
 		time.Sleep(retry)
 		ctx, cancel := context.WithTimeout(context.Background(), settleReadTimeout)
 		bound, known := e.boundAnyway(ctx, args, a)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -17,6 +18,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
 	"github.com/gpusched/gpusched/pkg/gpu"
@@ -177,8 +179,9 @@ func TestBind(t *testing.T) {
 	}
 }
 
-// TestBindFailureReleases: when the API server refuses the Binding, the GPUs
-// are released, and the next pod gets them.
+// TestBindFailureReleases: when the API server refuses the Binding (an API
+// status in 4xx: nothing was written), the GPUs are released at once, and
+// the next pod gets them.
 func TestBindFailureReleases(t *testing.T) {
 	node := gt.MakeGPUNode("a100-0").GFD(a100, 1, 81920).Obj()
 	first, second := gt.MakeGPUPod("first").GPUs(1).Obj(), gt.MakeGPUPod("second").GPUs(1).Obj()
@@ -186,7 +189,7 @@ func TestBindFailureReleases(t *testing.T) {
 	refuse := true
 	te.client.PrependReactor("create", "pods", func(action clienttesting.Action) (bool, runtime.Object, error) {
 		if action.GetSubresource() == "binding" && refuse {
-			return true, nil, errors.New("etcd is on fire")
+			return true, nil, apierrors.NewForbidden(v1.Resource("pods/binding"), "first", errors.New("etcd is on fire"))
 		}
 		return false, nil, nil
 	})
@@ -424,6 +427,7 @@ func TestBindOutcomeUnknown(t *testing.T) {
 	node := gt.MakeGPUNode("a100-0").GFD(a100, 1, 81920).Obj()
 	p, q := gt.MakeGPUPod("p").GPUs(1).Obj(), gt.MakeGPUPod("q").GPUs(1).Obj()
 	te := newTestExtender(t, nil, []*v1.Node{node}, []*v1.Pod{p, q})
+	te.ext.settleAfter = 0
 	var apiDown atomic.Bool
 	apiDown.Store(true)
 	te.client.PrependReactor("create", "pods", func(action clienttesting.Action) (bool, runtime.Object, error) {
@@ -451,5 +455,95 @@ func TestBindOutcomeUnknown(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatalf("q never bound after p was read unbound: %v", err)
+	}
+}
+
+// TestBindUncertainWriteHeldUntilSettled: the Binding's write times out (a
+// 504: the API server may still commit it) while reads work and find the
+// pod unbound. The GPU must stay held, refusing another pod, until a read
+// made settleAfter after the write was sent; then it is free again. The
+// same write refused with a 409 frees it at once (TestBindFailureReleases).
+func TestBindUncertainWriteHeldUntilSettled(t *testing.T) {
+	node := gt.MakeGPUNode("a100-0").GFD(a100, 1, 81920).Obj()
+	p, q := gt.MakeGPUPod("p").GPUs(1).Obj(), gt.MakeGPUPod("q").GPUs(1).Obj()
+	te := newTestExtender(t, nil, []*v1.Node{node}, []*v1.Pod{p, q})
+	const settleAfter = time.Second
+	te.ext.settleAfter = settleAfter
+	te.client.PrependReactor("create", "pods", func(action clienttesting.Action) (bool, runtime.Object, error) {
+		if b, ok := action.(clienttesting.CreateAction).GetObject().(*v1.Binding); ok && b.Name == "p" {
+			return true, nil, apierrors.NewTimeoutError("the request was not finished in time", 0)
+		}
+		return false, nil, nil
+	})
+	sent := time.Now()
+	if r := te.ext.Bind(te.ctx, bindArgs(p, "a100-0")); r.Error == "" {
+		t.Fatal("the bind of p succeeded through a write that timed out")
+	}
+	if r := te.ext.Bind(te.ctx, bindArgs(q, "a100-0")); !strings.Contains(r.Error, "no longer fits") {
+		t.Fatalf("q bound to the GPU of p, whose write may still commit: %q", r.Error)
+	}
+	err := wait.PollUntilContextTimeout(te.ctx, 50*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return te.ext.Bind(te.ctx, bindArgs(q, "a100-0")).Error == "", nil
+	})
+	if err != nil {
+		t.Fatalf("q never bound after p's write was settled: %v", err)
+	}
+	if took := time.Since(sent); took < settleAfter {
+		t.Errorf("the GPU of p was released %v after its write was sent, before settleAfter %v", took, settleAfter)
+	}
+}
+
+// TestBindFencedByLease: with leader election a bind's API calls end by the
+// fence, the last renewal's send time plus the renew deadline, not
+// bindTimeout later; within minBindWindow of the fence, and once the lease
+// is released, no bind starts.
+func TestBindFencedByLease(t *testing.T) {
+	node := gt.MakeGPUNode("a100-0").GFD(a100, 1, 81920).Obj()
+	p := gt.MakeGPUPod("p").GPUs(1).Obj()
+	te := newTestExtender(t, nil, []*v1.Node{node}, []*v1.Pod{p})
+	const renewDeadline = 3 * time.Second
+	lock := &fence{
+		Interface: &resourcelock.LeaseLock{
+			LeaseMeta:  metav1.ObjectMeta{Namespace: "kube-system", Name: "gpusched-extender"},
+			Client:     te.client.CoordinationV1(),
+			LockConfig: resourcelock.ResourceLockConfig{Identity: "me"},
+		},
+		renewDeadline: renewDeadline,
+	}
+	te.ext.bindOnlyWhileLeading(lock)
+	te.ext.setLeading(true)
+	if te.ext.mayBind() {
+		t.Fatal("binds before the lease was ever written")
+	}
+	sent := time.Now()
+	if err := lock.Create(te.ctx, resourcelock.LeaderElectionRecord{HolderIdentity: "me", LeaseDurationSeconds: 5}); err != nil {
+		t.Fatal(err)
+	}
+	until := lock.until()
+	if until.Before(sent.Add(renewDeadline)) || until.After(time.Now().Add(renewDeadline)) {
+		t.Fatalf("fence %v, want the renewal's send time %v plus %v", until, sent, renewDeadline)
+	}
+	if d := te.ext.bindDeadline(time.Now()); !d.Equal(until) {
+		t.Errorf("bind deadline %v, want the fence %v (bindTimeout %v is later)", d, until, bindTimeout)
+	}
+	if !te.ext.mayBind() {
+		t.Error("the leader with its fence ahead may not bind")
+	}
+	// Another holder's write (our release) lifts the fence at once.
+	if err := lock.Update(te.ctx, resourcelock.LeaderElectionRecord{HolderIdentity: "", LeaseDurationSeconds: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if !lock.until().IsZero() || te.ext.mayBind() {
+		t.Errorf("after the release: fence %v, mayBind %v; want none", lock.until(), te.ext.mayBind())
+	}
+	if r := te.ext.Bind(te.ctx, bindArgs(p, "a100-0")); !strings.Contains(r.Error, "does not hold the leader lease") {
+		t.Errorf("bind after the release: %q, want a refusal", r.Error)
+	}
+	// A fence less than minBindWindow ahead starts no bind.
+	lock.mu.Lock()
+	lock.expires = time.Now().Add(minBindWindow / 2)
+	lock.mu.Unlock()
+	if te.ext.mayBind() {
+		t.Errorf("a bind may start %v before the fence", minBindWindow/2)
 	}
 }

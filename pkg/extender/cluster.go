@@ -73,6 +73,9 @@ type NodeState struct {
 	gpus atomic.Pointer[gpu.NodeGPUs]
 	// requested memoizes the sum of the pods' requests (requestedOf).
 	requested atomic.Pointer[requested]
+	// capacity is Node's, read once per Node object (maxima reads every
+	// node's after any node changes).
+	capacity capacity
 }
 
 // PodSeq yields the node's pods, as gpu.Ledger.Node wants them. A nil state
@@ -221,10 +224,11 @@ func (c *Cluster) onNode(obj any) {
 	if !ok {
 		return
 	}
+	capacity := capacityOf(node)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	next := c.copyState(node.Name)
-	next.Node = node
+	next.Node, next.capacity = node, capacity
 	c.nodes[node.Name] = next
 	c.nodeChanges.Add(1)
 }
@@ -237,7 +241,7 @@ func (c *Cluster) onNodeDelete(obj any) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	next := c.copyState(node.Name)
-	next.Node = nil
+	next.Node, next.capacity = nil, capacity{}
 	c.store(node.Name, next)
 	c.nodeChanges.Add(1)
 }
@@ -278,7 +282,7 @@ func (c *Cluster) copyState(name string) *NodeState {
 	c.generation++
 	next := &NodeState{Generation: c.generation}
 	if old := c.nodes[name]; old != nil {
-		next.Node = old.Node
+		next.Node, next.capacity = old.Node, old.capacity
 		next.Pods = slices.Clone(old.Pods)
 	}
 	return next

@@ -96,3 +96,27 @@ func TestClusterHold(t *testing.T) {
 		t.Error("a nil state yields pods")
 	}
 }
+
+// TestClusterMaxima: the largest node capacities follow node changes,
+// including a shrinking or deleted largest node, and survive pod changes,
+// which copy a node's state without reading its Node again.
+func TestClusterMaxima(t *testing.T) {
+	c := newCluster()
+	for _, step := range []struct {
+		name     string
+		do       func()
+		wantCPU  int64 // milli-CPU
+		wantGPUs int
+	}{
+		{"an 8-GPU node with 64 CPUs", func() { c.onNode(gt.MakeGPUNode("big").GFD(a100, 8, 81920).CPU("64").Obj()) }, 64000, 8},
+		{"a smaller node", func() { c.onNode(gt.MakeGPUNode("small").GFD(a100, 2, 81920).CPU("16").Obj()) }, 64000, 8},
+		{"a pod on the big node keeps its capacity", func() { c.onPod(bound("p", "big", []int{0}, 1000, 0)) }, 64000, 8},
+		{"the big node shrinks", func() { c.onNode(gt.MakeGPUNode("big").GFD(a100, 4, 81920).CPU("32").Obj()) }, 32000, 4},
+		{"the big node is deleted", func() { c.onNodeDelete(gt.MakeGPUNode("big").Obj()) }, 16000, 2},
+	} {
+		step.do()
+		if m := c.maxima(); m.milliCPU != step.wantCPU || m.gpus != step.wantGPUs {
+			t.Errorf("%s: maxima %d milli-CPU, %d GPUs; want %d, %d", step.name, m.milliCPU, m.gpus, step.wantCPU, step.wantGPUs)
+		}
+	}
+}

@@ -19,11 +19,13 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
+	"k8s.io/klog/v2"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
 	"github.com/gpusched/gpusched/pkg/gpu"
@@ -56,17 +58,27 @@ type Extender struct {
 	// holds the leader lease (leader.go). Set before serving.
 	leaderOnly bool
 	leading    atomic.Bool
+	fence      *fence // with leaderOnly: the lease's bound on binds
 	// inFlight holds the UIDs of pods held on a node whose Binding is being
 	// written: a retry must not report them bound before the write is done.
 	inFlight sync.Map
 	// schedulerNames are the schedulers whose pods Bind binds.
 	schedulerNames []string
+	// settleAfter: a read this long after a Binding of unknown outcome was
+	// sent settles it (DefaultBindSettleAfter).
+	settleAfter time.Duration
 }
 
 // New returns an Extender deciding with policy over the cluster's view,
 // binding through client.
 func New(cluster *Cluster, client kubernetes.Interface, policy *gpu.Policy) *Extender {
-	return &Extender{cluster: cluster, ledger: gpu.NewLedger(), policy: policy, client: client, schedulerNames: []string{v1.DefaultSchedulerName}}
+	e := &Extender{cluster: cluster, ledger: gpu.NewLedger(), policy: policy, client: client,
+		schedulerNames: []string{v1.DefaultSchedulerName}, settleAfter: DefaultBindSettleAfter}
+	logger := klog.Background().WithName("extender")
+	e.ledger.ReportConflicts(func(node string, conflicts []string) {
+		logger.Info(gpu.ConflictsMessage(conflicts), "node", node, "conflicts", conflicts)
+	})
+	return e
 }
 
 // BindOnlyFor makes the extender bind only pods whose spec.schedulerName is

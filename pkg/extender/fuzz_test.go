@@ -22,7 +22,7 @@ const fuzzBodyLimit = 4096
 func FuzzFilterRequest(f *testing.F) {
 	nodes, pods := filterNodes()
 	te := newTestExtender(f, nil, nodes, pods)
-	h := NewHandler(te.ext, fuzzBodyLimit)
+	h := NewHandler(te.ext, fuzzBodyLimit, nil)
 
 	seed := func(args any) {
 		raw, err := json.Marshal(args)

@@ -68,7 +68,7 @@ func newTestExtender(t testing.TB, policy *gpu.Policy, nodes []*v1.Node, pods []
 		policy = gpu.MustPolicy(gpu.PolicyBestFit, gpu.PolicyConfig{})
 	}
 	ext := New(cluster, client, policy)
-	return &testExtender{ext: ext, cluster: cluster, client: client, handler: NewHandler(ext, DefaultMaxRequestBytes), ctx: ctx}
+	return &testExtender{ext: ext, cluster: cluster, client: client, handler: NewHandler(ext, DefaultMaxRequestBytes, nil), ctx: ctx}
 }
 
 // bindReactor makes the fake clientset's pods/binding create act as the API

@@ -43,15 +43,31 @@ func hostOf(s *NodeState, m maxima) gpu.Host {
 	if s == nil || s.Node == nil {
 		return gpu.Host{}
 	}
-	alloc := s.Node.Status.Allocatable
 	r := s.requestedOf()
 	return gpu.Host{
 		Known:         true,
-		FreeMilliCPU:  alloc.Cpu().MilliValue() - r.milliCPU,
-		FreeMemoryMiB: (alloc.Memory().Value() - r.memoryBytes) >> 20,
+		FreeMilliCPU:  s.capacity.milliCPU - r.milliCPU,
+		FreeMemoryMiB: (s.capacity.memoryBytes - r.memoryBytes) >> 20,
 		MaxMilliCPU:   m.milliCPU,
 		MaxGPUs:       m.gpus,
 	}
+}
+
+// capacity is a node's allocatable CPU and memory and its number of GPUs
+// (0 when its inventory cannot be read).
+type capacity struct {
+	milliCPU    int64
+	memoryBytes int64
+	gpus        int
+}
+
+func capacityOf(node *v1.Node) capacity {
+	alloc := node.Status.Allocatable
+	c := capacity{milliCPU: alloc.Cpu().MilliValue(), memoryBytes: alloc.Memory().Value()}
+	if inv, err := gpu.InventoryFromNode(node); err == nil {
+		c.gpus = inv.Len()
+	}
+	return c
 }
 
 // maxima are the largest allocatable CPU and the most GPUs of any node.
@@ -72,13 +88,8 @@ func (c *Cluster) maxima() maxima {
 	c.mu.RLock()
 	m := maxima{nodes: changes}
 	for _, s := range c.nodes {
-		if s.Node == nil {
-			continue
-		}
-		m.milliCPU = max(m.milliCPU, s.Node.Status.Allocatable.Cpu().MilliValue())
-		if inv, err := gpu.InventoryFromNode(s.Node); err == nil {
-			m.gpus = max(m.gpus, inv.Len())
-		}
+		m.milliCPU = max(m.milliCPU, s.capacity.milliCPU)
+		m.gpus = max(m.gpus, s.capacity.gpus)
 	}
 	c.mu.RUnlock()
 	c.maximaMemo.Store(&m)

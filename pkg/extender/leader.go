@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/uuid"
@@ -21,13 +23,103 @@ var errNotLeader = errors.New("this gpusched extender does not hold the leader l
 // errNotSynced: an instance binds only once it has read every node and pod.
 var errNotSynced = errors.New("this gpusched extender has not read every node and pod yet; retry")
 
-// bindOnlyWhileLeading makes the extender refuse binds until setLeading(true).
-func (e *Extender) bindOnlyWhileLeading() { e.leaderOnly = true }
+// bindOnlyWhileLeading makes the extender refuse binds until setLeading(true),
+// and bounds them by the fence.
+func (e *Extender) bindOnlyWhileLeading(f *fence) { e.leaderOnly, e.fence = true, f }
 
 func (e *Extender) setLeading(leading bool) { e.leading.Store(leading) }
 
-// mayBind reports whether this instance may bind now.
-func (e *Extender) mayBind() bool { return !e.leaderOnly || e.leading.Load() }
+// mayBind reports whether this instance may bind now: without leader
+// election always; with it, while it leads and at least minBindWindow is
+// left before its fence.
+func (e *Extender) mayBind() bool {
+	if !e.leaderOnly {
+		return true
+	}
+	return e.leading.Load() && time.Until(e.fence.until()) >= minBindWindow
+}
+
+// minBindWindow is the least time before the fence in which a bind starts.
+const minBindWindow = time.Second
+
+// bindDeadline is when a bind starting at now must have ended its API
+// calls: bindTimeout later and, with leader election, not after the fence.
+func (e *Extender) bindDeadline(now time.Time) time.Time {
+	deadline := now.Add(bindTimeout)
+	if e.leaderOnly {
+		if until := e.fence.until(); until.Before(deadline) {
+			deadline = until
+		}
+	}
+	return deadline
+}
+
+// fence bounds the binds of a leader by its lease.
+//
+// Another instance takes the Lease once it has seen no renewal for the lease
+// duration. This instance's last renewal was written after it was sent, so
+// no other instance can lead before sent + lease duration; the fence is
+// earlier still, sent + renew deadline (the lease duration minus the renew
+// deadline is the margin for clock rates and for a committed binding to
+// reach the next leader's informer). Every bind's API calls end by the
+// fence (their context's deadline), and no bind starts within
+// minBindWindow of it; client-go's elector stops leading once renewals
+// fail for the renew deadline, which the fence bounds as well.
+//
+// What is left: a Binding the API server accepted before the fence may
+// still commit after it, until the API server's own --request-timeout
+// (docs/extender.md, "Guarantees").
+type fence struct {
+	resourcelock.Interface
+	renewDeadline time.Duration
+
+	mu      sync.Mutex
+	expires time.Time // sent + renew deadline of the last renewal of ours; zero when not held
+}
+
+// until returns the fence: zero when the lease is not held.
+func (f *fence) until() time.Time {
+	if f == nil {
+		return time.Time{}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.expires
+}
+
+// Create and Update write the lease record; a successful write naming this
+// instance moves the fence to the time it was sent plus the renew deadline,
+// any other write (a release) removes it.
+func (f *fence) Create(ctx context.Context, ler resourcelock.LeaderElectionRecord) error {
+	return f.write(ler, func() error { return f.Interface.Create(ctx, ler) })
+}
+
+func (f *fence) Update(ctx context.Context, ler resourcelock.LeaderElectionRecord) error {
+	return f.write(ler, func() error { return f.Interface.Update(ctx, ler) })
+}
+
+func (f *fence) write(ler resourcelock.LeaderElectionRecord, do func() error) error {
+	sent := time.Now()
+	if ler.HolderIdentity != f.Identity() {
+		f.lift()
+	}
+	err := do()
+	if err == nil && ler.HolderIdentity == f.Identity() {
+		f.mu.Lock()
+		if next := sent.Add(f.renewDeadline); next.After(f.expires) {
+			f.expires = next
+		}
+		f.mu.Unlock()
+	}
+	return err
+}
+
+// lift removes the fence: this instance does not hold the lease.
+func (f *fence) lift() {
+	f.mu.Lock()
+	f.expires = time.Time{}
+	f.mu.Unlock()
+}
 
 // campaign runs leader election for the lease opts name, so that of several
 // extender instances (two replicas, or the old and the new pod of a
@@ -43,12 +135,16 @@ func campaign(ctx context.Context, opts *Options, client kubernetes.Interface, e
 	}
 	logger := klog.FromContext(ctx).WithValues("lease", klog.KRef(opts.LeaderElectionNamespace, opts.LeaderElectionName))
 	identity := host + "_" + string(uuid.NewUUID())
-	elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-		Lock: &resourcelock.LeaseLock{
+	lock := &fence{
+		Interface: &resourcelock.LeaseLock{
 			LeaseMeta:  metav1.ObjectMeta{Namespace: opts.LeaderElectionNamespace, Name: opts.LeaderElectionName},
 			Client:     client.CoordinationV1(),
 			LockConfig: resourcelock.ResourceLockConfig{Identity: identity},
 		},
+		renewDeadline: opts.RenewDeadline,
+	}
+	elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+		Lock:          lock,
 		LeaseDuration: opts.LeaseDuration,
 		RenewDeadline: opts.RenewDeadline,
 		RetryPeriod:   opts.RetryPeriod,
@@ -63,13 +159,14 @@ func campaign(ctx context.Context, opts *Options, client kubernetes.Interface, e
 			OnStoppedLeading: func() {
 				logger.Info("Not leading: refusing binds", "identity", identity)
 				ext.setLeading(false)
+				lock.lift()
 			},
 		},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("leader election: %w", err)
 	}
-	ext.bindOnlyWhileLeading()
+	ext.bindOnlyWhileLeading(lock)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

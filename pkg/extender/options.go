@@ -34,6 +34,14 @@ type Options struct {
 	// HTTPS (the scheduler's extender config then sets enableHTTPS and tlsConfig).
 	TLSCertFile       string
 	TLSPrivateKeyFile string
+	// ClientCAFile, when set, makes the API verbs require a client
+	// certificate signed by this CA (mutual TLS; the scheduler's tlsConfig
+	// sets certFile and keyFile). Required unless BindAddress is loopback.
+	ClientCAFile string
+	// ClientNames, when set, are the client certificate names (common name
+	// or DNS name) allowed to call the API; empty allows every certificate
+	// the client CA signed.
+	ClientNames []string
 	// MaxRequestBytes bounds a request body; larger ones get 413.
 	MaxRequestBytes int64
 	// ReadHeaderTimeout, ReadTimeout and WriteTimeout are the http.Server's.
@@ -42,6 +50,10 @@ type Options struct {
 	WriteTimeout      time.Duration
 	// ShutdownTimeout bounds how long a stopping server waits for requests in flight.
 	ShutdownTimeout time.Duration
+	// BindSettleAfter is how long after a Binding of unknown outcome was
+	// sent a read finding the pod unbound releases its GPUs: at least the
+	// API server's --request-timeout.
+	BindSettleAfter time.Duration
 
 	// LeaderElect makes the instance bind only while it holds the Lease
 	// LeaderElectionNamespace/LeaderElectionName, so that of several
@@ -73,19 +85,20 @@ type Options struct {
 }
 
 // NewOptions returns the defaults: PairFit, as the plugin's default, and GPU
-// compute alone for the resource-weighted policies; port 8888 on every
-// address.
+// compute alone for the resource-weighted policies; port 8888 on loopback,
+// as a sidecar of the scheduler.
 func NewOptions() *Options {
 	return &Options{
 		SchedulerNames:    []string{v1.DefaultSchedulerName},
 		KubeAPIQPS:        50,
 		KubeAPIBurst:      100,
-		BindAddress:       "0.0.0.0:8888",
+		BindAddress:       "127.0.0.1:8888",
 		MaxRequestBytes:   DefaultMaxRequestBytes,
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      30 * time.Second,
 		ShutdownTimeout:   10 * time.Second,
+		BindSettleAfter:   DefaultBindSettleAfter,
 
 		LeaderElectionNamespace: "kube-system",
 		LeaderElectionName:      "gpusched-extender",
@@ -107,11 +120,14 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.BindAddress, "bind-address", o.BindAddress, "host:port to serve the extender API, health and metrics on")
 	fs.StringVar(&o.TLSCertFile, "tls-cert-file", o.TLSCertFile, "serve HTTPS with this PEM certificate (chain); needs --tls-private-key-file")
 	fs.StringVar(&o.TLSPrivateKeyFile, "tls-private-key-file", o.TLSPrivateKeyFile, "the PEM private key of --tls-cert-file")
+	fs.StringVar(&o.ClientCAFile, "client-ca-file", o.ClientCAFile, "require of callers of filter, prioritize, bind and preempt a client certificate signed by this PEM CA (mutual TLS); required unless --bind-address is loopback")
+	fs.StringSliceVar(&o.ClientNames, "client-name", o.ClientNames, "with --client-ca-file, the client certificate names (common name or DNS name) allowed; empty: any the CA signed")
 	fs.Int64Var(&o.MaxRequestBytes, "max-request-bytes", o.MaxRequestBytes, "largest request body accepted; larger ones get 413")
 	fs.DurationVar(&o.ReadHeaderTimeout, "read-header-timeout", o.ReadHeaderTimeout, "time to read a request's headers")
 	fs.DurationVar(&o.ReadTimeout, "read-timeout", o.ReadTimeout, "time to read a whole request")
 	fs.DurationVar(&o.WriteTimeout, "write-timeout", o.WriteTimeout, "time from the end of a request's headers to the end of its answer")
 	fs.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", o.ShutdownTimeout, "on SIGTERM, how long to let requests in flight finish")
+	fs.DurationVar(&o.BindSettleAfter, "bind-settle-after", o.BindSettleAfter, "when a bind's write fails without saying whether it was written, hold its GPUs until a read this long after it was sent finds the pod unbound; at least the API server's --request-timeout")
 	fs.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect, "bind only while holding the leader lease, so that of several instances exactly one binds (filter, prioritize and preempt are served by all)")
 	fs.StringVar(&o.LeaderElectionNamespace, "leader-elect-resource-namespace", o.LeaderElectionNamespace, "namespace of the leader Lease")
 	fs.StringVar(&o.LeaderElectionName, "leader-elect-resource-name", o.LeaderElectionName, "name of the leader Lease")
@@ -149,16 +165,28 @@ func (o *Options) Validate() error {
 	}
 	if _, _, err := net.SplitHostPort(o.BindAddress); err != nil {
 		bad("bind-address", fmt.Sprintf("%q", o.BindAddress), "want host:port")
+	} else if o.ClientCAFile == "" && !IsLoopback(o.BindAddress) {
+		bad("bind-address", fmt.Sprintf("%q", o.BindAddress), "the API binds pods and gives them GPUs: listen on loopback "+
+			"(a sidecar of the scheduler) or require the scheduler's client certificate with --client-ca-file")
 	}
 	if (o.TLSCertFile == "") != (o.TLSPrivateKeyFile == "") {
 		errs = append(errs, errors.New("invalid --tls-cert-file and --tls-private-key-file: set both or neither"))
+	}
+	if o.ClientCAFile != "" && o.TLSCertFile == "" {
+		errs = append(errs, errors.New("invalid --client-ca-file: client certificates need TLS: set --tls-cert-file and --tls-private-key-file too"))
+	}
+	if len(o.ClientNames) > 0 && o.ClientCAFile == "" {
+		bad("client-name", fmt.Sprintf("%q", o.ClientNames), "names are checked in client certificates: set --client-ca-file too")
+	}
+	if slices.Contains(o.ClientNames, "") {
+		bad("client-name", fmt.Sprintf("%q", o.ClientNames), "want non-empty names")
 	}
 	if o.MaxRequestBytes <= 0 {
 		bad("max-request-bytes", o.MaxRequestBytes, "want a positive number of bytes")
 	}
 	for flag, d := range map[string]time.Duration{
 		"read-header-timeout": o.ReadHeaderTimeout, "read-timeout": o.ReadTimeout,
-		"write-timeout": o.WriteTimeout, "shutdown-timeout": o.ShutdownTimeout,
+		"write-timeout": o.WriteTimeout, "shutdown-timeout": o.ShutdownTimeout, "bind-settle-after": o.BindSettleAfter,
 	} {
 		if d <= 0 {
 			bad(flag, d, "want a positive duration")

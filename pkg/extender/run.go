@@ -2,7 +2,6 @@ package extender
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -53,13 +52,13 @@ func Start(ctx context.Context, opts *Options, client kubernetes.Interface) (*Se
 	if err != nil {
 		return nil, err
 	}
-	var tlsConfig *tls.Config
-	if opts.TLSCertFile != "" {
-		cert, err := tls.LoadX509KeyPair(opts.TLSCertFile, opts.TLSPrivateKeyFile)
-		if err != nil {
-			return nil, fmt.Errorf("loading --tls-cert-file and --tls-private-key-file: %w", err)
-		}
-		tlsConfig = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}
+	tlsConfig, err := serverTLS(opts)
+	if err != nil {
+		return nil, err
+	}
+	var auth *ClientAuth
+	if opts.ClientCAFile != "" {
+		auth = &ClientAuth{Names: opts.ClientNames}
 	}
 
 	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(dropManagedFields))
@@ -76,11 +75,12 @@ func Start(ctx context.Context, opts *Options, client kubernetes.Interface) (*Se
 	ctx = klog.NewContext(ctx, logger)
 	ext := New(cluster, client, policy)
 	ext.BindOnlyFor(opts.SchedulerNames...)
+	ext.settleAfter = opts.BindSettleAfter
 	if err := ext.UseExternal(args); err != nil {
 		ln.Close()
 		return nil, err
 	}
-	handler := NewHandler(ext, opts.MaxRequestBytes)
+	handler := NewHandler(ext, opts.MaxRequestBytes, auth)
 	campaignCtx, stopCampaign := context.WithCancel(ctx)
 	var campaignDone <-chan struct{}
 	if opts.LeaderElect {
@@ -127,7 +127,7 @@ func Start(ctx context.Context, opts *Options, client kubernetes.Interface) (*Se
 			s.serveErr = fmt.Errorf("serving on %s: %w", ln.Addr(), err)
 		}
 	}()
-	logger.Info("Serving the extender API", "address", ln.Addr().String(), "tls", tlsConfig != nil, "leaderElect", opts.LeaderElect,
+	logger.Info("Serving the extender API", "address", ln.Addr().String(), "tls", tlsConfig != nil, "clientCertificates", auth != nil, "leaderElect", opts.LeaderElect,
 		"policy", policy.Type(), "placementArgs", opts.PlacementArgsFile)
 	return s, nil
 }

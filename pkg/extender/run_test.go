@@ -1,24 +1,18 @@
 package extender
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
+	"context"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"io"
-	"math/big"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/klog/v2/ktesting"
 
@@ -44,6 +38,17 @@ func TestOptionsValidate(t *testing.T) {
 		{"no positive weight", func(o *Options) { o.GPUWeight = 0 }, []string{"invalid --gpu-weight and --memory-weight: at least one must be positive"}},
 		{"a certificate without key", func(o *Options) { o.TLSCertFile = "c.pem" }, []string{"--tls-cert-file and --tls-private-key-file: set both or neither"}},
 		{"no port", func(o *Options) { o.BindAddress = "127.0.0.1" }, []string{`invalid --bind-address "127.0.0.1": want host:port`}},
+		{"loopback without client certificates", func(o *Options) { o.BindAddress = "[::1]:8888" }, nil},
+		{"every address without client certificates", func(o *Options) { o.BindAddress = "0.0.0.0:8888" }, []string{
+			`invalid --bind-address "0.0.0.0:8888": the API binds pods and gives them GPUs: listen on loopback (a sidecar of the scheduler) or require the scheduler's client certificate with --client-ca-file`,
+		}},
+		{"an empty host without client certificates", func(o *Options) { o.BindAddress = ":8888" }, []string{`invalid --bind-address ":8888"`}},
+		{"every address with client certificates", func(o *Options) {
+			o.BindAddress, o.TLSCertFile, o.TLSPrivateKeyFile, o.ClientCAFile, o.ClientNames = ":8888", "tls.crt", "tls.key", "ca.crt", []string{"kube-scheduler"}
+		}, nil},
+		{"a client CA without TLS", func(o *Options) { o.ClientCAFile = "ca.crt" }, []string{"invalid --client-ca-file: client certificates need TLS"}},
+		{"client names without a client CA", func(o *Options) { o.ClientNames = []string{"kube-scheduler"} }, []string{`invalid --client-name ["kube-scheduler"]: names are checked in client certificates: set --client-ca-file too`}},
+		{"a negative settle time", func(o *Options) { o.BindSettleAfter = -time.Second }, []string{"invalid --bind-settle-after -1s: want a positive duration"}},
 		{"no body", func(o *Options) { o.MaxRequestBytes = 0 }, []string{"invalid --max-request-bytes 0"}},
 		{"no timeout", func(o *Options) { o.WriteTimeout = 0 }, []string{"invalid --write-timeout 0s: want a positive duration"}},
 		{"leader election", func(o *Options) { o.LeaderElect = true }, nil},
@@ -94,14 +99,7 @@ func TestStartStop(t *testing.T) {
 				client.Transport = &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}} //nolint:gosec // a throwaway test certificate
 				scheme = "https"
 			}
-			s, err := Start(ctx, opts, fake.NewClientset())
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = s.Stop() })
-			if err := s.WaitForSync(ctx); err != nil {
-				t.Fatal(err)
-			}
+			s := startSynced(ctx, t, opts, fake.NewClientset())
 			resp, err := client.Get(scheme + "://" + s.Addr().String() + "/readyz")
 			if err != nil {
 				t.Fatal(err)
@@ -139,14 +137,7 @@ func TestLeaderElection(t *testing.T) {
 		opts.BindAddress = "127.0.0.1:0"
 		opts.LeaderElect = true
 		opts.LeaseDuration, opts.RenewDeadline, opts.RetryPeriod = 3*time.Second, 2*time.Second, 100*time.Millisecond
-		s, err := Start(ctx, opts, client)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = s.Stop() })
-		if err := s.WaitForSync(ctx); err != nil {
-			t.Fatal(err)
-		}
+		s := startSynced(ctx, t, opts, client)
 		return s
 	}
 	first := start()
@@ -199,39 +190,38 @@ func TestStartFails(t *testing.T) {
 	}
 }
 
-// writeSelfSigned writes a certificate for 127.0.0.1 and its key.
+// startSynced starts a server, stopped when the test ends, and waits until
+// its informers have synced.
+func startSynced(ctx context.Context, t *testing.T, opts *Options, client kubernetes.Interface) *Server {
+	t.Helper()
+	s, err := Start(ctx, opts, client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Stop() })
+	if err := s.WaitForSync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// writeSelfSigned writes a serving certificate for 127.0.0.1 and its key
+// (WriteCertificates' set, whose CA the client does not check here).
 func writeSelfSigned(t *testing.T) (certFile, keyFile string) {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
+	dir := writeCertificates(t, DefaultClient)
+	return filepath.Join(dir, ServerCert), filepath.Join(dir, ServerKey)
+}
+
+// writeCertificates writes a set of WriteCertificates for a server at
+// 127.0.0.1 and a client named client, and returns its directory.
+func writeCertificates(t *testing.T, client string) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "certs")
+	if err := WriteCertificates(dir, CertificateRequest{ServerNames: []string{"127.0.0.1", "localhost"}, ClientName: client, ValidFor: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1),
-		Subject:      pkix.Name{CommonName: "gpusched-extender-test"},
-		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	certFile, keyFile = filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
-	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return certFile, keyFile
+	return dir
 }
 
 // unknownPolicy is the engine's error for an unknown policy name, which

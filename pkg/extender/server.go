@@ -34,6 +34,7 @@ const DefaultMaxRequestBytes = 10 << 20
 type handler struct {
 	ext             *Extender
 	maxRequestBytes int64
+	auth            *ClientAuth // nil: no client certificate required
 	metrics         *serverMetrics
 	requests        atomic.Uint64 // numbers requests in logs
 }
@@ -49,8 +50,12 @@ type handler struct {
 //   - GET /readyz: 200 once the informers' initial lists are in the cluster
 //     view, else 503.
 //   - GET /metrics: Prometheus text format.
-func NewHandler(ext *Extender, maxRequestBytes int64) http.Handler {
-	h := &handler{ext: ext, maxRequestBytes: maxRequestBytes, metrics: newServerMetrics(ext.mayBind)}
+//
+// With auth, the four API verbs answer 401 to a request without a verified
+// client certificate and 403 to one whose certificate names no allowed
+// client, before reading the body; health, readiness and metrics stay open.
+func NewHandler(ext *Extender, maxRequestBytes int64, auth *ClientAuth) http.Handler {
+	h := &handler{ext: ext, maxRequestBytes: maxRequestBytes, auth: auth, metrics: newServerMetrics(ext.mayBind)}
 	ext.onBind = h.metrics.bind
 	mux := http.NewServeMux()
 	mux.Handle("POST /"+VerbFilter, serveVerb(h, VerbFilter, argsCodec, validArgs, ext.Filter))
@@ -117,6 +122,17 @@ func serveVerb[Req, Resp any](h *handler, verb string, c codec[Req, Resp], valid
 		start := time.Now()
 		logger := klog.FromContext(r.Context()).WithValues("verb", verb, "request", h.requests.Add(1))
 		code := func() int {
+			if h.auth != nil {
+				if err := h.auth.check(r); err != nil {
+					code := http.StatusForbidden
+					if errors.Is(err, errNoClientCert) {
+						code = http.StatusUnauthorized
+					}
+					logger.V(1).Info("Refused a caller", "code", code, "remote", r.RemoteAddr, "err", err)
+					writeText(w, code, err.Error())
+					return code
+				}
+			}
 			body := getBuffer()
 			defer putBuffer(body)
 			req := new(Req)

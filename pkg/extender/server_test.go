@@ -14,7 +14,7 @@ import (
 
 func TestHTTPErrors(t *testing.T) {
 	te := newTestExtender(t, nil, []*v1.Node{gt.MakeGPUNode("a100-0").GFD(a100, 8, 81920).Obj()}, nil)
-	small := NewHandler(te.ext, 64)
+	small := NewHandler(te.ext, 64, nil)
 	for _, tc := range []struct {
 		name     string
 		handler  http.Handler
@@ -58,7 +58,7 @@ func TestReadyzBeforeSync(t *testing.T) {
 	c := newCluster()
 	c.synced = append(c.synced, func() bool { return false })
 	rec := httptest.NewRecorder()
-	NewHandler(New(c, nil, nil), 64).ServeHTTP(rec, httptest.NewRequest("GET", "/readyz", nil))
+	NewHandler(New(c, nil, nil), 64, nil).ServeHTTP(rec, httptest.NewRequest("GET", "/readyz", nil))
 	if rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), "informers not synced") {
 		t.Errorf("HTTP %d %q, want 503", rec.Code, rec.Body)
 	}

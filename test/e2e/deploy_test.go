@@ -93,7 +93,12 @@ func TestDeployManifests(t *testing.T) {
 	}
 	// The kube-scheduler's identity may delete pods: the static pod preempts.
 	assertPreemption(t, "deploy/static-pod/gpusched-config.yaml", staticCfg, true)
-	checkSchedulerConfig(t, "deploy/extender/scheduler-config.yaml", readRepoFile(t, "deploy", "extender", "scheduler-config.yaml"), extenderProfile)
+	extenderCfg := checkSchedulerConfig(t, "deploy/extender/scheduler-config.yaml", readRepoFile(t, "deploy", "extender", "scheduler-config.yaml"), extenderProfile)
+	// The scheduler verifies the extender and presents its client certificate.
+	if e := extenderCfg.Extenders; len(e) != 1 || !e[0].EnableHTTPS || e[0].TLSConfig == nil || e[0].TLSConfig.Insecure ||
+		e[0].TLSConfig.CAFile == "" || e[0].TLSConfig.CertFile == "" || e[0].TLSConfig.KeyFile == "" || e[0].TLSConfig.ServerName == "" {
+		t.Errorf("deploy/extender/scheduler-config.yaml: extenders %+v, want one over mutual TLS", e)
+	}
 	// Only the static pod's install trusts system:kube-scheduler, the stock
 	// scheduler's identity too, to write assignments.
 	command(t, nil, kubectl, kc, "apply", "--dry-run=server", "-k", "deploy/static-pod/admission")

@@ -3,11 +3,18 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
+	"fmt"
 	"io"
+	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/spf13/pflag"
 	appsv1 "k8s.io/api/apps/v1"
@@ -28,6 +35,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpusched/gpusched/pkg/extender"
+	"github.com/gpusched/gpusched/pkg/gpu"
 	gt "github.com/gpusched/gpusched/pkg/gpu/gputest"
 	"github.com/gpusched/gpusched/test/testcluster"
 )
@@ -40,8 +48,11 @@ const extenderServiceAccount = "system:serviceaccount:kube-system:gpusched-exten
 // with strict field validation (the RBAC objects are created, the others
 // created in dry-run), the extender then runs with exactly the
 // ServiceAccount's permissions and the Deployment's arguments, and the stock
-// scheduler with scheduler-config.yaml binds GPU pods through it. Access
-// reviews show what the ServiceAccount may not do.
+// scheduler with scheduler-config.yaml binds GPU pods through it over mutual
+// TLS. A tenant that reaches the extender's port is refused: without the
+// scheduler's client certificate it can neither read the GPU allocation
+// nor bind, and with it, a bind of a pod of another scheduler is refused.
+// Access reviews show what the ServiceAccount may not do.
 func TestExtenderDeployment(t *testing.T) {
 	ctx := context.Background()
 	c := testcluster.Start(t, "--authorization-mode=RBAC")
@@ -53,6 +64,20 @@ func TestExtenderDeployment(t *testing.T) {
 	if !opts.LeaderElect {
 		t.Error("the Deployment runs the extender without --leader-elect")
 	}
+	if opts.ClientCAFile == "" || opts.TLSCertFile == "" || len(opts.ClientNames) == 0 {
+		t.Error("the Deployment runs the extender without mutual TLS for a named client")
+	}
+	// The Secret's files, as `gpusched-extender certificates` writes them.
+	certDir := filepath.Join(t.TempDir(), "certs")
+	err := extender.WriteCertificates(certDir, extender.CertificateRequest{
+		ServerNames: []string{"gpusched-extender.kube-system.svc", "127.0.0.1"}, ClientName: extender.DefaultClient, ValidFor: time.Hour,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []*string{&opts.TLSCertFile, &opts.TLSPrivateKeyFile, &opts.ClientCAFile} {
+		*f = filepath.Join(certDir, filepath.Base(*f))
+	}
 	opts.BindAddress = freeLoopbackAddr(t)
 	asExtender := rest.CopyConfig(c.RestConfig)
 	asExtender.Impersonate = rest.ImpersonationConfig{
@@ -60,7 +85,7 @@ func TestExtenderDeployment(t *testing.T) {
 		Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:kube-system", "system:authenticated"},
 	}
 	startExtenderAs(ctx, t, asExtender, opts)
-	c.StartScheduler(ctx, t, extenderConfig(t, opts.BindAddress, true))
+	c.StartScheduler(ctx, t, extenderTLSConfig(t, opts.BindAddress, certDir))
 
 	createStockPod(ctx, t, c, gt.MakeGPUPod("whole").GPUs(1).Obj())
 	createStockPod(ctx, t, c, gt.MakeGPUPod("share").Milli(300).GPUMemory("8Gi").Obj())
@@ -68,6 +93,7 @@ func TestExtenderDeployment(t *testing.T) {
 	if whole.Devices[0] == share.Devices[0] {
 		t.Errorf("one GPU for a whole-GPU pod and a share: %s, %s", whole.String(), share.String())
 	}
+	checkExtenderCallers(ctx, t, c, "https://"+opts.BindAddress, certDir)
 
 	for _, tc := range []struct {
 		attrs   authorizationv1.ResourceAttributes
@@ -96,6 +122,73 @@ func TestExtenderDeployment(t *testing.T) {
 			t.Errorf("%+v: allowed %v, want %v", tc.attrs, got.Status.Allowed, tc.allowed)
 		}
 	}
+}
+
+// checkExtenderCallers tries to use the extender at base the ways a tenant
+// that reaches its port would: a pod of a scheduler that never calls the
+// extender ("nobody") must stay unbound whether the bind comes without a
+// client certificate (401) or with the scheduler's (refused: not its
+// scheduler's pod), and filter must not disclose the GPUs without one.
+func checkExtenderCallers(ctx context.Context, t *testing.T, c *testcluster.Cluster, base, certDir string) {
+	t.Helper()
+	pod := gt.MakeGPUPod("tenant").GPUs(1).Obj()
+	pod.UID, pod.Spec.SchedulerName = "", "nobody"
+	created, err := c.Client.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bind := fmt.Sprintf(`{"PodName":"tenant","PodNamespace":"default","PodUID":%q,"Node":"a100-0"}`, created.UID)
+	filter := `{"Pod":{"metadata":{"name":"tenant","namespace":"default"}},"NodeNames":["a100-0"]}`
+	for _, tc := range []struct {
+		name, path, body string
+		withCert         bool
+		wantCode         int
+		wantBody         string
+	}{
+		{"a bind without a client certificate", "/bind", bind, false, http.StatusUnauthorized, "client certificate required"},
+		{"a filter without a client certificate", "/filter", filter, false, http.StatusUnauthorized, "client certificate required"},
+		{"a bind of another scheduler's pod", "/bind", bind, true, http.StatusOK, `its spec.schedulerName is \"nobody\"`},
+	} {
+		code, body := postExtender(t, base+tc.path, tc.body, certDir, tc.withCert)
+		if code != tc.wantCode || !strings.Contains(body, tc.wantBody) {
+			t.Errorf("%s: %d %q, want %d with %q", tc.name, code, body, tc.wantCode, tc.wantBody)
+		}
+	}
+	got, err := c.Client.CoreV1().Pods("default").Get(ctx, "tenant", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Spec.NodeName != "" || got.Annotations[gpu.AnnotationAssigned] != "" {
+		t.Errorf("the tenant's pod was bound to %q with GPUs %q", got.Spec.NodeName, got.Annotations[gpu.AnnotationAssigned])
+	}
+}
+
+// postExtender POSTs body over TLS, trusting certDir's CA and presenting
+// its scheduler certificate when withCert.
+func postExtender(t *testing.T, url, body, certDir string, withCert bool) (int, string) {
+	t.Helper()
+	ca, err := os.ReadFile(filepath.Join(certDir, extender.CAFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ca)
+	config := &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	if withCert {
+		cert, err := tls.LoadX509KeyPair(filepath.Join(certDir, extender.ClientCert), filepath.Join(certDir, extender.ClientKey))
+		if err != nil {
+			t.Fatal(err)
+		}
+		config.Certificates = []tls.Certificate{cert}
+	}
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: config}}
+	resp, err := client.Post(url, "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatalf("POST %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(raw)
 }
 
 // applyKustomization creates the resources listed in

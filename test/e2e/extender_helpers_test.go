@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"crypto/tls"
 	"io"
 	"net"
 	"net/http"
@@ -24,15 +25,20 @@ import (
 	"github.com/gpusched/gpusched/test/testcluster"
 )
 
-// deployedURL is the urlPrefix of deploy/extender/scheduler-config.yaml.
-const deployedURL = "http://gpusched-extender.kube-system.svc:8888"
+// deployedURL is the urlPrefix of deploy/extender/scheduler-config.yaml,
+// and deployedCertDir the directory of its tlsConfig's files.
+const (
+	deployedURL     = "https://gpusched-extender.kube-system.svc:8888"
+	deployedCertDir = "/etc/kubernetes/gpusched-extender/"
+)
 
 // extenderConfig is the stock kube-scheduler's configuration for extender
-// mode shipped in deploy/extender/scheduler-config.yaml, so that the tests
-// run what users run: the default profile with its default plugins and no
-// gpusched plugin, and the extender for filter, prioritize, bind and
-// preempt, without managedResources. Only the extender's address changes,
-// and nodeCacheCapable when false.
+// mode shipped in deploy/extender/scheduler-config.yaml, in its sidecar form
+// (docs/extender.md, "As a sidecar"): the extender at http://addr on
+// loopback, without TLS. The rest is what users run: the default profile
+// with its default plugins and no gpusched plugin, and the extender for
+// filter, prioritize, bind and preempt, without managedResources;
+// nodeCacheCapable changes when false.
 func extenderConfig(t *testing.T, addr string, nodeCacheCapable bool) string {
 	t.Helper()
 	config := string(readRepoFile(t, "deploy", "extender", "scheduler-config.yaml"))
@@ -43,10 +49,31 @@ func extenderConfig(t *testing.T, addr string, nodeCacheCapable bool) string {
 		config = strings.Replace(config, old, new, 1)
 	}
 	replace("urlPrefix: "+deployedURL, "urlPrefix: http://"+addr)
+	replace("enableHTTPS: true", "enableHTTPS: false")
+	start := strings.Index(config, "  tlsConfig:\n")
+	end := strings.Index(config, "keyFile: "+deployedCertDir)
+	if start < 0 || end < start {
+		t.Fatal("scheduler-config.yaml: no tlsConfig ending in keyFile")
+	}
+	end += strings.Index(config[end:], "\n") + 1
+	config = config[:start] + config[end:]
 	if !nodeCacheCapable {
 		replace("nodeCacheCapable: true", "nodeCacheCapable: false")
 	}
 	return config
+}
+
+// extenderTLSConfig is deploy/extender/scheduler-config.yaml as shipped, the
+// extender reached at https://addr with the certificates of certDir
+// (extender.WriteCertificates) in place of the host's.
+func extenderTLSConfig(t *testing.T, addr, certDir string) string {
+	t.Helper()
+	config := string(readRepoFile(t, "deploy", "extender", "scheduler-config.yaml"))
+	if strings.Count(config, deployedURL) != 1 || strings.Count(config, deployedCertDir) != 3 {
+		t.Fatalf("scheduler-config.yaml: want one urlPrefix %s and three files in %s", deployedURL, deployedCertDir)
+	}
+	config = strings.Replace(config, deployedURL, "https://"+addr, 1)
+	return strings.ReplaceAll(config, deployedCertDir, certDir+"/")
 }
 
 // readRepoFile reads a file of the repository.
@@ -101,8 +128,15 @@ func startExtenderAs(ctx context.Context, t *testing.T, config *rest.Config, opt
 			t.Errorf("stopping the extender: %v", err)
 		}
 	})
+	url, probe := "http://"+opts.BindAddress+"/readyz", http.DefaultClient
+	if opts.TLSCertFile != "" {
+		// As the kubelet probes: HTTPS, no client certificate, the
+		// serving certificate not checked.
+		url = "https://" + opts.BindAddress + "/readyz"
+		probe = &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // a readiness probe
+	}
 	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
-		resp, err := http.Get("http://" + opts.BindAddress + "/readyz")
+		resp, err := probe.Get(url)
 		if err != nil {
 			return false, nil
 		}
