@@ -69,7 +69,8 @@ func startAgents(ctx context.Context, config *rest.Config, dir string, nodes []L
 	config = rest.CopyConfig(config)
 	config.UserAgent = "gpusched-agent"
 	config.QPS, config.Burst = -1, 0 // one client for every agent: no client-side rate limit
-	client, err := discovery.NewNodeClient(config) // the agent binary's
+	// The agent binary's client.
+	client, err := discovery.NewNodeClient(config)
 	if err != nil {
 		return nil, err
 	}

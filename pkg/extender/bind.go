@@ -73,9 +73,10 @@ func (e *Extender) Bind(ctx context.Context, args *extenderv1.ExtenderBindingArg
 
 func (e *Extender) bind(ctx context.Context, args *extenderv1.ExtenderBindingArgs) (string, error) {
 	logger := klog.FromContext(ctx)
-	if !e.mayBind() {
+	if !e.enterBind() {
 		return BindResultError, errNotLeader
 	}
+	defer e.leaveBind()
 	if !e.cluster.HasSynced() {
 		// Binds choose GPUs from the view of every node's pods: before the
 		// initial lists are in, a GPU held by a pod not yet read would look
@@ -114,8 +115,10 @@ func (e *Extender) bind(ctx context.Context, args *extenderv1.ExtenderBindingArg
 		return BindResultError, err
 	}
 	defer e.inFlight.Delete(pod.UID)
-	sent := time.Now()
 	if err := e.writeBinding(ctx, args, &a); err != nil {
+		// client-go may have sent the write again until now: the settle
+		// clock starts when the last attempt ended.
+		notBefore := time.Now().Add(e.settleAfter)
 		if !refused(err) {
 			if bound, _ := e.boundAnyway(ctx, args, &a); bound {
 				logger.V(2).Info("Bound pod; the API server's answer was lost", "node", args.Node, "assignment", a.String(), "err", err)
@@ -127,7 +130,7 @@ func (e *Extender) bind(ctx context.Context, args *extenderv1.ExtenderBindingArg
 			logger.V(2).Info("Bind failed with its outcome unknown; its GPUs stay held until it is settled", "node", args.Node, "err", err,
 				"settleAfter", e.settleAfter)
 			e.ledger.Doubt(pod.UID)
-			go e.settleBind(args, &a, sent.Add(e.settleAfter))
+			go e.settleBind(args, &a, notBefore)
 		}
 		e.cluster.Release(held)
 		e.ledger.Forget(pod.UID)
@@ -260,15 +263,20 @@ func (e *Extender) boundAnyway(ctx context.Context, args *extenderv1.ExtenderBin
 }
 
 // refused reports whether a failed write was refused by the API server, so
-// that nothing was written and nothing will be: an API status in 4xx other
-// than 408 (a request timeout may have been worked on).
+// that nothing was written and nothing will be: a malformed, unauthorized,
+// forbidden, invalid or rate-limited request, or a pod that is gone. Not a
+// conflict: "already assigned" may answer a resend of this very write,
+// which was stored.
 func refused(err error) bool {
 	var status apierrors.APIStatus
 	if !errors.As(err, &status) {
 		return false
 	}
-	code := status.Status().Code
-	return code >= 400 && code < 500 && code != 408
+	switch status.Status().Code {
+	case 400, 401, 403, 404, 422, 429:
+		return true
+	}
+	return false
 }
 
 // Reads of a pod whose bind's outcome is unknown: each bounded by
@@ -285,9 +293,14 @@ const (
 // doubt for it (gpu.Ledger.Settle) unless the binding was written; a bound
 // pod's GPUs count from its annotation once the informer sees it.
 func (e *Extender) settleBind(args *extenderv1.ExtenderBindingArgs, a *gpu.Assignment, notBefore time.Time) {
-	time.Sleep(time.Until(notBefore))
-	for retry := time.Duration(0); ; retry = min(max(2*retry, settleFirstRetry), settleMaxRetry) {
-		time.Sleep(retry)
+	wait := time.Until(notBefore)
+	for retry := settleFirstRetry; ; retry = min(2*retry, settleMaxRetry) {
+		select {
+		case <-e.closed:
+			return // the extender stopped: its ledger is gone with it
+		case <-time.After(wait):
+		}
+		wait = retry
 		ctx, cancel := context.WithTimeout(context.Background(), settleReadTimeout)
 		bound, known := e.boundAnyway(ctx, args, a)
 		cancel()

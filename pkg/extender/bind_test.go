@@ -461,8 +461,8 @@ func TestBindOutcomeUnknown(t *testing.T) {
 // TestBindUncertainWriteHeldUntilSettled: the Binding's write times out (a
 // 504: the API server may still commit it) while reads work and find the
 // pod unbound. The GPU must stay held, refusing another pod, until a read
-// made settleAfter after the write was sent; then it is free again. The
-// same write refused with a 409 frees it at once (TestBindFailureReleases).
+// made settleAfter after the write ended; then it is free again. A write
+// refused with a 403 frees it at once (TestBindFailureReleases).
 func TestBindUncertainWriteHeldUntilSettled(t *testing.T) {
 	node := gt.MakeGPUNode("a100-0").GFD(a100, 1, 81920).Obj()
 	p, q := gt.MakeGPUPod("p").GPUs(1).Obj(), gt.MakeGPUPod("q").GPUs(1).Obj()
@@ -475,10 +475,10 @@ func TestBindUncertainWriteHeldUntilSettled(t *testing.T) {
 		}
 		return false, nil, nil
 	})
-	sent := time.Now()
 	if r := te.ext.Bind(te.ctx, bindArgs(p, "a100-0")); r.Error == "" {
 		t.Fatal("the bind of p succeeded through a write that timed out")
 	}
+	ended := time.Now()
 	if r := te.ext.Bind(te.ctx, bindArgs(q, "a100-0")); !strings.Contains(r.Error, "no longer fits") {
 		t.Fatalf("q bound to the GPU of p, whose write may still commit: %q", r.Error)
 	}
@@ -488,8 +488,8 @@ func TestBindUncertainWriteHeldUntilSettled(t *testing.T) {
 	if err != nil {
 		t.Fatalf("q never bound after p's write was settled: %v", err)
 	}
-	if took := time.Since(sent); took < settleAfter {
-		t.Errorf("the GPU of p was released %v after its write was sent, before settleAfter %v", took, settleAfter)
+	if took := time.Since(ended); took < settleAfter {
+		t.Errorf("the GPU of p was released %v after its write ended, before settleAfter %v", took, settleAfter)
 	}
 }
 
@@ -529,8 +529,25 @@ func TestBindFencedByLease(t *testing.T) {
 	if !te.ext.mayBind() {
 		t.Error("the leader with its fence ahead may not bind")
 	}
-	// Another holder's write (our release) lifts the fence at once.
-	if err := lock.Update(te.ctx, resourcelock.LeaderElectionRecord{HolderIdentity: "", LeaseDurationSeconds: 1}); err != nil {
+	// A release of the lease (a write naming no holder, or another) lifts
+	// the fence at once, then waits for the bind in flight before writing.
+	if !te.ext.enterBind() {
+		t.Fatal("no bind may start under a valid fence")
+	}
+	released := make(chan error, 1)
+	go func() {
+		released <- lock.Update(te.ctx, resourcelock.LeaderElectionRecord{HolderIdentity: "", LeaseDurationSeconds: 1})
+	}()
+	select {
+	case err := <-released:
+		t.Fatalf("the lease was released (%v) while a bind was in flight", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	if te.ext.mayBind() {
+		t.Error("a bind may start while the lease is being released")
+	}
+	te.ext.leaveBind()
+	if err := <-released; err != nil {
 		t.Fatal(err)
 	}
 	if !lock.until().IsZero() || te.ext.mayBind() {
@@ -545,5 +562,28 @@ func TestBindFencedByLease(t *testing.T) {
 	lock.mu.Unlock()
 	if te.ext.mayBind() {
 		t.Errorf("a bind may start %v before the fence", minBindWindow/2)
+	}
+}
+
+// TestBindConflictOfItsOwnWrite: the write is stored but its answer is a
+// 409 (client-go sent it again after a lost answer, and the resend found
+// the pod assigned). That is no refusal: the extender reads the pod, finds
+// it bound with its assignment, and reports the bind done.
+func TestBindConflictOfItsOwnWrite(t *testing.T) {
+	node := gt.MakeGPUNode("a100-0").GFD(a100, 1, 81920).Obj()
+	p := gt.MakeGPUPod("p").GPUs(1).Obj()
+	te := newTestExtender(t, nil, []*v1.Node{node}, []*v1.Pod{p})
+	store := bindReactor(te.client.Tracker())
+	te.client.PrependReactor("create", "pods", func(action clienttesting.Action) (bool, runtime.Object, error) {
+		if action.GetSubresource() != "binding" {
+			return false, nil, nil
+		}
+		if _, _, err := store(action); err != nil {
+			t.Fatal(err)
+		}
+		return true, nil, apierrors.NewConflict(v1.Resource("pods/binding"), "p", errors.New("pod p is already assigned to node \"a100-0\""))
+	})
+	if r := te.ext.Bind(te.ctx, bindArgs(p, "a100-0")); r.Error != "" {
+		t.Fatalf("a bind whose write was stored, answered 409: %q, want success", r.Error)
 	}
 }

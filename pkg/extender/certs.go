@@ -118,8 +118,15 @@ func WriteCertificates(dir string, req CertificateRequest) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("certificates: %w", err)
 	}
+	if err := os.Chmod(dir, 0o700); err != nil { // MkdirAll keeps an existing directory's mode
+		return fmt.Errorf("certificates: %w", err)
+	}
 	for name, data := range files {
-		if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, data, 0o600); err != nil {
+			return fmt.Errorf("certificates: %w", err)
+		}
+		if err := os.Chmod(path, 0o600); err != nil { // WriteFile keeps an existing file's mode
 			return fmt.Errorf("certificates: %w", err)
 		}
 	}

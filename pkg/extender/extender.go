@@ -67,13 +67,16 @@ type Extender struct {
 	// settleAfter: a read this long after a Binding of unknown outcome was
 	// sent settles it (DefaultBindSettleAfter).
 	settleAfter time.Duration
+	// closed is closed by Close, ending the reads that settle binds.
+	closed    chan struct{}
+	closeOnce sync.Once
 }
 
 // New returns an Extender deciding with policy over the cluster's view,
 // binding through client.
 func New(cluster *Cluster, client kubernetes.Interface, policy *gpu.Policy) *Extender {
 	e := &Extender{cluster: cluster, ledger: gpu.NewLedger(), policy: policy, client: client,
-		schedulerNames: []string{v1.DefaultSchedulerName}, settleAfter: DefaultBindSettleAfter}
+		schedulerNames: []string{v1.DefaultSchedulerName}, settleAfter: DefaultBindSettleAfter, closed: make(chan struct{})}
 	logger := klog.Background().WithName("extender")
 	e.ledger.ReportConflicts(func(node string, conflicts []string) {
 		logger.Info(gpu.ConflictsMessage(conflicts), "node", node, "conflicts", conflicts)

@@ -27,8 +27,10 @@ func (e *Extender) UseExternal(args *config.GPUPlacementArgs) error {
 	return nil
 }
 
-// Close lets go of the policy service's connection, if any.
+// Close ends the background reads that settle binds of unknown outcome and
+// lets go of the policy service's connection, if any.
 func (e *Extender) Close() error {
+	e.closeOnce.Do(func() { close(e.closed) })
 	if e.external != nil {
 		return e.external.Close()
 	}

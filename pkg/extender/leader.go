@@ -31,12 +31,35 @@ func (e *Extender) setLeading(leading bool) { e.leading.Store(leading) }
 
 // mayBind reports whether this instance may bind now: without leader
 // election always; with it, while it leads and at least minBindWindow is
-// left before its fence.
+// left before its fence. (client-go may report leading late, after the
+// lease was lost; the fence, moved only by this instance's own successful
+// renewals, still says no.)
 func (e *Extender) mayBind() bool {
 	if !e.leaderOnly {
 		return true
 	}
 	return e.leading.Load() && time.Until(e.fence.until()) >= minBindWindow
+}
+
+// enterBind starts a bind's API calls if this instance may bind now, and
+// reports whether it did; then leaveBind must follow once they are done. A
+// release of the lease waits for the binds entered (fence.write).
+func (e *Extender) enterBind() bool {
+	if !e.leaderOnly {
+		return true
+	}
+	e.fence.binds.RLock()
+	if !e.mayBind() {
+		e.fence.binds.RUnlock()
+		return false
+	}
+	return true
+}
+
+func (e *Extender) leaveBind() {
+	if e.leaderOnly {
+		e.fence.binds.RUnlock()
+	}
 }
 
 // minBindWindow is the least time before the fence in which a bind starts.
@@ -57,21 +80,27 @@ func (e *Extender) bindDeadline(now time.Time) time.Time {
 // fence bounds the binds of a leader by its lease.
 //
 // Another instance takes the Lease once it has seen no renewal for the lease
-// duration. This instance's last renewal was written after it was sent, so
-// no other instance can lead before sent + lease duration; the fence is
-// earlier still, sent + renew deadline (the lease duration minus the renew
-// deadline is the margin for clock rates and for a committed binding to
+// duration (in whole seconds, as the record carries it). This instance's
+// last renewal was written after it was sent, so no other instance can lead
+// before sent + lease duration; the fence is earlier still, sent + renew
+// deadline (Options.Validate keeps it under the whole seconds; the
+// difference is the margin for clock rates and for a committed binding to
 // reach the next leader's informer). Every bind's API calls end by the
 // fence (their context's deadline), and no bind starts within
 // minBindWindow of it; client-go's elector stops leading once renewals
-// fail for the renew deadline, which the fence bounds as well.
+// fail for the renew deadline, which the fence bounds as well. Releasing
+// the lease (a stopping instance) lifts the fence, then waits for the binds
+// in flight, then writes.
 //
 // What is left: a Binding the API server accepted before the fence may
 // still commit after it, until the API server's own --request-timeout
-// (docs/extender.md, "Guarantees").
+// (docs/extender.md, "Fencing").
 type fence struct {
 	resourcelock.Interface
 	renewDeadline time.Duration
+	// binds is held for reading by each bind's API calls (enterBind), and
+	// for writing by a release of the lease, which so waits for them.
+	binds sync.RWMutex
 
 	mu      sync.Mutex
 	expires time.Time // sent + renew deadline of the last renewal of ours; zero when not held
@@ -102,6 +131,8 @@ func (f *fence) write(ler resourcelock.LeaderElectionRecord, do func() error) er
 	sent := time.Now()
 	if ler.HolderIdentity != f.Identity() {
 		f.lift()
+		f.binds.Lock() // the binds in flight end (by the fence, at the latest)
+		f.binds.Unlock()
 	}
 	err := do()
 	if err == nil && ler.HolderIdentity == f.Identity() {
@@ -148,7 +179,8 @@ func campaign(ctx context.Context, opts *Options, client kubernetes.Interface, e
 		LeaseDuration: opts.LeaseDuration,
 		RenewDeadline: opts.RenewDeadline,
 		RetryPeriod:   opts.RetryPeriod,
-		// A stopping leader hands over at once, after its binds in flight.
+		// A stopping leader hands over at once, after its binds in flight
+		// (fence.write).
 		ReleaseOnCancel: true,
 		Name:            "gpusched-extender",
 		Callbacks: leaderelection.LeaderCallbacks{

@@ -196,8 +196,10 @@ func (o *Options) Validate() error {
 		switch {
 		case o.LeaderElectionNamespace == "" || o.LeaderElectionName == "":
 			errs = append(errs, errors.New("invalid --leader-elect-resource-namespace or --leader-elect-resource-name: want both non-empty"))
-		case o.RetryPeriod <= 0 || o.RenewDeadline <= o.RetryPeriod || o.LeaseDuration <= o.RenewDeadline:
-			errs = append(errs, fmt.Errorf("invalid --leader-elect-lease-duration %v, --leader-elect-renew-deadline %v, --leader-elect-retry-period %v: want lease duration > renew deadline > retry period > 0",
+		case o.RetryPeriod <= 0 || o.RenewDeadline <= o.RetryPeriod || o.LeaseDuration.Truncate(time.Second) <= o.RenewDeadline:
+			// The Lease records its duration in whole seconds, and others
+			// wait that long: the fence (the renew deadline) must end first.
+			errs = append(errs, fmt.Errorf("invalid --leader-elect-lease-duration %v, --leader-elect-renew-deadline %v, --leader-elect-retry-period %v: want lease duration (in whole seconds) > renew deadline > retry period > 0",
 				o.LeaseDuration, o.RenewDeadline, o.RetryPeriod))
 		}
 	}

@@ -39,7 +39,7 @@ type Server struct {
 // in the background, binding pods through client. It returns once the
 // listener is open; the extender is ready (/readyz) once WaitForSync returns.
 // Stop it with Stop; ctx carries the logger and, when it ends, stops the
-// informers (call Stop all the same).
+// informers (call Stop all the same: it also ends the leader election).
 func Start(ctx context.Context, opts *Options, client kubernetes.Interface) (*Server, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
@@ -81,7 +81,9 @@ func Start(ctx context.Context, opts *Options, client kubernetes.Interface) (*Se
 		return nil, err
 	}
 	handler := NewHandler(ext, opts.MaxRequestBytes, auth)
-	campaignCtx, stopCampaign := context.WithCancel(ctx)
+	// The campaign outlives ctx: Stop ends it once the binds in flight are
+	// done, so that the lease is released after them, not as ctx ends.
+	campaignCtx, stopCampaign := context.WithCancel(context.WithoutCancel(ctx))
 	var campaignDone <-chan struct{}
 	if opts.LeaderElect {
 		if campaignDone, err = campaign(campaignCtx, opts, client, ext); err != nil {

@@ -53,8 +53,12 @@ func TestOptionsValidate(t *testing.T) {
 		{"no timeout", func(o *Options) { o.WriteTimeout = 0 }, []string{"invalid --write-timeout 0s: want a positive duration"}},
 		{"leader election", func(o *Options) { o.LeaderElect = true }, nil},
 		{"a renew deadline past the lease", func(o *Options) { o.LeaderElect, o.RenewDeadline = true, time.Minute }, []string{
-			"invalid --leader-elect-lease-duration 15s, --leader-elect-renew-deadline 1m0s, --leader-elect-retry-period 2s: want lease duration > renew deadline > retry period > 0",
+			"invalid --leader-elect-lease-duration 15s, --leader-elect-renew-deadline 1m0s, --leader-elect-retry-period 2s: want lease duration (in whole seconds) > renew deadline > retry period > 0",
 		}},
+		// The Lease says 1 s: another instance may lead 1 s after a renewal, before the fence.
+		{"a renew deadline past the lease's whole seconds", func(o *Options) {
+			o.LeaderElect, o.LeaseDuration, o.RenewDeadline, o.RetryPeriod = true, 1900*time.Millisecond, 1500*time.Millisecond, 500*time.Millisecond
+		}, []string{"want lease duration (in whole seconds) > renew deadline"}},
 		{"every error at once", func(o *Options) { o.Policy, o.GPUWeight, o.ReadTimeout = "x", -5, -time.Second }, []string{
 			"--policy", "--gpu-weight -5", "at least one must be positive", "--read-timeout -1s",
 		}},

@@ -21,7 +21,9 @@ import (
 // TestMutualTLS serves the extender with --client-ca-file over real TLS on
 // loopback and calls it the ways a tenant's pod could: without a
 // certificate, with one from a CA of its own, with the scheduler's
-// certificate but a name the extender does not allow. Only the scheduler's
+// certificate but a name the extender does not allow, with the extender's
+// own serving certificate (signed by the right CA, for server
+// authentication only), over HTTP/1.1 and HTTP/2. Only the scheduler's
 // certificate reaches filter and bind; health and readiness stay open for
 // the kubelet's probes.
 func TestMutualTLS(t *testing.T) {
@@ -35,13 +37,18 @@ func TestMutualTLS(t *testing.T) {
 		name        string
 		clientNames []string
 		clientDir   string // the client certificate's set; "" for none
-		wantFilter  int    // HTTP status of /filter; 0: the handshake fails
+		serverPair  bool   // present the set's serving pair instead of its client pair
+		http2       bool
+		wantFilter  int // HTTP status of /filter; 0: the handshake fails
 	}{
-		{"no client certificate", nil, "", http.StatusUnauthorized},
-		{"the scheduler's certificate", nil, dir, http.StatusOK},
-		{"a certificate of another CA", nil, forged, 0},
-		{"the scheduler's certificate, its name allowed", []string{"kube-scheduler"}, dir, http.StatusOK},
-		{"the scheduler's certificate, another name required", []string{"gpusched-scheduler"}, dir, http.StatusForbidden},
+		{"no client certificate", nil, "", false, false, http.StatusUnauthorized},
+		{"no client certificate, HTTP/2", nil, "", false, true, http.StatusUnauthorized},
+		{"the scheduler's certificate", nil, dir, false, false, http.StatusOK},
+		{"the scheduler's certificate, HTTP/2", nil, dir, false, true, http.StatusOK},
+		{"a certificate of another CA", nil, forged, false, false, 0},
+		{"the serving certificate as a client's", nil, dir, true, false, 0},
+		{"the scheduler's certificate, its name allowed", []string{"kube-scheduler"}, dir, false, false, http.StatusOK},
+		{"the scheduler's certificate, another name required", []string{"gpusched-scheduler"}, dir, false, false, http.StatusForbidden},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, ctx := ktesting.NewTestContext(t)
@@ -52,7 +59,15 @@ func TestMutualTLS(t *testing.T) {
 			client := fake.NewClientset(node, pod)
 			client.PrependReactor("create", "pods", bindReactor(client.Tracker()))
 			s := startSynced(ctx, t, opts, client)
-			httpClient := tlsClient(t, dir, tc.clientDir)
+			config := clientTLSConfig(t, dir, tc.clientDir)
+			if tc.serverPair {
+				pair, err := tls.LoadX509KeyPair(filepath.Join(dir, ServerCert), filepath.Join(dir, ServerKey))
+				if err != nil {
+					t.Fatal(err)
+				}
+				config.Certificates = []tls.Certificate{pair}
+			}
+			httpClient := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: config, ForceAttemptHTTP2: tc.http2}}
 			base := "https://" + s.Addr().String()
 
 			if code, body := postTo(t, httpClient, base+"/"+VerbFilter, `{"Pod":{"metadata":{"name":"p","namespace":"default"}},"NodeNames":["a100-0"]}`); code != tc.wantFilter {
@@ -69,6 +84,14 @@ func TestMutualTLS(t *testing.T) {
 			}
 			if tc.wantFilter == 0 {
 				return
+			}
+			resp, err := httpClient.Get(base + "/healthz")
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if want := map[bool]int{false: 1, true: 2}[tc.http2]; resp.ProtoMajor != want {
+				t.Errorf("spoke HTTP/%d, want HTTP/%d", resp.ProtoMajor, want)
 			}
 			for _, path := range []string{"/healthz", "/readyz"} {
 				resp, err := tlsClient(t, dir, "").Get(base + path)

@@ -146,7 +146,8 @@ func startAgents(ctx context.Context, t *testing.T, c *testcluster.Cluster, node
 	t.Helper()
 	config := rest.CopyConfig(c.RestConfig)
 	config.UserAgent = "gpusched-agent"
-	client, err := discovery.NewNodeClient(config) // the agent binary's
+	// The agent binary's client.
+	client, err := discovery.NewNodeClient(config)
 	if err != nil {
 		t.Fatal(err)
 	}
