@@ -297,3 +297,36 @@ func TestPrioritize(t *testing.T) {
 		})
 	}
 }
+
+// TestPrioritizeCPUOnlyPod: a pod without GPUs is scored as the plugin
+// scores it. PairFit weighs the node's CPU, keeping a GPU node's CPU for
+// the GPU pods that need it, so it prefers the node without GPUs; BestFit
+// weighs GPUs only and leaves the pod to the scheduler's own scores (0
+// everywhere).
+func TestPrioritizeCPUOnlyPod(t *testing.T) {
+	nodes := []*v1.Node{gt.MakeGPUNode("gpu-0").GFD(a100, 8, 81920).CPU("64").Obj(), gt.MakeGPUNode("cpu-0").CPU("64").Obj()}
+	pod := gt.MakeGPUPod("web").CPU("8").Obj()
+	args := &extenderv1.ExtenderArgs{Pod: pod, NodeNames: &[]string{"gpu-0", "cpu-0"}}
+	for _, tc := range []struct {
+		policy    gpu.PolicyType
+		preferCPU bool // cpu-0 scores above gpu-0; else both 0
+	}{
+		{gpu.PolicyPairFit, true},
+		{gpu.PolicyBestFit, false},
+	} {
+		opts := NewOptions() // the extender's own defaults for the policy
+		opts.Policy = string(tc.policy)
+		policy, err := opts.NewPolicy()
+		if err != nil {
+			t.Fatal(err)
+		}
+		te := newTestExtender(t, policy, nodes, nil)
+		scores := map[string]int64{}
+		for _, hp := range te.ext.Prioritize(te.ctx, args) {
+			scores[hp.Host] = hp.Score
+		}
+		if got := scores["cpu-0"] > scores["gpu-0"]; got != tc.preferCPU || (!tc.preferCPU && scores["cpu-0"]+scores["gpu-0"] != 0) {
+			t.Errorf("%s: scores %v, want cpu-0 above gpu-0: %v (else all 0)", tc.policy, scores, tc.preferCPU)
+		}
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -163,6 +164,8 @@ func differentialPods() []*v1.Pod {
 		{milli: 500, cpu: "2", models: []string{"NVIDIA-L4", t4}},
 		{milli: 800, memory: "12Gi"},
 		{milli: 300},
+		{cpu: "3"}, // no GPU, and room for it on every node: scored only by the policies that weigh CPU
+		{milli: 250, cpu: "4"},
 	} {
 		p := gt.MakeGPUPod(fmt.Sprintf("diff-%02d", i))
 		if s.cpu != "" {
@@ -185,6 +188,12 @@ func differentialPods() []*v1.Pod {
 	return pods
 }
 
+// cpuOnly reports whether the pod asks for no GPU.
+func cpuOnly(p *v1.Pod) bool {
+	d, err := gpu.DemandFromPod(p)
+	return err == nil && d.IsZero()
+}
+
 // placement is where a pod went: its node and GPU indices.
 type placement struct {
 	node string
@@ -202,12 +211,23 @@ func placementOf(node string, devices []int) placement {
 
 func TestDifferential(t *testing.T) {
 	ctx := context.Background()
-	nodes, pods := differentialNodes(), differentialPods()
+	nodes, all := differentialNodes(), differentialPods()
 	c := testcluster.Start(t)
 	for _, n := range nodes {
 		testcluster.CreateNode(ctx, t, c.Client, n)
 	}
 	for _, info := range gpu.Policies() {
+		// A pod without GPUs is placed by the policy only where it weighs
+		// CPU (HostAware); under the others every node scores 0 and the
+		// front ends' tie-breaks, not the policy, would decide. Two
+		// host-aware policies tie too: FGD weighs CPU only through the GPU
+		// capacity a pod's CPU use strands, and this pod strands none;
+		// DotProd's scores for it differ by less than the extender API's
+		// 0..10 steps, so several nodes score 10.
+		pods := all
+		if !info.HostAware || info.Type == gpu.PolicyFGD || info.Type == gpu.PolicyDotProd {
+			pods = slices.DeleteFunc(slices.Clone(all), cpuOnly)
+		}
 		t.Run(string(info.Type), func(t *testing.T) {
 			argsFile := filepath.Join(t.TempDir(), "placement-args.yaml")
 			if err := os.WriteFile(argsFile, []byte(differentialArgs(info.Type)), 0o644); err != nil {
@@ -328,6 +348,12 @@ func placeOneByOne(ctx context.Context, t *testing.T, c *testcluster.Cluster, po
 func boundPlacement(ctx context.Context, t *testing.T, c *testcluster.Cluster, p *v1.Pod) placement {
 	t.Helper()
 	bound := testcluster.WaitForPodScheduled(ctx, t, c.Client, p.Namespace, p.Name, timeout)
+	if cpuOnly(bound) {
+		if a, ok := bound.Annotations[gpu.AnnotationAssigned]; ok {
+			t.Fatalf("pod %s without GPUs was assigned %q", p.Name, a)
+		}
+		return placementOf(bound.Spec.NodeName, nil)
+	}
 	devices, err := gpuAssignment(bound)
 	if err != nil {
 		t.Fatal(err)
