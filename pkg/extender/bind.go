@@ -30,8 +30,8 @@ const (
 // even if it stopped waiting for the answer.
 const bindTimeout = 30 * time.Second
 
-// DefaultBindSettleAfter is how long after a Binding's write was sent a read
-// that finds the pod unbound proves it will stay so: the API server's
+// DefaultBindSettleAfter is how long after a Binding's write ended (its last
+// attempt) a read that finds the pod unbound proves it will stay so: the API server's
 // default --request-timeout, the longest it works on a request it accepted.
 const DefaultBindSettleAfter = 60 * time.Second
 
@@ -55,7 +55,7 @@ const DefaultBindSettleAfter = 60 * time.Second
 // A write that fails in a way that leaves open whether the API server bound
 // the pod (a timeout, a lost connection, a server error) keeps its GPUs held
 // in doubt, whatever a read right after says, until a read made
-// settleAfter after the write was sent finds the pod unbound: until then
+// settleAfter after the write ended finds the pod unbound: until then
 // the write may still commit.
 func (e *Extender) Bind(ctx context.Context, args *extenderv1.ExtenderBindingArgs) *extenderv1.ExtenderBindingResult {
 	ctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), e.bindDeadline(time.Now()))

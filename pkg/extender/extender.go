@@ -64,8 +64,8 @@ type Extender struct {
 	inFlight sync.Map
 	// schedulerNames are the schedulers whose pods Bind binds.
 	schedulerNames []string
-	// settleAfter: a read this long after a Binding of unknown outcome was
-	// sent settles it (DefaultBindSettleAfter).
+	// settleAfter: a read this long after a Binding of unknown outcome
+	// ended settles it (DefaultBindSettleAfter).
 	settleAfter time.Duration
 	// closed is closed by Close, ending the reads that settle binds.
 	closed    chan struct{}

@@ -50,8 +50,8 @@ type Options struct {
 	WriteTimeout      time.Duration
 	// ShutdownTimeout bounds how long a stopping server waits for requests in flight.
 	ShutdownTimeout time.Duration
-	// BindSettleAfter is how long after a Binding of unknown outcome was
-	// sent a read finding the pod unbound releases its GPUs: at least the
+	// BindSettleAfter is how long after a Binding of unknown outcome ended
+	// a read finding the pod unbound releases its GPUs: at least the
 	// API server's --request-timeout.
 	BindSettleAfter time.Duration
 
@@ -127,7 +127,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.ReadTimeout, "read-timeout", o.ReadTimeout, "time to read a whole request")
 	fs.DurationVar(&o.WriteTimeout, "write-timeout", o.WriteTimeout, "time from the end of a request's headers to the end of its answer")
 	fs.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", o.ShutdownTimeout, "on SIGTERM, how long to let requests in flight finish")
-	fs.DurationVar(&o.BindSettleAfter, "bind-settle-after", o.BindSettleAfter, "when a bind's write fails without saying whether it was written, hold its GPUs until a read this long after it was sent finds the pod unbound; at least the API server's --request-timeout")
+	fs.DurationVar(&o.BindSettleAfter, "bind-settle-after", o.BindSettleAfter, "when a bind's write fails without saying whether it was written, hold its GPUs until a read this long after the write ended finds the pod unbound; at least the API server's --request-timeout")
 	fs.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect, "bind only while holding the leader lease, so that of several instances exactly one binds (filter, prioritize and preempt are served by all)")
 	fs.StringVar(&o.LeaderElectionNamespace, "leader-elect-resource-namespace", o.LeaderElectionNamespace, "namespace of the leader Lease")
 	fs.StringVar(&o.LeaderElectionName, "leader-elect-resource-name", o.LeaderElectionName, "name of the leader Lease")
