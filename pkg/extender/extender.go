@@ -292,9 +292,9 @@ func (e *Extender) Prioritize(ctx context.Context, args *extenderv1.ExtenderArgs
 			if c := &cands[i]; c.node != nil {
 				n := e.view(c)
 				req := gpu.Request{Demand: &demand, Host: hostOf(c.state, m)}
-				if chosen, fit := e.policy.Place(n, &req); fit.OK() {
-					c.score = e.policy.Score(n, &req, chosen)
-					c.fits, c.chosen = true, chosen
+				// As the plugin's Score: remembered with the node's view.
+				if chosen, fit, score := e.policy.PlaceAndScore(n, &req); fit.OK() {
+					c.score, c.fits, c.chosen = score, true, chosen
 				}
 			}
 		}
