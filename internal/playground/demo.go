@@ -33,7 +33,8 @@ const (
 // prints which pods waited and why as it goes; creates the bound pods'
 // containers through their nodes' runtimes (where the node agents give them
 // their GPUs), and writes the table.
-func runDemo(ctx context.Context, client kubernetes.Interface, apply *applier, agents agents, opts Options, schedulerName string, start time.Time, out io.Writer) error {
+func runDemo(ctx context.Context, client kubernetes.Interface, apply *applier, agents agents, opts Options, profiles []string, start time.Time, out io.Writer) error {
+	schedulerName := profiles[0]
 	// The example workloads are written for the default nodes (T4s, one
 	// 8-GPU H100 node); a --nodes-from list need not have them.
 	withWorkloads := opts.Controllers && len(opts.NodeList) == 0
@@ -54,15 +55,30 @@ func runDemo(ctx context.Context, client kubernetes.Interface, apply *applier, a
 		if err != nil {
 			return err
 		}
+		firstGang := false // submitted now: the later gang waits for its Job
 		for _, name := range names {
+			if s := workloadScheduler(files[name]); s != "" && !slices.Contains(profiles, s) {
+				// No profile would ever place its pods: the demo would not
+				// settle.
+				fmt.Fprintf(out, "Skipped examples/workloads/%s: its pods name scheduler %q, and this configuration's profiles are %s.\n",
+					name, s, strings.Join(profiles, ", "))
+				continue
+			}
 			if name == demoLaterWorkload {
 				later = files[name]
 				continue
 			}
+			firstGang = firstGang || name == demoFirstGangFile
 			if err := apply.create(ctx, "examples/workloads/"+name, files[name]); err != nil {
 				return err
 			}
 			applied = append(applied, name)
+		}
+		if later != nil && !firstGang {
+			if err := apply.create(ctx, "examples/workloads/"+demoLaterWorkload, later); err != nil {
+				return err
+			}
+			applied, later = append(applied, demoLaterWorkload), nil
 		}
 	}
 	fmt.Fprintf(out, "Submitted %d pods", len(pods))
@@ -114,8 +130,20 @@ func runDemo(ctx context.Context, client kubernetes.Interface, apply *applier, a
 // other can each hold part of the node until their timeouts.
 const (
 	demoLaterWorkload = "training-workload.yaml"
+	demoFirstGangFile = "training-gang.yaml"
 	demoFirstGang     = "train"
 )
+
+// schedulerNameLine finds the scheduler a workload file's pods name.
+var schedulerNameLine = regexp.MustCompile(`(?m)^\s*schedulerName:\s*"?([^"\s#]+)"?`)
+
+// workloadScheduler is the schedulerName in a workload file ("" for none).
+func workloadScheduler(data []byte) string {
+	if m := schedulerNameLine.FindSubmatch(data); m != nil {
+		return string(m[1])
+	}
+	return ""
+}
 
 // demoGangShape is the --nodes model of the node the example workloads'
 // gangs fill: each gang needs all eight of its GPUs.

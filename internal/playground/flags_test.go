@@ -27,8 +27,8 @@ func TestFlags(t *testing.T) {
 	if len(opts.Shapes) != 1 || opts.Shapes[0].Model != "L4-24GB" || opts.Kubeconfig != "/x/kc" || opts.Demo {
 		t.Errorf("options %+v", opts)
 	}
-	if name, err := firstProfile(opts.SchedulerConfig); err != nil || name != "mine" {
-		t.Errorf("scheduler name %q, %v", name, err)
+	if names, err := profileNames(opts.SchedulerConfig); err != nil || len(names) == 0 || names[0] != "mine" {
+		t.Errorf("scheduler names %q, %v", names, err)
 	}
 
 	f.Demo = true

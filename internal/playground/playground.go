@@ -101,10 +101,11 @@ func Run(ctx context.Context, opts Options, out io.Writer) error {
 			return err
 		}
 	}
-	schedulerName, err := firstProfile(config)
+	profiles, err := profileNames(config)
 	if err != nil {
 		return err
 	}
+	schedulerName := profiles[0]
 	if !opts.Verbose {
 		// Real failures show in the result (a pod pending with its reason,
 		// a container the agent refused, or an error); the control plane's
@@ -186,7 +187,7 @@ func Run(ctx context.Context, opts Options, out io.Writer) error {
 	fmt.Fprintf(out, "Scheduler %q running after %s.\n", schedulerName, since(start))
 
 	if opts.Demo {
-		return runDemo(ctx, cp.Client, apply, agents, opts, schedulerName, start, out)
+		return runDemo(ctx, cp.Client, apply, agents, opts, profiles, start, out)
 	}
 	fmt.Fprintf(out, `
 The playground is up. In another terminal:
@@ -276,21 +277,29 @@ func createNodes(ctx context.Context, client kubernetes.Interface, nodes []*v1.N
 	return nil
 }
 
-// firstProfile returns the schedulerName of the configuration's first
-// profile, "default-scheduler" when it sets none.
-func firstProfile(config string) (string, error) {
+// profileNames are the schedulerNames of the configuration's profiles, in
+// order; a configuration without profiles has the default scheduler's.
+func profileNames(config string) ([]string, error) {
 	var doc struct {
 		Profiles []struct {
 			SchedulerName string `json:"schedulerName"`
 		} `json:"profiles"`
 	}
 	if err := yaml.Unmarshal([]byte(config), &doc); err != nil {
-		return "", fmt.Errorf("parsing the scheduler configuration: %w", err)
+		return nil, fmt.Errorf("parsing the scheduler configuration: %w", err)
 	}
-	if len(doc.Profiles) == 0 || doc.Profiles[0].SchedulerName == "" {
-		return v1.DefaultSchedulerName, nil
+	var names []string
+	for _, p := range doc.Profiles {
+		name := p.SchedulerName
+		if name == "" {
+			name = v1.DefaultSchedulerName
+		}
+		names = append(names, name)
 	}
-	return doc.Profiles[0].SchedulerName, nil
+	if len(names) == 0 {
+		names = []string{v1.DefaultSchedulerName}
+	}
+	return names, nil
 }
 
 func shapesString(shapes []NodeShape) string {

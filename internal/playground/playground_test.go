@@ -295,7 +295,7 @@ func TestDefaultSchedulerConfig(t *testing.T) {
 	if DefaultSchedulerConfig != string(example) {
 		t.Error("internal/playground/scheduler-config.yaml differs from examples/gpusched-config.yaml: copy it over")
 	}
-	if name, err := firstProfile(DefaultSchedulerConfig); err != nil || name != "gpusched" {
-		t.Errorf("first profile %q, %v", name, err)
+	if names, err := profileNames(DefaultSchedulerConfig); err != nil || len(names) != 1 || names[0] != "gpusched" {
+		t.Errorf("profiles %q, %v", names, err)
 	}
 }

@@ -1,0 +1,80 @@
+package playground
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+
+	"github.com/gpusched/gpusched/examples/workloads"
+)
+
+// TestWorkloadScheduler: the scheduler the demo reads from each example
+// workload is the one its pod template names, as a YAML decoder reads it.
+func TestWorkloadScheduler(t *testing.T) {
+	names, files, err := workloads.Files()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range names {
+		var want string
+		dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(files[name]), 4096)
+		for {
+			obj := &unstructured.Unstructured{}
+			if err := dec.Decode(&obj.Object); errors.Is(err, io.EOF) {
+				break
+			} else if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			if s, ok, _ := unstructured.NestedString(obj.Object, "spec", "template", "spec", "schedulerName"); ok && want == "" {
+				want = s
+			}
+		}
+		if want == "" {
+			t.Fatalf("%s names no scheduler in a pod template", name)
+		}
+		if got := workloadScheduler(files[name]); got != want {
+			t.Errorf("%s: read scheduler %q, its pod template names %q", name, got, want)
+		}
+	}
+}
+
+// TestDemoWithGangConfig runs the demo with examples/gpusched-gang-config.yaml,
+// whose one profile is gpusched: the example workloads whose pods name
+// gpusched-gang or gpusched-workload are skipped with a message saying so,
+// rather than left pending for ever, and the demo settles.
+func TestDemoWithGangConfig(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	flags := NewFlags()
+	flags.Demo = true
+	flags.ConfigFile = filepath.Join("..", "..", "examples", "gpusched-gang-config.yaml")
+	if _, err := os.Stat(flags.ConfigFile); err != nil {
+		t.Fatal(err)
+	}
+	opts, err := flags.Options()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := Run(ctx, opts, &out); err != nil {
+		t.Fatalf("Run: %v\n%s", err, out.String())
+	}
+	for _, want := range []string{
+		`Skipped examples/workloads/training-gang.yaml: its pods name scheduler "gpusched-gang", and this configuration's profiles are gpusched.`,
+		`Skipped examples/workloads/training-workload.yaml: its pods name scheduler "gpusched-workload"`,
+		"all pods settled",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("the output lacks %q:\n%s", want, out.String())
+		}
+	}
+}
