@@ -2,14 +2,11 @@ package playground
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"io"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -52,22 +49,7 @@ func TestWorkloadScheduler(t *testing.T) {
 // gpusched-gang or gpusched-workload are skipped with a message saying so,
 // rather than left pending for ever, and the demo settles.
 func TestDemoWithGangConfig(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	flags := NewFlags()
-	flags.Demo = true
-	flags.ConfigFile = filepath.Join("..", "..", "examples", "gpusched-gang-config.yaml")
-	if _, err := os.Stat(flags.ConfigFile); err != nil {
-		t.Fatal(err)
-	}
-	opts, err := flags.Options()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out bytes.Buffer
-	if err := Run(ctx, opts, &out); err != nil {
-		t.Fatalf("Run: %v\n%s", err, out.String())
-	}
+	_, out := runDemoWith(t, filepath.Join("..", "..", "examples", "gpusched-gang-config.yaml"))
 	for _, want := range []string{
 		`Skipped examples/workloads/training-gang.yaml: its pods name scheduler "gpusched-gang", and this configuration's profiles are gpusched.`,
 		`Skipped examples/workloads/training-workload.yaml: its pods name scheduler "gpusched-workload"`,

@@ -27,18 +27,7 @@ import (
 // its containers (exactly those of its assignment), and why the pod that
 // cannot fit is pending.
 func TestDemo(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	flags := NewFlags()
-	flags.Demo = true
-	opts, err := flags.Options()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out bytes.Buffer
-	if err := Run(ctx, opts, &out); err != nil {
-		t.Fatalf("Run: %v\n%s", err, out.String())
-	}
+	opts, out := runDemoWith(t, "")
 	t.Logf("output:\n%s", out.String())
 
 	rows := map[string][]string{} // pod name -> the row's columns, split on 2+ spaces
@@ -298,4 +287,25 @@ func TestDefaultSchedulerConfig(t *testing.T) {
 	if names, err := profileNames(DefaultSchedulerConfig); err != nil || len(names) != 1 || names[0] != "gpusched" {
 		t.Errorf("profiles %q, %v", names, err)
 	}
+}
+
+// runDemoWith runs the demo with its default flags and the --config file
+// configFile ("" for the built-in configuration), failing the test unless
+// it settles within 3 minutes, and returns its options and output.
+func runDemoWith(t *testing.T, configFile string) (Options, *bytes.Buffer) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	flags := NewFlags()
+	flags.Demo = true
+	flags.ConfigFile = configFile
+	opts, err := flags.Options()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := Run(ctx, opts, &out); err != nil {
+		t.Fatalf("Run: %v\n%s", err, out.String())
+	}
+	return opts, &out
 }
