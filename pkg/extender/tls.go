@@ -77,8 +77,8 @@ func (a *ClientAuth) check(r *http.Request) error {
 // of WriteCertificates) takes effect without a restart.
 const certReloadInterval = 10 * time.Second
 
-// tlsFiles serves TLS from the files of Options, read again when they
-// change.
+// tlsFiles serves TLS from the files of Options, read again every
+// certReloadInterval.
 type tlsFiles struct {
 	certFile, keyFile, caFile string
 
