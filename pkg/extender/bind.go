@@ -9,7 +9,6 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
@@ -30,10 +29,9 @@ const (
 // even if it stopped waiting for the answer.
 const bindTimeout = 30 * time.Second
 
-// DefaultBindSettleAfter is how long after a Binding's write ended (its last
-// attempt) a read that finds the pod unbound proves it will stay so: the API server's
-// default --request-timeout, the longest it works on a request it accepted.
-const DefaultBindSettleAfter = 60 * time.Second
+// DefaultBindSettleAfter is the engine's (gpu.DefaultBindSettleAfter), the
+// default of --bind-settle-after.
+const DefaultBindSettleAfter = gpu.DefaultBindSettleAfter
 
 // Bind binds the pod to the node, giving it GPUs.
 //
@@ -119,8 +117,8 @@ func (e *Extender) bind(ctx context.Context, args *extenderv1.ExtenderBindingArg
 		// client-go may have sent the write again until now: the settle
 		// clock starts when the last attempt ended.
 		notBefore := time.Now().Add(e.settleAfter)
-		if !refused(err) {
-			if bound, _ := e.boundAnyway(ctx, args, &a); bound {
+		if !gpu.BindRefused(err) {
+			if e.boundAnyway(ctx, args, &a) {
 				logger.V(2).Info("Bound pod; the API server's answer was lost", "node", args.Node, "assignment", a.String(), "err", err)
 				return BindResultBound, nil
 			}
@@ -130,7 +128,7 @@ func (e *Extender) bind(ctx context.Context, args *extenderv1.ExtenderBindingArg
 			logger.V(2).Info("Bind failed with its outcome unknown; its GPUs stay held until it is settled", "node", args.Node, "err", err,
 				"settleAfter", e.settleAfter)
 			e.ledger.Doubt(pod.UID)
-			go e.settleBind(args, &a, notBefore)
+			go e.settleBind(gpu.BindInDoubt{UID: pod.UID, Assignment: a, NotBefore: notBefore}, args)
 		}
 		e.cluster.Release(held)
 		e.ledger.Forget(pod.UID)
@@ -248,67 +246,29 @@ func (e *Extender) writeBinding(ctx context.Context, args *extenderv1.ExtenderBi
 }
 
 // boundAnyway reports whether a binding whose write returned an error took
-// effect all the same (the answer was lost): the pod is bound to the node
-// with exactly this assignment. known is false when the pod could not be
-// read.
-func (e *Extender) boundAnyway(ctx context.Context, args *extenderv1.ExtenderBindingArgs, a *gpu.Assignment) (bound, known bool) {
+// effect all the same (the answer was lost): a read right after the write
+// finds the pod bound to the node with exactly this assignment
+// (gpu.ClassifyBind).
+func (e *Extender) boundAnyway(ctx context.Context, args *extenderv1.ExtenderBindingArgs, a *gpu.Assignment) bool {
 	pod, err := e.client.CoreV1().Pods(args.PodNamespace).Get(ctx, args.PodName, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return false, true
-	}
-	if err != nil {
-		return false, false
-	}
-	return pod.UID == args.PodUID && pod.Spec.NodeName == args.Node && pod.Annotations[gpu.AnnotationAssigned] == a.String(), true
+	return gpu.ClassifyBind(args.PodUID, *a, pod, err) == gpu.BindBound
 }
 
-// refused reports whether a failed write was refused by the API server, so
-// that nothing was written and nothing will be: a malformed, unauthorized,
-// forbidden, invalid or rate-limited request, or a pod that is gone. Not a
-// conflict: "already assigned" may answer a resend of this very write,
-// which was stored.
-func refused(err error) bool {
-	var status apierrors.APIStatus
-	if !errors.As(err, &status) {
-		return false
-	}
-	switch status.Status().Code {
-	case 400, 401, 403, 404, 422, 429:
-		return true
-	}
-	return false
-}
-
-// Reads of a pod whose bind's outcome is unknown: each bounded by
-// settleReadTimeout, retried from settleFirstRetry, doubling up to
-// settleMaxRetry, until one succeeds.
-const (
-	settleReadTimeout = 5 * time.Second
-	settleFirstRetry  = 250 * time.Millisecond
-	settleMaxRetry    = 5 * time.Second
-)
-
-// settleBind waits until notBefore, when the write can no longer commit,
-// then reads the pod until a read succeeds, and releases the GPUs held in
-// doubt for it (gpu.Ledger.Settle) unless the binding was written; a bound
-// pod's GPUs count from its annotation once the informer sees it.
-func (e *Extender) settleBind(args *extenderv1.ExtenderBindingArgs, a *gpu.Assignment, notBefore time.Time) {
-	wait := time.Until(notBefore)
-	for retry := settleFirstRetry; ; retry = min(2*retry, settleMaxRetry) {
+// settleBind settles a bind in doubt by the engine's rule
+// (gpu.Ledger.SettleBind) in the background, until it is settled or the
+// extender stops (its ledger goes with it).
+func (e *Extender) settleBind(d gpu.BindInDoubt, args *extenderv1.ExtenderBindingArgs) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
 		select {
 		case <-e.closed:
-			return // the extender stopped: its ledger is gone with it
-		case <-time.After(wait):
+			cancel()
+		case <-ctx.Done():
 		}
-		wait = retry
-		ctx, cancel := context.WithTimeout(context.Background(), settleReadTimeout)
-		bound, known := e.boundAnyway(ctx, args, a)
-		cancel()
-		if known {
-			if !bound {
-				e.ledger.Settle(args.PodUID, *a)
-			}
-			return
-		}
-	}
+	}()
+	outcome, _ := e.ledger.SettleBind(ctx, d, func(ctx context.Context) (*v1.Pod, error) {
+		return e.client.CoreV1().Pods(args.PodNamespace).Get(ctx, args.PodName, metav1.GetOptions{})
+	})
+	klog.Background().V(2).Info("Settled a bind in doubt", "pod", klog.KRef(args.PodNamespace, args.PodName), "assignment", d.Assignment.String(), "outcome", outcome.String())
 }

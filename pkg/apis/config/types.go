@@ -1,6 +1,8 @@
 package config
 
 import (
+	"time"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
@@ -25,6 +27,12 @@ type GPUPlacementArgs struct {
 	// External configures the External scoring strategy (a policy
 	// service); zero for the engine's policies.
 	External ExternalPolicy
+
+	// BindSettleAfter is how long after a Binding's write failed with its
+	// outcome unknown the pod's GPUs stay held before a read that finds it
+	// unbound frees them (gpu.BindInDoubt); 0 for
+	// gpu.DefaultBindSettleAfter.
+	BindSettleAfter time.Duration
 }
 
 // DRA configures GPUPlacement on clusters where GPUs are DRA devices.

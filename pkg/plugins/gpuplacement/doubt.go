@@ -2,78 +2,77 @@ package gpuplacement
 
 import (
 	"context"
-	"time"
 
 	v1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/klog/v2"
 
 	"github.com/gpusched/gpusched/pkg/gpu"
 )
 
-// Reads of a pod whose bind failed: each bounded by settleReadTimeout;
-// after a failed one, retried from settleFirstRetry, doubling up to
-// settleMaxRetry, for as long as the API server cannot be read.
-const (
-	settleReadTimeout = 2 * time.Second
-	settleFirstRetry  = 250 * time.Millisecond
-	settleMaxRetry    = 5 * time.Second
-)
-
-// settleBind finds out whether a pod whose bind with assignment a failed
-// was bound with it after all, and releases the GPUs Unreserve held for it
-// (gpu.Ledger.Settle) unless it was. It reads the pod from the API server
-// once; if the read fails it goes on reading in the background until one
-// succeeds or the plugin stops. A pod bound with a keeps its GPUs: the
-// ledger counts its annotation once the scheduler's cache sees it bound,
-// and ends the doubt then.
-func (p *GPUPlacement) settleBind(ctx context.Context, pod *v1.Pod, a gpu.Assignment) {
-	if p.readBind(ctx, pod, a) {
-		return
-	}
+// settleBind settles a bind in doubt by the engine's rule
+// (gpu.Ledger.SettleBind: no read before d.NotBefore, then reads until one
+// answers) while the plugin runs. A pod found unbound that still carries
+// the assignment PreBind wrote loses it: its GPUs are free again, so it must
+// not keep naming them (its next cycle's PreBind would remove it too).
+func (p *GPUPlacement) settleBind(ctx context.Context, pod *v1.Pod, d gpu.BindInDoubt) {
 	background := p.background
 	if background == nil {
 		background = context.Background()
 	}
-	logger(ctx).V(2).Info("Bind failed with its outcome unknown; its GPUs stay held until the pod can be read", "pod", klog.KObj(pod), "assignment", a.String())
-	go func() {
-		for retry := settleFirstRetry; ; retry = min(2*retry, settleMaxRetry) {
-			select {
-			case <-background.Done():
-				return
-			case <-time.After(retry):
-			}
-			if p.readBind(background, pod, a) {
-				return
-			}
+	log := logger(ctx).WithValues("pod", klog.KObj(pod), "assignment", d.Assignment.String())
+	log.V(2).Info("Bind failed with its outcome unknown; its GPUs stay held until it is settled", "notBefore", d.NotBefore)
+	outcome, got := p.ledger.SettleBind(background, d, func(ctx context.Context) (*v1.Pod, error) {
+		return p.handle.ClientSet().CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+	})
+	log.V(2).Info("Settled a bind in doubt", "outcome", outcome.String())
+	if outcome == gpu.BindNotBound && got.Spec.NodeName == "" && got.Annotations[gpu.AnnotationAssigned] == d.Assignment.String() {
+		if err := p.removeAssignment(background, got, d.Assignment.String()); err != nil {
+			log.V(2).Info("Could not remove the assignment of a pod whose bind failed; its next cycle removes or replaces it", "err", err)
 		}
-	}()
+	}
+	if outcome == gpu.BindNotBound || outcome == gpu.BindPodGone {
+		p.retryPendingGPUPods(log)
+	}
 }
 
-// readBind reads the pod and settles the doubt of its bind with a unless
-// the pod is bound with a. It reports whether the read succeeded.
-func (p *GPUPlacement) readBind(ctx context.Context, pod *v1.Pod, a gpu.Assignment) bool {
-	ctx, cancel := context.WithTimeout(ctx, settleReadTimeout)
-	defer cancel()
-	got, err := p.handle.ClientSet().CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err) || err == nil && got.UID != pod.UID:
-		p.ledger.SettleAll(pod.UID) // gone
-	case err == nil && (got.Spec.NodeName != a.Node || got.Annotations[gpu.AnnotationAssigned] != a.String()):
-		p.ledger.Settle(pod.UID, a) // not bound with a: unbound, or by another bind
-		if got.Spec.NodeName == "" && got.Annotations[gpu.AnnotationAssigned] == a.String() {
-			// PreBind wrote a and the bind failed: the GPUs are free again,
-			// so the pod must not keep naming them.
-			if err := p.removeAssignment(ctx, got, a.String()); err != nil {
-				logger(ctx).V(2).Info("Could not remove the assignment of a pod whose bind failed; its next cycle removes or replaces it",
-					"pod", klog.KObj(pod), "assignment", a.String(), "err", err)
-			}
-		}
-	case err == nil:
-		logger(ctx).V(2).Info("A failed bind had bound the pod; its GPUs stay with it", "pod", klog.KObj(pod), "assignment", a.String())
-	default:
-		return false
+// retryPendingGPUPods hands the pending pods that ask for GPUs back to the
+// scheduler's active queue: GPUs held in doubt were just released, and
+// no cluster event says so, so a pod found unschedulable while they were
+// held would otherwise wait for an unrelated event, or for the queue's
+// flush of unschedulable pods (five minutes).
+func (p *GPUPlacement) retryPendingGPUPods(log klog.Logger) {
+	if p.handle == nil || p.handle.SharedInformerFactory() == nil {
+		return
 	}
-	return true
+	all, err := p.handle.SharedInformerFactory().Core().V1().Pods().Lister().List(labels.Everything())
+	if err != nil {
+		return
+	}
+	if pending := pendingGPUPods(all, p.waiting); len(pending) > 0 {
+		log.V(2).Info("Retrying pending GPU pods after GPUs held in doubt were released", "pods", len(pending))
+		p.handle.Activate(log, pending)
+	}
+}
+
+// pendingGPUPods returns, keyed by namespace/name, the pods that ask for
+// GPUs (or hold DRA claims) and are not bound, not being deleted, not finished, not gated and
+// not waiting.
+func pendingGPUPods(pods []*v1.Pod, waiting func(*v1.Pod) bool) map[string]*v1.Pod {
+	var pending map[string]*v1.Pod
+	for _, pod := range pods {
+		if pod.Spec.NodeName != "" || pod.DeletionTimestamp != nil || len(pod.Spec.SchedulingGates) > 0 ||
+			pod.Status.Phase == v1.PodSucceeded || pod.Status.Phase == v1.PodFailed || waiting(pod) {
+			continue
+		}
+		if d, err := gpu.DemandFromPod(pod); (err != nil || d.IsZero()) && len(pod.Spec.ResourceClaims) == 0 {
+			continue // asks for no GPU, as an annotation, a resource or a DRA claim
+		}
+		if pending == nil {
+			pending = map[string]*v1.Pod{}
+		}
+		pending[pod.Namespace+"/"+pod.Name] = pod
+	}
+	return pending
 }

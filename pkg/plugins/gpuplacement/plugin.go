@@ -6,11 +6,13 @@
 package gpuplacement
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"iter"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -44,6 +46,9 @@ type GPUPlacement struct {
 	// external is the policy service of the External scoring strategy; nil
 	// for the engine's policies (policy is then the fallback policy).
 	external *policyservice.Scorer
+	// settleAfter is how long after a failed Binding's write its GPUs stay
+	// held before a read may free them (args' bindSettleAfter).
+	settleAfter time.Duration
 
 	// bindOrder guards binds: whether this plugin is the profile's first
 	// bind plugin, read once the framework is complete (see bindsFirst).
@@ -93,7 +98,8 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", Name, err)
 	}
-	p := &GPUPlacement{handle: h, ledger: gpu.NewLedger(), policy: policy, dra: newDRAReader(args.DRA, h), external: external}
+	p := &GPUPlacement{handle: h, ledger: gpu.NewLedger(), policy: policy, dra: newDRAReader(args.DRA, h), external: external,
+		settleAfter: cmp.Or(args.BindSettleAfter, gpu.DefaultBindSettleAfter)}
 	conflictLog := klog.FromContext(ctx)
 	p.ledger.ReportConflicts(func(node string, conflicts []string) {
 		conflictLog.Info(gpu.ConflictsMessage(conflicts), "node", node, "conflicts", conflicts)

@@ -2,13 +2,17 @@ package gpuplacement_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/events"
@@ -23,6 +27,7 @@ import (
 	tf "k8s.io/kubernetes/pkg/scheduler/testing/framework"
 
 	"github.com/gpusched/gpusched/pkg/apis/config"
+	"github.com/gpusched/gpusched/pkg/apis/config/load"
 	"github.com/gpusched/gpusched/pkg/gpu"
 	gt "github.com/gpusched/gpusched/pkg/gpu/gputest"
 	"github.com/gpusched/gpusched/pkg/plugins/gpuplacement"
@@ -258,6 +263,19 @@ func TestScore(t *testing.T) {
 // PreBind. It returns the assignment PreBind wrote.
 func (c *testCluster) schedule(t *testing.T, pod *v1.Pod, node string) (fwk.CycleState, string) {
 	t.Helper()
+	return c.cycle(t, pod, node, true)
+}
+
+// reserve is schedule up to Reserve: a cycle that ends before any bind is
+// sent (a Permit plugin rejects the pod). It returns the assignment Reserve
+// made.
+func (c *testCluster) reserve(t *testing.T, pod *v1.Pod, node string) (fwk.CycleState, string) {
+	t.Helper()
+	return c.cycle(t, pod, node, false)
+}
+
+func (c *testCluster) cycle(t *testing.T, pod *v1.Pod, node string, preBind bool) (fwk.CycleState, string) {
+	t.Helper()
 	ctx := context.Background()
 	if _, err := c.client.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -281,6 +299,10 @@ func (c *testCluster) schedule(t *testing.T, pod *v1.Pod, node string) (fwk.Cycl
 	}
 	if status := c.fw.RunReservePluginsReserve(ctx, state, pod, node); !status.IsSuccess() {
 		t.Fatal(status)
+	}
+	if !preBind {
+		a, _ := gpuplacement.AssignmentFrom(state)
+		return state, a.String()
 	}
 	if status := c.fw.RunPreBindPlugins(ctx, state, pod, node); !status.IsSuccess() {
 		t.Fatal(status)
@@ -308,11 +330,13 @@ func newTwoGPUCluster(t *testing.T) *testCluster {
 func TestReservePreBindUnreserve(t *testing.T) {
 	c := newTwoGPUCluster(t)
 
-	// Best-fit puts the share on GPU 1, which has exactly 400 free.
+	// Best-fit puts the share on GPU 1, which has exactly 400 free. Its
+	// cycle ends after Reserve (a Permit plugin rejects it): no bind was
+	// sent, so Unreserve gives its GPUs back at once.
 	first := gt.MakeGPUPod("first").Milli(400).GPUMemory("1024").Obj()
-	firstState, got := c.schedule(t, first, "n")
+	firstState, got := c.reserve(t, first, "n")
 	if want := "node=n;gpus=1;milli=400;memory=1024;uuids=GPU-1"; got != want {
-		t.Errorf("first: annotation %q, want %q", got, want)
+		t.Errorf("first: assignment %q, want %q", got, want)
 	}
 	// While the first is assumed, GPU 1 is full: the next share goes to GPU 0.
 	if _, got := c.schedule(t, gt.MakeGPUPod("second").Milli(400).Obj(), "n"); !strings.Contains(got, "gpus=0;") {
@@ -577,19 +601,127 @@ func TestPreBindPatchCarriesUID(t *testing.T) {
 // free again, and the pod no longer names them, so a later bind without
 // GPUPlacement cannot hand it GPUs that are another pod's by then.
 func TestFailedBindClearsAssignment(t *testing.T) {
-	c := newTwoGPUCluster(t)
+	c := newTwoGPUClusterSettling(t, settleAfterInTests)
 	pod := gt.MakeGPUPod("unlucky").Milli(400).Obj()
 	state, written := c.schedule(t, pod, "n")
 	if written == "" {
 		t.Fatal("PreBind wrote no assignment")
 	}
-	// The bind plugin failed: the framework unreserves.
+	// The bind plugin failed: the framework unreserves. Once the bind is
+	// settled (the pod read unbound after the settle-after), its GPUs are
+	// free and the pod no longer names them.
 	c.fw.RunReservePluginsUnreserve(context.Background(), state, pod, "n")
-	got, err := c.client.CoreV1().Pods("default").Get(context.Background(), pod.Name, metav1.GetOptions{})
+	c.waitUnassigned(t, pod)
+}
+
+// settleAfterInTests is the bindSettleAfter of the tests that follow a bind
+// in doubt to its end.
+const settleAfterInTests = 300 * time.Millisecond
+
+// newTwoGPUClusterSettling is newTwoGPUCluster with the plugin's
+// bindSettleAfter set (through the versioned args, as a configuration
+// file sets it).
+func newTwoGPUClusterSettling(t *testing.T, settleAfter time.Duration) *testCluster {
+	t.Helper()
+	args, err := load.GPUPlacementArgsFromYAML([]byte("bindSettleAfter: " + settleAfter.String()))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v, ok := got.Annotations[gpu.AnnotationAssigned]; ok {
-		t.Errorf("after the failed bind the unbound pod still names %q", v)
+	nodes := []*v1.Node{gt.MakeGPUNode("n").Devices(
+		gpu.Device{Index: 0, UUID: "GPU-0", Model: a100, MemoryMiB: 81920},
+		gpu.Device{Index: 1, UUID: "GPU-1", Model: a100, MemoryMiB: 81920},
+	).Obj()}
+	existing := gt.MakeGPUPod("existing").Node("n").Assigned(gpu.Assignment{Node: "n", Devices: []int{1}, Milli: 600}).Obj()
+	return newCluster(t, args, nodes, []*v1.Pod{existing})
+}
+
+// waitUnassigned waits until the API server's copy of pod has no
+// assignment: the plugin settled its failed bind as "not bound".
+func (c *testCluster) waitUnassigned(t *testing.T, pod *v1.Pod) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got, err := c.client.CoreV1().Pods(pod.Namespace).Get(context.Background(), pod.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, ok := got.Annotations[gpu.AnnotationAssigned]
+		if !ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("10s after the failed bind the unbound pod still names %q", v)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestLostBindHeldUntilSettled: a bind that failed without saying whether
+// it was stored keeps its GPUs until the settle-after has passed, even
+// though the pod reads unbound at once: the write may still commit (an API
+// server that accepted it finishes it within its request timeout), and
+// GPUs handed out meanwhile would end up on two pods. The engine's rule
+// (gpu.Ledger.SettleBind), which the extender follows too.
+func TestLostBindHeldUntilSettled(t *testing.T) {
+	c := newTwoGPUClusterSettling(t, settleAfterInTests)
+	ctx := context.Background()
+	// first: 400 on GPU 1 (600 + 400 = 1000, full).
+	first := gt.MakeGPUPod("first").Milli(400).Obj()
+	state, got := c.schedule(t, first, "n")
+	if !strings.Contains(got, "gpus=1;") {
+		t.Fatalf("first: annotation %q, want GPU 1", got)
+	}
+	start := time.Now()
+	c.fw.RunReservePluginsUnreserve(ctx, state, first, "n")
+	assumed := first.DeepCopy()
+	assumed.Spec.NodeName = "n"
+	if err := c.cache.ForgetPod(c.logger, assumed); err != nil {
+		t.Fatal(err)
+	}
+	// In doubt: GPU 1 stays full, so a 400 share goes to GPU 0 (0 used).
+	if _, got := c.schedule(t, gt.MakeGPUPod("second").Milli(400).Obj(), "n"); !strings.Contains(got, "gpus=0;") {
+		t.Fatalf("second, %v after the failed bind: annotation %q, want GPU 0: GPU 1 is held until the bind is settled", time.Since(start), got)
+	}
+	c.waitUnassigned(t, first)
+	if waited := time.Since(start); waited < settleAfterInTests {
+		t.Errorf("settled %v after the failed bind, before the settle-after of %v", waited, settleAfterInTests)
+	}
+	// Settled: GPU 1 has 400 free, GPU 0 600; best fit takes GPU 1.
+	if _, got := c.schedule(t, gt.MakeGPUPod("third").Milli(400).Obj(), "n"); !strings.Contains(got, "gpus=1;") {
+		t.Errorf("third, after the bind was settled: annotation %q, want GPU 1", got)
+	}
+}
+
+// TestRefusedBindReleasesAtOnce: a Binding the API server refused (403)
+// stored nothing, so its GPUs are free at once, without waiting out the
+// settle-after (left at its default of 60s here).
+func TestRefusedBindReleasesAtOnce(t *testing.T) {
+	nodes := []*v1.Node{gt.MakeGPUNode("n").Devices(
+		gpu.Device{Index: 0, UUID: "GPU-0", Model: a100, MemoryMiB: 81920},
+		gpu.Device{Index: 1, UUID: "GPU-1", Model: a100, MemoryMiB: 81920},
+	).Obj()}
+	existing := gt.MakeGPUPod("existing").Node("n").Assigned(gpu.Assignment{Node: "n", Devices: []int{1}, Milli: 600}).Obj()
+	c := newClusterBinding(t, nil, nodes, []*v1.Pod{existing}, true)
+	c.client.PrependReactor("create", "pods", func(action clienttesting.Action) (bool, runtime.Object, error) {
+		if action.GetSubresource() != "binding" {
+			return false, nil, nil
+		}
+		return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "pods/binding"}, "first", errors.New("not allowed"))
+	})
+	ctx := context.Background()
+	first := gt.MakeGPUPod("first").Milli(400).Obj()
+	state, _ := c.schedule(t, first, "n")
+	if status := c.fw.RunBindPlugins(ctx, state, first, "n"); status.IsSuccess() {
+		t.Fatal("the bind succeeded; the API server refused it")
+	}
+	c.fw.RunReservePluginsUnreserve(ctx, state, first, "n")
+	assumed := first.DeepCopy()
+	assumed.Spec.NodeName = "n"
+	if err := c.cache.ForgetPod(c.logger, assumed); err != nil {
+		t.Fatal(err)
+	}
+	// Released: GPU 1 has 400 free again, the best fit for a 400 share.
+	if _, got := c.schedule(t, gt.MakeGPUPod("second").Milli(400).Obj(), "n"); !strings.Contains(got, "gpus=1;") {
+		t.Errorf("second: annotation %q, want GPU 1: a refused bind holds nothing", got)
 	}
 }

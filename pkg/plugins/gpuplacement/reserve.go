@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -64,25 +65,36 @@ func (p *GPUPlacement) Reserve(ctx context.Context, state fwk.CycleState, pod *v
 // comes next. Unreserve then reads the pod before releasing its GPUs.
 const bindKey fwk.StateKey = "Bind" + Name
 
-// bindSent is bindKey's value.
-type bindSent struct{}
+// bindSent is bindKey's value: what is known of the Binding's write once
+// this plugin's Bind sent it (the zero value when another bind plugin did).
+type bindSent struct {
+	// refused: the API server refused the write (gpu.BindRefused), so
+	// nothing was bound.
+	refused bool
+	// ended is when the write's last attempt ended.
+	ended time.Time
+}
 
 // Clone implements fwk.StateData.
 func (s bindSent) Clone() fwk.StateData { return s }
 
 // Unreserve releases what Reserve assumed. After a failed bind it cannot
-// release it yet: a bind cut off mid-request (the API server restarting)
-// may have been written with its answer lost, and GPUs given away now could
-// end up on two pods once the pod shows up bound. Such a pod's GPUs stay
-// held (gpu.Ledger.Doubt) until a read of the pod from the API server says
-// it is not bound there (settleBind: one read here, in the pod's binding
-// goroutine, and more in the background while the API server cannot be
-// read), or the pod shows up bound.
+// release it yet, unless the API server refused the write: a bind cut off
+// mid-request (the API server restarting) may have been written with its
+// answer lost, or may still be, and GPUs given away now could end up on two
+// pods once the pod shows up bound. Such a pod's GPUs stay held
+// (gpu.Ledger.Doubt) until the engine's rule settles it (settleBind), or the
+// pod shows up bound, or it is deleted.
 func (p *GPUPlacement) Unreserve(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeName string) {
-	if _, err := state.Read(bindKey); err == nil {
-		if a, ok := p.ledger.Assumed(pod.UID); ok {
+	if data, err := state.Read(bindKey); err == nil {
+		sent := data.(bindSent)
+		if a, ok := p.ledger.Assumed(pod.UID); ok && !sent.refused {
+			ended := sent.ended
+			if ended.IsZero() { // another bind plugin wrote it, and ended before Unreserve
+				ended = time.Now()
+			}
 			p.ledger.Doubt(pod.UID)
-			p.settleBind(ctx, pod, a)
+			go p.settleBind(ctx, pod, gpu.BindInDoubt{UID: pod.UID, Assignment: a, NotBefore: ended.Add(p.settleAfter)})
 		}
 	}
 	p.ledger.Forget(pod.UID)
@@ -180,6 +192,7 @@ func (p *GPUPlacement) Bind(ctx context.Context, state fwk.CycleState, pod *v1.P
 	binding := gpu.NewBinding(pod.Namespace, pod.Name, pod.UID, nodeName, &a)
 	state.Write(bindKey, bindSent{})
 	if err := p.handle.ClientSet().CoreV1().Pods(pod.Namespace).Bind(ctx, binding, metav1.CreateOptions{}); err != nil {
+		state.Write(bindKey, bindSent{refused: gpu.BindRefused(err), ended: time.Now()})
 		return fwk.AsStatus(fmt.Errorf("%s: binding pod %s/%s to %s: %w", Name, pod.Namespace, pod.Name, nodeName, err))
 	}
 	return nil

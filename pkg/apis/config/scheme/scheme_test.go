@@ -1,16 +1,19 @@
 package scheme_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/kubernetes/cmd/kube-scheduler/app/options"
 
 	"github.com/gpusched/gpusched/pkg/apis/config"
+	"github.com/gpusched/gpusched/pkg/apis/config/load"
 	_ "github.com/gpusched/gpusched/pkg/apis/config/scheme"
 	"github.com/gpusched/gpusched/pkg/gpu"
 )
@@ -101,4 +104,34 @@ func loadPluginArgs(t *testing.T, configuration, plugin string) (runtime.Object,
 		}
 	}
 	return nil, nil
+}
+
+// bindSettleAfter goes through the kube-scheduler's loader: read as a
+// duration, refused when negative.
+func TestLoadBindSettleAfter(t *testing.T) {
+	const file = `apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+profiles:
+- schedulerName: gpusched
+  pluginConfig:
+  - name: GPUPlacement
+    args:
+      bindSettleAfter: %s
+`
+	args, err := loadPluginArgs(t, fmt.Sprintf(file, "90s"), "GPUPlacement")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := args.(*config.GPUPlacementArgs).BindSettleAfter; got != 90*time.Second {
+		t.Errorf("bindSettleAfter 90s loaded as %v", got)
+	}
+	// The loader leaves out-of-tree args to their plugin, which validates
+	// them in New (load.GPUPlacementArgs).
+	args, err = loadPluginArgs(t, fmt.Sprintf(file, "-5s"), "GPUPlacement")
+	if err == nil {
+		_, err = load.GPUPlacementArgs(args)
+	}
+	if err == nil || !strings.Contains(err.Error(), "bindSettleAfter") {
+		t.Errorf("bindSettleAfter -5s: %v, want an error naming the field", err)
+	}
 }

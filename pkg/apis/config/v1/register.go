@@ -1,6 +1,7 @@
 package v1
 
 import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/conversion"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -53,6 +54,9 @@ func Convert_v1_GPUPlacementArgs_To_config_GPUPlacementArgs(in *GPUPlacementArgs
 	if in.External != nil {
 		convertExternalToConfig(in.External, &out.External)
 	}
+	if in.BindSettleAfter != nil {
+		out.BindSettleAfter = in.BindSettleAfter.Duration
+	}
 	if d := in.DRA; d != nil {
 		out.DRA = config.DRA{Enabled: d.Enabled != nil && *d.Enabled, Driver: d.Driver, GroupAttributes: append([]string(nil), d.GroupAttributes...)}
 	}
@@ -80,6 +84,9 @@ func Convert_config_GPUPlacementArgs_To_v1_GPUPlacementArgs(in *config.GPUPlacem
 	enabled := in.DRA.Enabled
 	out.DRA = &DRA{Enabled: &enabled, Driver: in.DRA.Driver, GroupAttributes: append([]string(nil), in.DRA.GroupAttributes...)}
 	out.External = convertExternalFromConfig(&in.External)
+	if in.BindSettleAfter != 0 {
+		out.BindSettleAfter = &metav1.Duration{Duration: in.BindSettleAfter}
+	}
 	h := in.Fragmentation.HalfLifePods
 	out.Fragmentation = &Fragmentation{HalfLifePods: &h}
 	for _, sh := range in.Fragmentation.TypicalPods {

@@ -30,6 +30,12 @@ type GPUPlacementArgs struct {
 	// service that scores nodes (docs/policy-service.md). Required with
 	// that type, refused with any other.
 	External *ExternalPolicy `json:"external,omitempty"`
+
+	// BindSettleAfter: when a bind's write fails without saying whether the
+	// API server stored it (a timeout, a lost connection), the pod's GPUs
+	// stay held until a read this long after the write ended finds the pod
+	// unbound. At least the API server's --request-timeout. Default: 60s.
+	BindSettleAfter *metav1.Duration `json:"bindSettleAfter,omitempty"`
 }
 
 // DRA configures GPUPlacement on clusters where GPUs are DRA devices.
@@ -120,6 +126,10 @@ func (a *GPUPlacementArgs) DeepCopyInto(out *GPUPlacementArgs) {
 		out.DRA = &d
 	}
 	out.External = deepCopyExternal(a.External)
+	if a.BindSettleAfter != nil {
+		d := *a.BindSettleAfter
+		out.BindSettleAfter = &d
+	}
 	if a.Fragmentation != nil {
 		f := Fragmentation{}
 		if a.Fragmentation.HalfLifePods != nil {

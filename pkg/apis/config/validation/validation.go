@@ -38,6 +38,10 @@ func ValidateGPUPlacementArgs(path *field.Path, args *config.GPUPlacementArgs) f
 	}
 	errs = append(errs, validateFragmentation(path.Child("fragmentation"), &args.Fragmentation)...)
 	errs = append(errs, validateDRA(path.Child("dra"), &args.DRA)...)
+	if args.BindSettleAfter < 0 {
+		errs = append(errs, field.Invalid(path.Child("bindSettleAfter"), args.BindSettleAfter.String(),
+			"must be a positive duration, at least the API server's --request-timeout (left out: 60s)"))
+	}
 	return errs
 }
 

@@ -3,6 +3,7 @@ package validation
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
@@ -87,5 +88,25 @@ func TestValidateFragmentation(t *testing.T) {
 				t.Errorf("errors\n  %s\nwant\n  %s", strings.Join(got, "\n  "), strings.Join(tt.want, "\n  "))
 			}
 		})
+	}
+}
+
+func TestValidateBindSettleAfter(t *testing.T) {
+	valid := config.ScoringStrategy{Type: gpu.PolicyBestFit, Resources: []config.ResourceSpec{{Name: config.ResourceGPU, Weight: 1}}}
+	for _, tc := range []struct {
+		d    time.Duration
+		want string // the error, "" for none
+	}{
+		{0, ""}, // left out: the default
+		{90 * time.Second, ""},
+		{-time.Second, `args.bindSettleAfter: Invalid value: "-1s": must be a positive duration`},
+	} {
+		errs := ValidateGPUPlacementArgs(field.NewPath("args"), &config.GPUPlacementArgs{ScoringStrategy: valid, BindSettleAfter: tc.d})
+		switch {
+		case tc.want == "" && len(errs) > 0:
+			t.Errorf("%v: %v, want no error", tc.d, errs)
+		case tc.want != "" && (len(errs) != 1 || !strings.HasPrefix(errs[0].Error(), tc.want)):
+			t.Errorf("%v: %v, want %q", tc.d, errs, tc.want)
+		}
 	}
 }
