@@ -33,6 +33,22 @@ bench-scheduler: bin/etcd
 	cd test/perf && PATH=$(CURDIR)/bin:$$PATH $(GO) test -tags perf -run '^$$' -bench BenchmarkPerfScheduling \
 		-benchtime 1x -timeout 120m . -args -perf-scheduling-label-filter=$(LABELS)
 
+# Throughput ratios that survive a noisy machine: the test cases of RATIOS
+# interleaved over ROUNDS rounds, one process per run, each ratio's median
+# and spread, with the machine's load during every run (test/perf/ratios).
+WORKLOAD ?= 5000Nodes
+ROUNDS ?= 5
+RATIOS ?=
+bench-ratios: bin/etcd bin/perf.test ## the headline throughput ratios of docs/benchmarks.md
+	$(GO) run ./test/perf/ratios -binary bin/perf.test -workload $(WORKLOAD) -rounds $(ROUNDS) $(if $(RATIOS),-ratios $(RATIOS))
+
+bench-ratios-smoke: bin/etcd bin/perf.test ## bench-ratios at 100 nodes, two rounds: that it produces its table
+	$(GO) run ./test/perf/ratios -binary bin/perf.test -workload 100Nodes -rounds 2
+
+.PHONY: bench-ratios bench-ratios-smoke bin/perf.test
+bin/perf.test: ## test/perf's benchmark binary (the go command rebuilds only what changed)
+	$(GO) test -c -tags perf -o bin/perf.test ./test/perf
+
 bin/etcd: ## etcd for scheduler_perf, from the module's own etcd version
 	$(GO) build -o bin/etcd go.etcd.io/etcd/server/v3
 

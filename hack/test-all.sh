@@ -50,3 +50,8 @@ fi
 go test -timeout 30m ./...
 go build -o bin/gpusched ./cmd/gpusched
 (cd python && GPUSCHED_BIN="$PWD/../bin/gpusched" /usr/bin/python3 -m unittest discover)
+
+# The scheduler_perf ratios command at 100 nodes, twice each test case
+# interleaved: a smoke test that it runs the benchmark and prints its table.
+# The measurement itself (5000 nodes, 5 rounds) is make bench-ratios.
+make -s bench-ratios-smoke

@@ -12,6 +12,7 @@ import (
 	"github.com/gpusched/gpusched/pkg/plugins/gpugang"
 	"github.com/gpusched/gpusched/pkg/plugins/gpuplacement"
 	"github.com/gpusched/gpusched/pkg/plugins/gpupreemption"
+	"github.com/gpusched/gpusched/pkg/plugins/gpuresourcesfit"
 	"github.com/gpusched/gpusched/pkg/plugins/gputelemetry"
 )
 
@@ -28,6 +29,7 @@ func All() []Plugin {
 		{gputelemetry.Name, gputelemetry.New},
 		{gpugang.Name, gpugang.New},
 		{gpupreemption.Name, gpupreemption.New},
+		{gpuresourcesfit.Name, gpuresourcesfit.New},
 	}
 }
 

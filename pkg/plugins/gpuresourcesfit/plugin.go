@@ -1,0 +1,177 @@
+// Package gpuresourcesfit is GPUResourcesFit, NodeResourcesFit's Filter for
+// a profile whose GPUs GPUPlacement accounts: it decides exactly as
+// NodeResourcesFit with ignoredResources [nvidia.com/gpu] (it runs
+// NodeResourcesFit's own code), without the per-node cost NodeResourcesFit
+// pays for an ignored resource.
+//
+// NodeResourcesFit checks every extended resource a pod asks for against
+// every node, and decides whether the resource is ignored only after
+// validating its name with a regular expression (IsExtendedResourceName),
+// once per resource per node per pod: at 5000 nodes, 5000 validations of
+// "nvidia.com/gpu" for every whole-GPU pod, a few percent of the
+// scheduler's CPU in the scheduler_perf profiles (docs/benchmarks.md). Both
+// the stock scheduler and a gpusched profile that hands nvidia.com/gpu to
+// GPUPlacement pay it, for a check whose answer is always "skip".
+//
+// GPUResourcesFit hands NodeResourcesFit's PreFilter a copy of the pod
+// without the resources GPUPlacement accounts, so its per-pod request holds
+// nothing to skip; its Filter, queueing hints and pod signature are
+// NodeResourcesFit's, unchanged. A profile enables it at preFilter and
+// filter in NodeResourcesFit's place there, and keeps NodeResourcesFit for
+// scoring, as examples/gpusched-config.yaml does. It takes no args: a
+// profile that makes NodeResourcesFit ignore other resources as well keeps
+// NodeResourcesFit.
+package gpuresourcesfit
+
+import (
+	"context"
+	"fmt"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	fwk "k8s.io/kube-scheduler/framework"
+	schedconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/noderesources"
+
+	"github.com/gpusched/gpusched/pkg/gpu"
+)
+
+// Name is the plugin's name in a scheduler profile.
+const Name = "GPUResourcesFit"
+
+// Ignored are the resources GPUPlacement accounts GPU by GPU, which
+// NodeResourcesFit must leave alone.
+var Ignored = []v1.ResourceName{gpu.ResourceGPU}
+
+// GPUResourcesFit is NodeResourcesFit's PreFilter and Filter without the
+// resources in Ignored.
+type GPUResourcesFit struct {
+	fit fitPlugin
+}
+
+// fitPlugin is what GPUResourcesFit uses of NodeResourcesFit.
+type fitPlugin interface {
+	fwk.PreFilterPlugin
+	fwk.FilterPlugin
+	fwk.EnqueueExtensions
+	fwk.SignPlugin
+}
+
+var (
+	_ fwk.PreFilterPlugin   = &GPUResourcesFit{}
+	_ fwk.FilterPlugin      = &GPUResourcesFit{}
+	_ fwk.EnqueueExtensions = &GPUResourcesFit{}
+	_ fwk.SignPlugin        = &GPUResourcesFit{}
+)
+
+// New builds the plugin; it takes no args.
+func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
+	if obj != nil {
+		if u, ok := obj.(*runtime.Unknown); !ok || len(u.Raw) > 0 && string(u.Raw) != "{}" && string(u.Raw) != "null" {
+			return nil, fmt.Errorf("%s takes no args (it ignores %v, which GPUPlacement accounts); got %T: "+
+				"a profile that ignores other resources as well keeps NodeResourcesFit", Name, Ignored, obj)
+		}
+	}
+	return newWithFeatures(ctx, h, feature.NewSchedulerFeaturesFromGates(utilfeature.DefaultFeatureGate))
+}
+
+func newWithFeatures(ctx context.Context, h fwk.Handle, fts feature.Features) (*GPUResourcesFit, error) {
+	ignored := make([]string, len(Ignored))
+	for i, r := range Ignored {
+		ignored[i] = string(r)
+	}
+	args := &schedconfig.NodeResourcesFitArgs{
+		IgnoredResources: ignored,
+		// Unused (GPUResourcesFit does not score), but NodeResourcesFit
+		// needs a valid one: its default.
+		ScoringStrategy: &schedconfig.ScoringStrategy{Type: schedconfig.LeastAllocated, Resources: []schedconfig.ResourceSpec{
+			{Name: string(v1.ResourceCPU), Weight: 1}, {Name: string(v1.ResourceMemory), Weight: 1}}},
+	}
+	p, err := noderesources.NewFit(ctx, args, h, fts)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", Name, err)
+	}
+	return &GPUResourcesFit{fit: p.(fitPlugin)}, nil
+}
+
+// Name implements fwk.Plugin.
+func (p *GPUResourcesFit) Name() string { return Name }
+
+// PreFilter is NodeResourcesFit's, on the pod without the Ignored resources.
+func (p *GPUResourcesFit) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
+	return p.fit.PreFilter(ctx, state, withoutIgnored(pod), nodes)
+}
+
+// PreFilterExtensions implements fwk.PreFilterPlugin: none, as NodeResourcesFit.
+func (p *GPUResourcesFit) PreFilterExtensions() fwk.PreFilterExtensions { return nil }
+
+// Filter is NodeResourcesFit's.
+func (p *GPUResourcesFit) Filter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeInfo fwk.NodeInfo) *fwk.Status {
+	return p.fit.Filter(ctx, state, pod, nodeInfo)
+}
+
+// EventsToRegister is NodeResourcesFit's.
+func (p *GPUResourcesFit) EventsToRegister(ctx context.Context) ([]fwk.ClusterEventWithHint, error) {
+	return p.fit.EventsToRegister(ctx)
+}
+
+// SignPod is NodeResourcesFit's, on the whole pod: pods that differ only in
+// their GPUs sign differently, as GPUPlacement needs.
+func (p *GPUResourcesFit) SignPod(ctx context.Context, pod *v1.Pod) ([]fwk.SignFragment, *fwk.Status) {
+	return p.fit.SignPod(ctx, pod)
+}
+
+// withoutIgnored returns pod itself when it asks for none of the Ignored
+// resources, else a copy without their requests and limits: in its
+// containers, init containers, pod-level resources and overhead.
+func withoutIgnored(pod *v1.Pod) *v1.Pod {
+	if !asksFor(pod) {
+		return pod
+	}
+	out := pod.DeepCopy()
+	strip := func(r *v1.ResourceRequirements) {
+		for _, name := range Ignored {
+			delete(r.Requests, name)
+			delete(r.Limits, name)
+		}
+	}
+	for i := range out.Spec.Containers {
+		strip(&out.Spec.Containers[i].Resources)
+	}
+	for i := range out.Spec.InitContainers {
+		strip(&out.Spec.InitContainers[i].Resources)
+	}
+	if out.Spec.Resources != nil {
+		strip(out.Spec.Resources)
+	}
+	for _, name := range Ignored {
+		delete(out.Spec.Overhead, name)
+	}
+	return out
+}
+
+// asksFor reports whether the pod's spec names an Ignored resource.
+func asksFor(pod *v1.Pod) bool {
+	has := func(l v1.ResourceList) bool {
+		for _, name := range Ignored {
+			if _, ok := l[name]; ok {
+				return true
+			}
+		}
+		return false
+	}
+	in := func(r *v1.ResourceRequirements) bool { return r != nil && (has(r.Requests) || has(r.Limits)) }
+	for i := range pod.Spec.Containers {
+		if in(&pod.Spec.Containers[i].Resources) {
+			return true
+		}
+	}
+	for i := range pod.Spec.InitContainers {
+		if in(&pod.Spec.InitContainers[i].Resources) {
+			return true
+		}
+	}
+	return in(pod.Spec.Resources) || has(pod.Spec.Overhead)
+}
