@@ -39,16 +39,18 @@ const (
 
 // BindRefused reports whether a failed write of a Binding was refused by
 // the API server, so that nothing was written and nothing will be: a
-// malformed, unauthorized, forbidden, invalid or rate-limited request, or a
-// pod that is gone. Not a conflict: "already assigned" may answer a resend
-// of this very write, which was stored.
+// malformed, unauthorized, forbidden or invalid request, or a pod that is
+// gone. Not a conflict: "already assigned" may answer a resend of this very
+// write, which was stored. Not a 429 either: client-go resends a write
+// answered 429, or 5xx with Retry-After, so the 429 it returns may follow
+// an attempt that was stored.
 func BindRefused(err error) bool {
 	var status apierrors.APIStatus
 	if !errors.As(err, &status) {
 		return false
 	}
 	switch status.Status().Code {
-	case 400, 401, 403, 404, 422, 429:
+	case 400, 401, 403, 404, 422:
 		return true
 	}
 	return false

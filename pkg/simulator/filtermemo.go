@@ -9,6 +9,7 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
 	"github.com/gpusched/gpusched/pkg/plugins/gpuplacement"
+	"github.com/gpusched/gpusched/pkg/plugins/gpuresourcesfit"
 )
 
 // nodeLocalFilters are the Filter plugins whose verdict on a node depends
@@ -18,7 +19,7 @@ import (
 // whole cluster (InterPodAffinity, PodTopologySpread) or the API (volumes).
 var nodeLocalFilters = []string{
 	"NodeName", "NodeUnschedulable", "TaintToleration", "NodeAffinity", "NodePorts", "NodeResourcesFit",
-	gpuplacement.Name,
+	gpuresourcesfit.Name, gpuplacement.Name,
 }
 
 // filterMemo remembers the Filter plugins' verdict on each node for each

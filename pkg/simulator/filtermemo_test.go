@@ -4,6 +4,8 @@ import (
 	"context"
 	"reflect"
 	"testing"
+
+	"k8s.io/kubernetes/pkg/scheduler/framework"
 )
 
 // TestFilterMemoChangesNothing: handing back remembered Filter verdicts
@@ -30,6 +32,35 @@ func TestFilterMemoChangesNothing(t *testing.T) {
 				t.Errorf("%s, %s, seed %d: the memo changed the run: %d placed, %d failed, want %d, %d; reasons %v, want %v",
 					arrival, b.Policy, b.Seed, a.Placed, a.Failed, b.Placed, b.Failed, a.FailureReasons, b.FailureReasons)
 			}
+		}
+	}
+}
+
+// TestFilterMemoServesDefaultProfile: with the built-in profile, a trace
+// pod's cycle runs node-local Filter plugins only, so the memo serves it;
+// a Filter plugin added to the profile and missing from nodeLocalFilters
+// would turn the memo off without changing any result.
+func TestFilterMemoServesDefaultProfile(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	nodes, pods := Synthetic(SyntheticOptions{Nodes: 4, Seed: 5})
+	registry, err := runRegistry(nil, &replayClock{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := newScheduler(ctx, registry, defaultProfiles(t, "PairFit")[0], nodes, 1, 1, TieBreakRandom, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := newFilterMemo(filterNames(s.fw), false, false)
+	for _, tp := range pods[:20] {
+		pod := tp.Pod
+		state := framework.NewCycleState()
+		if _, status, _ := s.fw.RunPreFilterPlugins(ctx, state, pod); !status.IsSuccess() {
+			t.Fatalf("PreFilter of %s: %v", pod.Name, status)
+		}
+		if _, ok := m.shape(state, pod); !ok {
+			t.Fatalf("the memo does not serve pod %s: Filter plugins that are not node-local run: %v (node-local: %v)", pod.Name, m.others, nodeLocalFilters)
 		}
 	}
 }

@@ -46,6 +46,11 @@ func startGPUSched(ctx context.Context, t *testing.T, c *testcluster.Cluster) *t
 
 // preBindConfig enables GPUPlacement without making it a binder: PreBind
 // patches the assignment onto the pod and DefaultBinder binds it.
+//
+// Under DefaultBinder, GPUPlacement cannot tell a refused bind from one of
+// unknown outcome, so every failed bind holds its GPUs for bindSettleAfter
+// (docs/queueing.md); 2s here, where the tests refuse binds on purpose and
+// no write outlives the API server's answer.
 const preBindConfig = `
 profiles:
 - schedulerName: gpusched
@@ -53,6 +58,10 @@ profiles:
     multiPoint:
       enabled:
       - name: GPUPlacement
+  pluginConfig:
+  - name: GPUPlacement
+    args:
+      bindSettleAfter: 2s
 `
 
 // startGPUSchedPreBind runs the gpusched scheduler with preBindConfig.

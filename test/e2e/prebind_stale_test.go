@@ -25,7 +25,8 @@ import (
 // controller, with the binds of the StatefulSet's pod web-0 refused by an
 // admission policy:
 //
-//   - every failed bind leaves web-0 unbound and without an assignment (the
+//   - every failed bind leaves web-0 unbound, and once the bind is settled
+//     (bindSettleAfter, 2s in preBindConfig) without an assignment (the
 //     node agent would otherwise give its containers GPUs that are free in
 //     the ledger, and a later bind without GPUPlacement would keep them);
 //   - when web-0 is deleted, the controller creates it again under the same

@@ -2,6 +2,7 @@ package gpuplacement
 
 import (
 	"context"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -15,7 +16,9 @@ import (
 // (gpu.Ledger.SettleBind: no read before d.NotBefore, then reads until one
 // answers) while the plugin runs. A pod found unbound that still carries
 // the assignment PreBind wrote loses it: its GPUs are free again, so it must
-// not keep naming them (its next cycle's PreBind would remove it too).
+// not keep naming them (its next cycle's PreBind would remove it too). Not
+// while a new cycle of the pod holds GPUs (it may have chosen the same
+// assignment and be writing it), and not if the pod changed since the read.
 func (p *GPUPlacement) settleBind(ctx context.Context, pod *v1.Pod, d gpu.BindInDoubt) {
 	background := p.background
 	if background == nil {
@@ -27,15 +30,21 @@ func (p *GPUPlacement) settleBind(ctx context.Context, pod *v1.Pod, d gpu.BindIn
 		return p.handle.ClientSet().CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
 	})
 	log.V(2).Info("Settled a bind in doubt", "outcome", outcome.String())
-	if outcome == gpu.BindNotBound && got.Spec.NodeName == "" && got.Annotations[gpu.AnnotationAssigned] == d.Assignment.String() {
-		if err := p.removeAssignment(background, got, d.Assignment.String()); err != nil {
-			log.V(2).Info("Could not remove the assignment of a pod whose bind failed; its next cycle removes or replaces it", "err", err)
-		}
-	}
 	if outcome == gpu.BindNotBound || outcome == gpu.BindPodGone {
 		p.retryPendingGPUPods(log)
 	}
+	if _, retrying := p.ledger.Assumed(pod.UID); outcome == gpu.BindNotBound && !retrying &&
+		got.Spec.NodeName == "" && got.Annotations[gpu.AnnotationAssigned] == d.Assignment.String() {
+		ctx, cancel := context.WithTimeout(background, removeTimeout)
+		defer cancel()
+		if err := p.removeAssignment(ctx, got, d.Assignment.String(), got.ResourceVersion); err != nil {
+			log.V(2).Info("Could not remove the assignment of a pod whose bind failed; its next cycle removes or replaces it", "err", err)
+		}
+	}
 }
+
+// removeTimeout bounds the patch that removes a settled pod's assignment.
+const removeTimeout = 10 * time.Second
 
 // retryPendingGPUPods hands the pending pods that ask for GPUs back to the
 // scheduler's active queue: GPUs held in doubt were just released, and

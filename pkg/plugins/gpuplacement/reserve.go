@@ -130,7 +130,7 @@ func (p *GPUPlacement) PreBind(ctx context.Context, state fwk.CycleState, pod *v
 	data, err := state.Read(assignmentKey)
 	if err != nil {
 		if stale, ok := pod.Annotations[gpu.AnnotationAssigned]; ok {
-			if err := p.removeAssignment(ctx, pod, stale); err != nil {
+			if err := p.removeAssignment(ctx, pod, stale, ""); err != nil {
 				return fwk.AsStatus(fmt.Errorf("%s: removing the stale %s %q of pod %s/%s: %w", Name, gpu.AnnotationAssigned, stale, pod.Namespace, pod.Name, err))
 			}
 			logger(ctx).V(2).Info("Removed a stale GPU assignment before binding", "pod", klog.KObj(pod), "assignment", stale)
@@ -160,15 +160,20 @@ func AssignmentPatch(uid types.UID, a *gpu.Assignment) ([]byte, error) {
 }
 
 // removeAssignment removes the pod's assignment annotation if the pod is
-// still the one with pod.UID and the annotation still reads value: a JSON
-// patch whose tests fail, and changes nothing, otherwise.
-func (p *GPUPlacement) removeAssignment(ctx context.Context, pod *v1.Pod, value string) error {
+// still the one with pod.UID and the annotation still reads value (and,
+// when resourceVersion is not empty, the pod is unchanged since it was
+// read at that version): a JSON patch whose tests fail, and changes
+// nothing, otherwise.
+func (p *GPUPlacement) removeAssignment(ctx context.Context, pod *v1.Pod, value, resourceVersion string) error {
 	path := "/metadata/annotations/" + strings.ReplaceAll(strings.ReplaceAll(gpu.AnnotationAssigned, "~", "~0"), "/", "~1")
-	patch, err := json.Marshal([]map[string]any{
-		{"op": "test", "path": "/metadata/uid", "value": pod.UID},
-		{"op": "test", "path": path, "value": value},
-		{"op": "remove", "path": path},
-	})
+	ops := []map[string]any{{"op": "test", "path": "/metadata/uid", "value": pod.UID}}
+	if resourceVersion != "" {
+		ops = append(ops, map[string]any{"op": "test", "path": "/metadata/resourceVersion", "value": resourceVersion})
+	}
+	ops = append(ops,
+		map[string]any{"op": "test", "path": path, "value": value},
+		map[string]any{"op": "remove", "path": path})
+	patch, err := json.Marshal(ops)
 	if err != nil {
 		return err
 	}

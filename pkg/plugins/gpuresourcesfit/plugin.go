@@ -16,11 +16,16 @@
 // GPUResourcesFit hands NodeResourcesFit's PreFilter a copy of the pod
 // without the resources GPUPlacement accounts, so its per-pod request holds
 // nothing to skip; its Filter, queueing hints and pod signature are
-// NodeResourcesFit's, unchanged. A profile enables it at preFilter and
-// filter in NodeResourcesFit's place there, and keeps NodeResourcesFit for
-// scoring, as examples/gpusched-config.yaml does. It takes no args: a
-// profile that makes NodeResourcesFit ignore other resources as well keeps
-// NodeResourcesFit.
+// NodeResourcesFit's, unchanged. A profile enables it in multiPoint before
+// GPUPlacement, disables NodeResourcesFit at preFilter and filter, and keeps
+// NodeResourcesFit for scoring, as examples/gpusched-config.yaml does. Each
+// node gets the same verdict; only the order of the Filter plugins differs:
+// GPUResourcesFit runs after the other default filters (volumes, topology
+// spread, inter-pod affinity; most skip a pod without such constraints at
+// PreFilter), so a node that fails one of them and the resource check
+// reports that plugin's reason where it reported "Insufficient cpu". It
+// takes no args: a profile that makes NodeResourcesFit ignore other
+// resources as well keeps NodeResourcesFit.
 package gpuresourcesfit
 
 import (

@@ -9,11 +9,12 @@
 //
 //	make bench-ratios                      # 5000 nodes, 5 rounds
 //	make bench-ratios WORKLOAD=500Nodes ROUNDS=7
-//	go run ./test/perf/ratios -binary bin/perf.test -workload 10Nodes -rounds 2   # the smoke test
+//	make bench-ratios-smoke                # 100 nodes, 2 rounds: CI's smoke test
 //
 // The binary is test/perf's test binary (go test -c -tags perf); etcd must
 // be on PATH or beside it. Arguments after the flags go to every run, e.g.
-// -- -perf-cpuprofile (with -keep, the profiles stay in -out).
+// -- -perf-cpuprofile (the profiles stay in -out). It exits non-zero when
+// a run failed or a ratio has no value in any round.
 package main
 
 import (
@@ -41,7 +42,11 @@ const defaultRatios = "GPUSchedWholeGPUPods/DefaultProfileWholeGPUPods," +
 	"GPUSchedSharePods/DefaultProfilePlainPods," +
 	"DefaultProfileWholeGPUPods/DefaultProfilePlainPods"
 
-func main() {
+func main() { os.Exit(ratiosMain()) }
+
+// ratiosMain is main, returning the exit code so that deferred clean-ups
+// run.
+func ratiosMain() int {
 	binary := flag.String("binary", "bin/perf.test", "test/perf's test binary (go test -c -tags perf ./test/perf)")
 	dir := flag.String("dir", "test/perf", "the directory the binary runs in (performance-config.yaml and its templates)")
 	workload := flag.String("workload", "5000Nodes", "the workload of every test case (performance-config.yaml)")
@@ -54,22 +59,22 @@ func main() {
 
 	rs, err := parseRatios(*ratiosFlag)
 	if err != nil {
-		fail(err)
+		return fail(err)
 	}
 	if *rounds < 1 {
-		fail(fmt.Errorf("-rounds: %d; want at least 1", *rounds))
+		return fail(fmt.Errorf("-rounds: %d; want at least 1", *rounds))
 	}
 	bin, err := filepath.Abs(*binary)
 	if err != nil {
-		fail(err)
+		return fail(err)
 	}
 	if _, err := os.Stat(bin); err != nil {
-		fail(fmt.Errorf("-binary: %w (build it with: go test -c -tags perf -o bin/perf.test ./test/perf)", err))
+		return fail(fmt.Errorf("-binary: %w (build it with: go test -c -tags perf -o bin/perf.test ./test/perf)", err))
 	}
 	outDir := *out
 	if outDir == "" {
 		if outDir, err = os.MkdirTemp("", "gpusched-ratios-"); err != nil {
-			fail(err)
+			return fail(err)
 		}
 		if !*keep {
 			defer os.RemoveAll(outDir)
@@ -102,15 +107,23 @@ func main() {
 	if *keep || *out != "" {
 		fmt.Fprintf(os.Stderr, "runs' logs and data items: %s\n", outDir)
 	}
+	code := 0
 	if failed > 0 || ctx.Err() != nil {
 		fmt.Fprintf(os.Stderr, "%d runs failed or did not run\n", failed)
-		os.Exit(1)
+		code = 1
 	}
+	for _, r := range rs {
+		if summarize(res.ratioValues(r, podsPerSec)).N == 0 {
+			fmt.Fprintf(os.Stderr, "ratio %s has no value in any round (a run too short for scheduler_perf to sample its throughput?)\n", r)
+			code = 1
+		}
+	}
+	return code
 }
 
-func fail(err error) {
+func fail(err error) int {
 	fmt.Fprintln(os.Stderr, "ratios:", err)
-	os.Exit(2)
+	return 2
 }
 
 // runCase runs one test case of the workload in its own process and reads
