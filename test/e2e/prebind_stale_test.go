@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
 
 	"github.com/gpusched/gpusched/pkg/gpu"
@@ -142,24 +143,33 @@ func refuseBindingsOf(ctx context.Context, t *testing.T, c *testcluster.Cluster,
 }
 
 // waitForUnassigned waits until the pod named name, with a UID other than
-// not, exists unbound and without an assignment, and returns it.
+// not, is unbound and without an assignment, and returns it. It watches the
+// pod, so a state that lasts a moment (the assignment removed, the pod's
+// next cycle writing a new one) is seen.
 func waitForUnassigned(ctx context.Context, t *testing.T, c *testcluster.Cluster, name string, not types.UID) *v1.Pod {
 	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	// Without a resourceVersion the watch starts with the pod as it is.
+	w, err := c.Client.CoreV1().Pods("default").Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
 	var last *v1.Pod
-	err := wait.PollUntilContextTimeout(ctx, testcluster.PollInterval, timeout, true, func(ctx context.Context) (bool, error) {
-		pod, err := c.Client.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
-		if err != nil || pod.UID == not {
-			return false, nil
+	for ev := range w.ResultChan() {
+		pod, ok := ev.Object.(*v1.Pod)
+		if !ok || ev.Type == watch.Deleted || pod.UID == not {
+			continue
 		}
 		last = pod
-		_, assigned := pod.Annotations[gpu.AnnotationAssigned]
-		return pod.Spec.NodeName == "" && !assigned, nil
-	})
-	if err != nil {
-		if last != nil {
-			t.Fatalf("pod %s %s: bound to %q, assignment %q; want unbound without one", name, last.UID, last.Spec.NodeName, last.Annotations[gpu.AnnotationAssigned])
+		if _, assigned := pod.Annotations[gpu.AnnotationAssigned]; pod.Spec.NodeName == "" && !assigned {
+			return pod
 		}
-		t.Fatalf("no pod %s other than %s: %v", name, not, err)
 	}
-	return last
+	if last != nil {
+		t.Fatalf("pod %s %s: bound to %q, assignment %q; want unbound without one", name, last.UID, last.Spec.NodeName, last.Annotations[gpu.AnnotationAssigned])
+	}
+	t.Fatalf("no pod %s other than %s within %v", name, not, timeout)
+	return nil
 }

@@ -30,9 +30,6 @@ func (p *GPUPlacement) settleBind(ctx context.Context, pod *v1.Pod, d gpu.BindIn
 		return p.handle.ClientSet().CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
 	})
 	log.V(2).Info("Settled a bind in doubt", "outcome", outcome.String())
-	if outcome == gpu.BindNotBound || outcome == gpu.BindPodGone {
-		p.retryPendingGPUPods(log)
-	}
 	if _, retrying := p.ledger.Assumed(pod.UID); outcome == gpu.BindNotBound && !retrying &&
 		got.Spec.NodeName == "" && got.Annotations[gpu.AnnotationAssigned] == d.Assignment.String() {
 		ctx, cancel := context.WithTimeout(background, removeTimeout)
@@ -40,6 +37,9 @@ func (p *GPUPlacement) settleBind(ctx context.Context, pod *v1.Pod, d gpu.BindIn
 		if err := p.removeAssignment(ctx, got, d.Assignment.String(), got.ResourceVersion); err != nil {
 			log.V(2).Info("Could not remove the assignment of a pod whose bind failed; its next cycle removes or replaces it", "err", err)
 		}
+	}
+	if outcome == gpu.BindNotBound || outcome == gpu.BindPodGone {
+		p.retryPendingGPUPods(log)
 	}
 }
 
@@ -50,7 +50,8 @@ const removeTimeout = 10 * time.Second
 // scheduler's active queue: GPUs held in doubt were just released, and
 // no cluster event says so, so a pod found unschedulable while they were
 // held would otherwise wait for an unrelated event, or for the queue's
-// flush of unschedulable pods (five minutes).
+// flush of unschedulable pods (five minutes). The pod whose bind was
+// settled is among them: its own held GPUs may have made it unschedulable.
 func (p *GPUPlacement) retryPendingGPUPods(log klog.Logger) {
 	if p.handle == nil || p.handle.SharedInformerFactory() == nil {
 		return
