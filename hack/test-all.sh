@@ -9,8 +9,9 @@
 # service's Python packages, and containerd with runc (the node agent's
 # runtime tests, .ci/containerd.sh). Without root it names what is missing
 # and runs the rest; the tests that need a missing tool skip, unless CI is
-# set, which makes each a failure. Then it runs `go test ./...` and the
-# Python package's tests, which drive bin/gpusched.
+# set, which makes each a failure. Then it runs `go test ./...`, the
+# Python package's tests, which drive bin/gpusched, and the throughput
+# ratios at 100 nodes (make bench-ratios-smoke).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -318,13 +318,30 @@ func (c *testCluster) cycle(t *testing.T, pod *v1.Pod, node string, preBind bool
 // 600 milli-GPU of GPU 1 (400 left) and GPU 0 free.
 func newTwoGPUCluster(t *testing.T) *testCluster {
 	t.Helper()
+	nodes, pods := twoGPUNode()
+	return newCluster(t, nil, nodes, pods)
+}
+
+// twoGPUNode is newTwoGPUCluster's node and pod.
+func twoGPUNode() ([]*v1.Node, []*v1.Pod) {
 	nodes := []*v1.Node{gt.MakeGPUNode("n").Devices(
 		gpu.Device{Index: 0, UUID: "GPU-0", Model: a100, MemoryMiB: 81920},
 		gpu.Device{Index: 1, UUID: "GPU-1", Model: a100, MemoryMiB: 81920},
 	).Obj()}
 	existing := gt.MakeGPUPod("existing").Node("n").Assigned(gpu.Assignment{Node: "n", Devices: []int{1}, Milli: 600}).Obj()
-	c := newCluster(t, nil, nodes, []*v1.Pod{existing})
-	return c
+	return nodes, []*v1.Pod{existing}
+}
+
+// unreserve is the framework after a failed cycle: Unreserve, then the
+// scheduler's cache forgetting the assumed pod.
+func (c *testCluster) unreserve(t *testing.T, state fwk.CycleState, pod *v1.Pod, node string) {
+	t.Helper()
+	c.fw.RunReservePluginsUnreserve(context.Background(), state, pod, node)
+	assumed := pod.DeepCopy()
+	assumed.Spec.NodeName = node
+	if err := c.cache.ForgetPod(c.logger, assumed); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func TestReservePreBindUnreserve(t *testing.T) {
@@ -344,12 +361,7 @@ func TestReservePreBindUnreserve(t *testing.T) {
 	}
 	// Unreserve (and the cache forgetting the pod) gives GPU 1's 400 back:
 	// the tightest fit for a third share is GPU 1 again (GPU 0 has 600 free).
-	c.fw.RunReservePluginsUnreserve(context.Background(), firstState, first, "n")
-	assumedFirst := first.DeepCopy()
-	assumedFirst.Spec.NodeName = "n"
-	if err := c.cache.ForgetPod(c.logger, assumedFirst); err != nil {
-		t.Fatal(err)
-	}
+	c.unreserve(t, firstState, first, "n")
 	if _, got := c.schedule(t, gt.MakeGPUPod("third").Milli(400).Obj(), "n"); !strings.Contains(got, "gpus=1;") {
 		t.Errorf("third: annotation %q, want GPU 1", got)
 	}
@@ -526,12 +538,7 @@ func TestUnreserveAfterLostBind(t *testing.T) {
 	if _, err := c.client.CoreV1().Pods("default").Update(ctx, bound, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	c.fw.RunReservePluginsUnreserve(ctx, firstState, first, "n")
-	assumedFirst := first.DeepCopy()
-	assumedFirst.Spec.NodeName = "n"
-	if err := c.cache.ForgetPod(c.logger, assumedFirst); err != nil {
-		t.Fatal(err)
-	}
+	c.unreserve(t, firstState, first, "n")
 	// GPU 1 is still first's: with it released, best fit would put a 400
 	// share there (400 free, tighter than GPU 0's 600); held, only GPU 0
 	// (400 used, 600 free) has room.
@@ -627,12 +634,8 @@ func newTwoGPUClusterSettling(t *testing.T, settleAfter time.Duration) *testClus
 	if err != nil {
 		t.Fatal(err)
 	}
-	nodes := []*v1.Node{gt.MakeGPUNode("n").Devices(
-		gpu.Device{Index: 0, UUID: "GPU-0", Model: a100, MemoryMiB: 81920},
-		gpu.Device{Index: 1, UUID: "GPU-1", Model: a100, MemoryMiB: 81920},
-	).Obj()}
-	existing := gt.MakeGPUPod("existing").Node("n").Assigned(gpu.Assignment{Node: "n", Devices: []int{1}, Milli: 600}).Obj()
-	return newCluster(t, args, nodes, []*v1.Pod{existing})
+	nodes, pods := twoGPUNode()
+	return newCluster(t, args, nodes, pods)
 }
 
 // waitUnassigned waits until the API server's copy of pod has no
@@ -664,7 +667,6 @@ func (c *testCluster) waitUnassigned(t *testing.T, pod *v1.Pod) {
 // (gpu.Ledger.SettleBind), which the extender follows too.
 func TestLostBindHeldUntilSettled(t *testing.T) {
 	c := newTwoGPUClusterSettling(t, settleAfterInTests)
-	ctx := context.Background()
 	// first: 400 on GPU 1 (600 + 400 = 1000, full).
 	first := gt.MakeGPUPod("first").Milli(400).Obj()
 	state, got := c.schedule(t, first, "n")
@@ -672,12 +674,7 @@ func TestLostBindHeldUntilSettled(t *testing.T) {
 		t.Fatalf("first: annotation %q, want GPU 1", got)
 	}
 	start := time.Now()
-	c.fw.RunReservePluginsUnreserve(ctx, state, first, "n")
-	assumed := first.DeepCopy()
-	assumed.Spec.NodeName = "n"
-	if err := c.cache.ForgetPod(c.logger, assumed); err != nil {
-		t.Fatal(err)
-	}
+	c.unreserve(t, state, first, "n")
 	// In doubt: GPU 1 stays full, so a 400 share goes to GPU 0 (0 used).
 	if _, got := c.schedule(t, gt.MakeGPUPod("second").Milli(400).Obj(), "n"); !strings.Contains(got, "gpus=0;") {
 		t.Fatalf("second, %v after the failed bind: annotation %q, want GPU 0: GPU 1 is held until the bind is settled", time.Since(start), got)
@@ -696,12 +693,8 @@ func TestLostBindHeldUntilSettled(t *testing.T) {
 // stored nothing, so its GPUs are free at once, without waiting out the
 // settle-after (left at its default of 60s here).
 func TestRefusedBindReleasesAtOnce(t *testing.T) {
-	nodes := []*v1.Node{gt.MakeGPUNode("n").Devices(
-		gpu.Device{Index: 0, UUID: "GPU-0", Model: a100, MemoryMiB: 81920},
-		gpu.Device{Index: 1, UUID: "GPU-1", Model: a100, MemoryMiB: 81920},
-	).Obj()}
-	existing := gt.MakeGPUPod("existing").Node("n").Assigned(gpu.Assignment{Node: "n", Devices: []int{1}, Milli: 600}).Obj()
-	c := newClusterBinding(t, nil, nodes, []*v1.Pod{existing}, true)
+	nodes, pods := twoGPUNode()
+	c := newClusterBinding(t, nil, nodes, pods, true)
 	c.client.PrependReactor("create", "pods", func(action clienttesting.Action) (bool, runtime.Object, error) {
 		if action.GetSubresource() != "binding" {
 			return false, nil, nil
@@ -714,12 +707,7 @@ func TestRefusedBindReleasesAtOnce(t *testing.T) {
 	if status := c.fw.RunBindPlugins(ctx, state, first, "n"); status.IsSuccess() {
 		t.Fatal("the bind succeeded; the API server refused it")
 	}
-	c.fw.RunReservePluginsUnreserve(ctx, state, first, "n")
-	assumed := first.DeepCopy()
-	assumed.Spec.NodeName = "n"
-	if err := c.cache.ForgetPod(c.logger, assumed); err != nil {
-		t.Fatal(err)
-	}
+	c.unreserve(t, state, first, "n")
 	// Released: GPU 1 has 400 free again, the best fit for a 400 share.
 	if _, got := c.schedule(t, gt.MakeGPUPod("second").Milli(400).Obj(), "n"); !strings.Contains(got, "gpus=1;") {
 		t.Errorf("second: annotation %q, want GPU 1: a refused bind holds nothing", got)

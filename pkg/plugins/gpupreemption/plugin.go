@@ -28,6 +28,8 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/defaultpreemption"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
 	"k8s.io/kubernetes/pkg/scheduler/framework/preemption"
+
+	"github.com/gpusched/gpusched/pkg/plugins/internal/noargs"
 )
 
 // Name is the plugin's name in a KubeSchedulerConfiguration. It replaces
@@ -58,8 +60,8 @@ var (
 // New builds the plugin. It takes no args: its candidate sampling is
 // DefaultPreemption's default.
 func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
-	if u, ok := obj.(*runtime.Unknown); obj != nil && (!ok || len(u.Raw) > 0 && string(u.Raw) != "{}") {
-		return nil, fmt.Errorf("%s: takes no args, got %T", Name, obj)
+	if err := noargs.Check(Name, obj, "its candidate sampling is DefaultPreemption's default"); err != nil {
+		return nil, err
 	}
 	args := &config.DefaultPreemptionArgs{
 		MinCandidateNodesPercentage: minCandidateNodesPercentage,

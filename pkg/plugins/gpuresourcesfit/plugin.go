@@ -41,6 +41,7 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/noderesources"
 
 	"github.com/gpusched/gpusched/pkg/gpu"
+	"github.com/gpusched/gpusched/pkg/plugins/internal/noargs"
 )
 
 // Name is the plugin's name in a scheduler profile.
@@ -73,11 +74,9 @@ var (
 
 // New builds the plugin; it takes no args.
 func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
-	if obj != nil {
-		if u, ok := obj.(*runtime.Unknown); !ok || len(u.Raw) > 0 && string(u.Raw) != "{}" && string(u.Raw) != "null" {
-			return nil, fmt.Errorf("%s takes no args (it ignores %v, which GPUPlacement accounts); got %T: "+
-				"a profile that ignores other resources as well keeps NodeResourcesFit", Name, Ignored, obj)
-		}
+	if err := noargs.Check(Name, obj, fmt.Sprintf("it ignores %v, which GPUPlacement accounts; "+
+		"a profile that ignores other resources as well keeps NodeResourcesFit", Ignored)); err != nil {
+		return nil, err
 	}
 	return newWithFeatures(ctx, h, feature.NewSchedulerFeaturesFromGates(utilfeature.DefaultFeatureGate))
 }
