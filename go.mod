@@ -37,7 +37,6 @@ require (
 
 require (
 	github.com/opencontainers/runtime-tools v0.9.1-0.20251114084447-edf4cb3d2116
-	gonum.org/v1/gonum v0.17.0
 	k8s.io/cri-api v0.36.1
 )
 

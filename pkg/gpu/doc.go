@@ -2,7 +2,7 @@
 // node and decides which GPUs a pod gets.
 //
 // The engine is framework-free. It imports only k8s.io/api,
-// k8s.io/apimachinery and pkg/packing (the packing LP, on gonum, that prices
+// k8s.io/apimachinery and pkg/packing (the packing LP, its own simplex, that prices
 // PairFit's shares), so it compiles in seconds and every front end (the
 // kube-scheduler plugins, the HTTP extender, the simulator) calls the same
 // logic. Its parts:

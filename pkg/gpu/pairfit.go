@@ -257,11 +257,11 @@ func newSharePrices(mix itemMix) *sharePrices {
 		total += m.size * m.count
 	}
 	s.weights = make([]float64, len(s.sizes))
-	cert, err := packinglp.Bound(s.sizes, counts, (total+MilliPerGPU-1)/MilliPerGPU)
+	cert, err := packinglp.Bound(packinglp.Kinds(s.sizes), counts, []int64{(total + MilliPerGPU - 1) / MilliPerGPU})
 	for i, size := range s.sizes {
 		s.weights[i] = float64(size)
 		if err == nil {
-			s.weights[i] = cert.Weights[size]
+			s.weights[i] = cert.Weights[i]
 		}
 	}
 	for x := 1; x <= MilliPerGPU; x++ {

@@ -1,81 +1,110 @@
 // Package packing solves the configuration LP of packing GPU requests onto
 // GPUs: items of at most one GPU (a share's milli-GPU, or 1000 for each GPU
-// of a whole-GPU pod) packed by per-GPU patterns, ignoring nodes, CPU,
-// memory and models. Its dual gives every item size a weight, which is two
+// of a whole-GPU pod) packed by per-GPU patterns, ignoring nodes, CPU and
+// memory; an item may be limited to some classes of GPUs (GPU models). Its
+// dual gives every kind of item a weight, which is two
 // things: a certificate that no placement allocates more than a bound (the
 // simulator's floors), and prices that say which sizes go well together on
 // one GPU (the PairFit policy). It imports nothing of gpusched's.
 package packing
 
 import (
-	"fmt"
 	"math"
-
-	"gonum.org/v1/gonum/mat"
-	"gonum.org/v1/gonum/optimize/convex/lp"
+	"slices"
 )
 
 // GPUMilli is one GPU's capacity in milli-GPU, the size of a whole-GPU item.
 const GPUMilli = 1000
 
-// Certificate proves an upper bound on the milli-GPU that any
-// placement of a set of items on a number of GPUs allocates. It gives
-// each item a weight w of at most its size (a share's milli-GPU; each GPU of
-// a whole-GPU pod is an item of 1000) such that no set of items that fits
-// on one GPU weighs more than PerGPU. A placement's GPUs then hold at most
-// PerGPU × GPUs of weight, and its items at most Σ(size − w) more:
+// Kind is a kind of item: its size (a share's milli-GPU; 1000 for each GPU
+// of a whole-GPU pod) and the classes of GPUs it may go on. A class is a
+// set of GPUs that the same kinds may use, such as the GPUs of one model.
+type Kind struct {
+	Size int64
+	// Classes are the indices of the classes the item may go on; nil means
+	// every class.
+	Classes []int
+}
+
+// Kinds are one kind per size, each allowed on every class: the LP
+// without models.
+func Kinds(sizes []int64) []Kind {
+	kinds := make([]Kind, len(sizes))
+	for i, s := range sizes {
+		kinds[i] = Kind{Size: s}
+	}
+	return kinds
+}
+
+// allows reports whether the kind may go on class c.
+func (k *Kind) allows(c int) bool {
+	return k.Classes == nil || slices.Contains(k.Classes, c)
+}
+
+// Certificate proves an upper bound on the milli-GPU that any placement of
+// a set of items on classes of GPUs allocates. It gives each kind of item a
+// weight w of at most its size such that no set of items that fits on one
+// GPU of class c, all of kinds allowed on c, weighs more than PerGPU[c]. A
+// placement's GPUs then hold at most Σ PerGPU[c] × GPUs[c] of weight, and
+// its items at most Σ(size − w) more:
 //
-//	allocated ≤ PerGPU × GPUs + Σ over the items of (size − w).
+//	allocated ≤ Σ over the classes of PerGPU × GPUs + Σ over the items of (size − w).
 //
 // It is the dual of the linear relaxation over per-GPU packing patterns
-// (the configuration LP), which ignores node boundaries, CPU, memory and
-// GPU models: relaxing only loosens the bound, so it holds for every
-// placement under every constraint, online or offline.
+// (the configuration LP), which ignores node boundaries, CPU and memory:
+// relaxing only loosens the bound, so it holds for every placement under
+// every other constraint, online or offline. An item allowed on no class
+// with GPUs weighs its size, and adds nothing to the bound: it cannot be
+// placed.
 type Certificate struct {
-	// Weights maps an item size (milli-GPU; 1000 for a whole GPU) to its
-	// weight.
-	Weights map[int64]float64
-	// PerGPU is the most weight one GPU holds, found by an exact knapsack
-	// over the item sizes and counts.
-	PerGPU float64
-	// AllocatedMilli is the bound: PerGPU × GPUs + Σ(size − w), at most
-	// the items' total.
+	// Weights is each kind's weight, in the order of the kinds.
+	Weights []float64
+	// PerGPU is the most weight one GPU of each class holds, found by an
+	// exact knapsack over the kinds allowed on it and their counts.
+	PerGPU []float64
+	// AllocatedMilli is the bound: Σ PerGPU × GPUs + Σ(size − w), at most
+	// the items' total and the GPUs' capacity.
 	AllocatedMilli float64
 }
 
-// Bound finds the certificate with the lowest bound for the items (counts[i]
-// of size sizes[i], milli-GPU, ascending) on gpus GPUs: the configuration
-// LP's dual, solved by adding the packing patterns it violates (the most
-// violated, by a knapsack) until none is. The certificate is then checked
+// Bound finds the certificate with the lowest bound for counts[i] items of
+// kinds[i] on gpus[c] GPUs of each class c: the configuration LP's dual,
+// solved by adding the packing patterns it violates (the most violated of
+// each class, by a knapsack) until none is. The certificate is then checked
 // exactly, so it is valid whatever the LP solver's tolerance.
 //
-// It is LP.Bound's LP without lower bounds: with w_s = s − u_s (kept within
-// 0..s) its multipliers are the certificate above, whose bound is then
-// computed from the exact knapsack.
-func Bound(sizes, counts []int64, gpus int64) (Certificate, error) {
-	var total int64
-	for i, s := range sizes {
-		total += s * counts[i]
+// It is LP.Bound's LP without lower bounds: with w = size − u (kept within
+// 0..size) its multipliers are the certificate above, whose bound is then
+// computed from the exact knapsacks.
+func Bound(kinds []Kind, counts, gpus []int64) (Certificate, error) {
+	var total, capacity int64
+	for i, k := range kinds {
+		total += k.Size * counts[i]
 	}
-	if len(sizes) == 0 || gpus <= 0 {
-		return Certificate{Weights: map[int64]float64{}}, nil
+	for _, g := range gpus {
+		capacity += g * GPUMilli
 	}
-	_, u, v, err := NewLP(sizes).solve(make([]int64, len(sizes)), counts, gpus)
+	cert := Certificate{Weights: make([]float64, len(kinds)), PerGPU: make([]float64, len(gpus))}
+	if len(kinds) == 0 || capacity <= 0 {
+		return cert, nil
+	}
+	lp := NewLP(kinds, len(gpus))
+	_, u, v, err := lp.solve(make([]int64, len(kinds)), counts, gpus)
 	if err != nil {
 		return Certificate{}, err
 	}
-	cert := Certificate{Weights: map[int64]float64{}}
-	w := make([]float64, len(sizes))
-	for i, s := range sizes {
-		w[i] = min(max(float64(s)-u[i]+v[i], 0), float64(s)) // a weight is 0..size
+	for i, k := range kinds {
+		cert.Weights[i] = min(max(float64(k.Size)-u[i]+v[i], 0), float64(k.Size)) // a weight is 0..size
 	}
-	cert.PerGPU, _ = HeaviestPattern(sizes, counts, w)
-	bound := cert.PerGPU * float64(gpus)
-	for i, s := range sizes {
-		cert.Weights[s] = w[i]
-		bound += float64(counts[i]) * (float64(s) - w[i])
+	var bound float64
+	for c, g := range gpus {
+		cert.PerGPU[c], _ = lp.heaviest(c, counts, cert.Weights)
+		bound += cert.PerGPU[c] * float64(g)
 	}
-	cert.AllocatedMilli = min(bound, float64(total), float64(gpus*GPUMilli))
+	for i, k := range kinds {
+		bound += float64(counts[i]) * (float64(k.Size) - cert.Weights[i])
+	}
+	cert.AllocatedMilli = min(bound, float64(total), float64(capacity))
 	return cert, nil
 }
 
@@ -127,130 +156,125 @@ func HeaviestPattern(sizes, counts []int64, w []float64) (float64, []int64) {
 	return best[len(items)][capacity], pattern
 }
 
-// LP is the configuration LP over a fixed list of item sizes, with
-// the packing patterns found so far kept for the next bound: the bounds of
-// an online floor's cases differ only in their item counts, so each starts
-// from the patterns the others needed.
+// LP is the configuration LP over a fixed list of item kinds on a number of
+// classes of GPUs, with the packing patterns found so far kept for the next
+// bound: the bounds of an online floor's cases differ only in their item
+// counts, so each starts from the patterns the others needed.
 type LP struct {
-	sizes    []int64
-	patterns [][]int64
+	kinds    []Kind
+	classes  int
+	patterns []pattern
 }
 
-func NewLP(sizes []int64) *LP {
-	lp := &LP{sizes: sizes}
-	for i := range sizes {
-		a := make([]int64, len(sizes))
-		a[i] = 1
-		lp.patterns = append(lp.patterns, a)
+// pattern is a set of items that fits one GPU of a class: counts per kind.
+type pattern struct {
+	class  int
+	counts []int64
+}
+
+// NewLP is the LP of the kinds on classes classes, starting from one
+// pattern per kind and class it may go on: the item alone.
+func NewLP(kinds []Kind, classes int) *LP {
+	lp := &LP{kinds: kinds, classes: classes}
+	for i := range kinds {
+		for c := range classes {
+			if kinds[i].allows(c) {
+				a := make([]int64, len(kinds))
+				a[i] = 1
+				lp.patterns = append(lp.patterns, pattern{c, a})
+			}
+		}
 	}
 	return lp
 }
 
-// solve solves Bound's dual, adding the patterns it violates (the most
-// violated, by a knapsack) until none is; y, u and v are its multipliers.
-func (p *LP) solve(lower, upper []int64, gpus int64) (y float64, u, v []float64, err error) {
+// heaviest is HeaviestPattern on one GPU of class c: the kinds it does not
+// allow count as none.
+func (p *LP) heaviest(c int, counts []int64, w []float64) (float64, []int64) {
+	sizes, allowed := make([]int64, len(p.kinds)), make([]int64, len(p.kinds))
+	for i := range p.kinds {
+		sizes[i] = p.kinds[i].Size
+		if p.kinds[i].allows(c) {
+			allowed[i] = counts[i]
+		}
+	}
+	return HeaviestPattern(sizes, allowed, w)
+}
+
+// solve solves Bound's LP by column generation: the master LP (master) on
+// the patterns found so far, then per class the pattern its duals price
+// highest (a knapsack), added while it prices above the class's y. y (per
+// class), u and v are the last master's duals.
+func (p *LP) solve(lower, upper, gpus []int64) (y, u, v []float64, err error) {
 	const capV = 4 * GPUMilli
+	m := newMaster(p.kinds, lower, upper, gpus, capV)
+	for _, a := range p.patterns {
+		m.addPattern(p.kinds, a.class, a.counts)
+	}
 	for range 1000 {
-		if y, u, v, err = solveBoundedDual(p.sizes, lower, upper, gpus, p.patterns, capV); err != nil {
-			return 0, nil, nil, err
+		if err := m.solve(); err != nil {
+			return nil, nil, nil, err
 		}
-		w := make([]float64, len(p.sizes))
-		for i, s := range p.sizes {
-			w[i] = float64(s) - u[i] + v[i]
+		y, u, v = m.duals(capV)
+		w := make([]float64, len(p.kinds))
+		for i, k := range p.kinds {
+			w[i] = float64(k.Size) - u[i] + v[i]
 		}
-		best, pattern := HeaviestPattern(p.sizes, upper, w)
-		if best <= y+1e-7 {
+		added := false
+		for c := range p.classes {
+			if best, counts := p.heaviest(c, upper, w); best > y[c]+1e-7 {
+				p.patterns = append(p.patterns, pattern{c, counts})
+				m.addPattern(p.kinds, c, counts)
+				added = true
+			}
+		}
+		if !added {
 			break
 		}
-		p.patterns = append(p.patterns, pattern)
 	}
 	return y, u, v, nil
 }
 
-// bound is an upper bound on the milli-GPU of any packing on gpus GPUs that
-// places, of each size, at least lower and at most upper items: the
-// configuration LP with both bounds, through its dual. With multipliers
-// y ≥ 0 (GPUs), u_s ≥ 0 (upper bounds) and 0 ≤ v_s ≤ V (lower bounds) such
-// that every pattern a weighs Σ a_s·(s − u_s + v_s) ≤ y,
+// Bound is an upper bound on the milli-GPU of any packing on gpus[c] GPUs
+// of each class c that places, of each kind, at least lower and at most
+// upper items: the configuration LP with both bounds, through its dual.
+// With multipliers y_c ≥ 0 (GPUs of class c), u_k ≥ 0 (upper bounds) and
+// 0 ≤ v_k ≤ V (lower bounds) such that every pattern a of class c weighs
+// Σ a_k·(size_k − u_k + v_k) ≤ y_c,
 //
-//	allocated ≤ GPUs·y + Σ upper_s·u_s − Σ lower_s·v_s.
+//	allocated ≤ Σ GPUs_c·y_c + Σ upper_k·u_k − Σ lower_k·v_k.
 //
-// Capping v_s at V keeps the restricted LP bounded while patterns are added,
+// Capping v_k at V keeps the restricted LP bounded while patterns are added,
 // and only narrows the dual, as do patterns kept from other bounds that
-// these counts would not allow: every answer is still a bound. y is checked
-// by the exact knapsack at the end. The bound is at most the items' total
-// and the GPUs' capacity.
-func (p *LP) Bound(lower, upper []int64, gpus int64) float64 {
-	var total float64
-	for i, s := range p.sizes {
-		total += float64(s * upper[i])
+// these counts would not allow: every answer is still a bound. Each y_c is
+// checked by the exact knapsack at the end. The bound is at most the items'
+// total and the GPUs' capacity.
+func (p *LP) Bound(lower, upper, gpus []int64) float64 {
+	var total, capacity float64
+	for i, k := range p.kinds {
+		total += float64(k.Size * upper[i])
 	}
-	if total == 0 || gpus <= 0 {
+	for _, g := range gpus {
+		capacity += float64(g * GPUMilli)
+	}
+	if total == 0 || capacity <= 0 {
 		return 0
 	}
 	y, u, v, err := p.solve(lower, upper, gpus)
 	if err != nil {
-		return min(total, float64(gpus*GPUMilli)) // no certificate: the items and the GPUs bound it
+		return min(total, capacity) // no certificate: the items and the GPUs bound it
 	}
-	w := make([]float64, len(p.sizes))
-	for i, s := range p.sizes {
-		w[i] = float64(s) - u[i] + v[i]
+	w := make([]float64, len(p.kinds))
+	for i, k := range p.kinds {
+		w[i] = float64(k.Size) - u[i] + v[i]
 	}
-	perGPU, _ := HeaviestPattern(p.sizes, upper, w)
-	bound := math.Max(y, perGPU) * float64(gpus)
-	for i := range p.sizes {
+	var bound float64
+	for c, g := range gpus {
+		perGPU, _ := p.heaviest(c, upper, w)
+		bound += math.Max(y[c], perGPU) * float64(g)
+	}
+	for i := range p.kinds {
 		bound += float64(upper[i])*u[i] - float64(lower[i])*v[i]
 	}
-	return min(bound, total, float64(gpus*GPUMilli))
-}
-
-// solveBoundedDual solves LP.Bound's dual restricted to
-// patterns. Standard form for the simplex: variables y, u_1..u_k,
-// v_1..v_k, a surplus per pattern, a slack per v_s ≤ capV.
-func solveBoundedDual(sizes, lower, upper []int64, gpus int64, patterns [][]int64, capV float64) (y float64, u, v []float64, err error) {
-	k, p := len(sizes), len(patterns)
-	rows, cols := p+k, 1+2*k+p+k
-	A := mat.NewDense(rows, cols, nil)
-	b := make([]float64, rows)
-	c := make([]float64, cols)
-	c[0] = float64(gpus)
-	for i := range k {
-		c[1+i] = float64(upper[i])
-		c[1+k+i] = -float64(lower[i])
-	}
-	for r, a := range patterns {
-		A.Set(r, 0, 1)
-		for i, n := range a {
-			if n > 0 {
-				A.Set(r, 1+i, float64(n))
-				A.Set(r, 1+k+i, -float64(n))
-				b[r] += float64(n * sizes[i])
-			}
-		}
-		A.Set(r, 1+2*k+r, -1)
-	}
-	for i := range k {
-		A.Set(p+i, 1+k+i, 1)
-		A.Set(p+i, 1+2*k+p+i, 1)
-		b[p+i] = capV
-	}
-	_, x, err := simplex(c, A, b)
-	if err != nil {
-		return 0, nil, nil, fmt.Errorf("the bounded packing LP: %w", err)
-	}
-	return x[0], x[1 : 1+k], x[1+k : 1+2*k], nil
-}
-
-// simplex solves min c·x, A·x = b, x ≥ 0 with gonum's simplex, b first
-// raised by a distinct amount under 10⁻⁶ per row. Dantzig's rule, which
-// gonum uses, can cycle on a degenerate LP, and the packing LPs are
-// degenerate (many patterns tie); distinct right-hand sides make ties
-// unlikely. Raising b only tightens each constraint (y + Σ a·(u − v) ≥ load
-// + ε) or loosens a cap (u_s ≤ s + ε, v_s ≤ V + ε), so every solution still
-// yields a valid bound, which the callers check exactly anyway.
-func simplex(c []float64, A *mat.Dense, b []float64) (float64, []float64, error) {
-	for i := range b {
-		b[i] += 1e-6 * float64(1+(i*7919)%997) / 997
-	}
-	return lp.Simplex(c, A, b, 1e-9, nil)
+	return min(bound, total, capacity)
 }

@@ -92,7 +92,7 @@ write. See docs/simulator.md.`,
 		c.SetOut(c.OutOrStdout())
 		_ = c.Usage()
 	})
-	cmd.AddCommand(newMergeCommand(), newEnvCommand())
+	cmd.AddCommand(newMergeCommand(), newEnvCommand(), newConstrainCommand())
 	return cmd
 }
 

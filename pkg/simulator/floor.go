@@ -1,10 +1,10 @@
 package simulator
 
 import (
+	"cmp"
 	"math"
 	"runtime"
 	"slices"
-	"strconv"
 	"sync"
 
 	"github.com/gpusched/gpusched/pkg/gpu"
@@ -19,15 +19,23 @@ type Floor struct {
 	Seed int64 `json:"seed"`
 	// AnyPlacementPct is a lower bound on the unallocated GPU % at arrived
 	// 100% for every placement, online or offline, under every constraint:
-	// the configuration LP's certificate (lpPackingBound) in LPWeights and
-	// LPPerGPU.
+	// the configuration LP's certificate (lpPackingBound) in LPWeights,
+	// LPPerGPU and LPClasses.
 	AnyPlacementPct float64 `json:"any_placement_pct"`
-	// LPWeights is the certificate's weight per item size (milli-GPU, as a
-	// string key; "1000" for each GPU of a whole-GPU pod), and LPPerGPU the
-	// most weight one GPU holds: allocated ≤ LPPerGPU × GPUs + Σ(size −
-	// weight).
+	// ModelsCounted is set when pods limited to GPU models make the LP
+	// count the models (more than one class of GPUs); the bounds are then
+	// the LP's with the models.
+	ModelsCounted bool `json:"models_counted,omitempty"`
+	// LPWeights is the certificate's weight per kind of item: its size
+	// (milli-GPU; "1000" for each GPU of a whole-GPU pod), followed by
+	// " on " and its models when it is limited to some. LPPerGPU is the most
+	// weight one GPU holds, of any class: with one class, allocated ≤
+	// LPPerGPU × GPUs + Σ(size − weight).
 	LPWeights map[string]float64 `json:"lp_weights"`
 	LPPerGPU  float64            `json:"lp_per_gpu"`
+	// LPClasses are the classes of GPUs when models make more than one:
+	// allocated ≤ Σ over the classes of PerGPU × GPUs + Σ(size − weight).
+	LPClasses []LPClass `json:"lp_classes,omitempty"`
 	// PlaceEveryFitPct is a lower bound for the online placements that
 	// never refuse a pod that fits, as kube-scheduler and the FGD protocol
 	// place: the largest of the packing LP's bounds over the cases of the
@@ -40,10 +48,19 @@ type Floor struct {
 	// largeShareBound.
 	LargeSharesPct float64 `json:"large_shares_pct"`
 	// OfflineBFDPct is what offline best-fit-decreasing bin packing of the
-	// same pods leaves: every pod known in advance, CPU, memory, GPU models
-	// and node boundaries ignored. A heuristic packing, neither a bound nor
-	// a placement the cluster allows. See offlineBestFitDecreasing.
+	// same pods leaves: every pod known in advance and on its GPU models,
+	// CPU, memory and node boundaries ignored. A heuristic packing, neither
+	// a bound nor a placement the cluster allows. See
+	// offlineBestFitDecreasing.
 	OfflineBFDPct float64 `json:"offline_bfd_pct"`
+}
+
+// LPClass is a class of GPUs in the LP's certificate: models that the same
+// kinds of items may use, their GPUs, and the most weight one of them holds.
+type LPClass struct {
+	Models []string `json:"models"`
+	GPUs   int64    `json:"gpus"`
+	PerGPU float64  `json:"per_gpu"`
 }
 
 // workloadFloors computes the Floor of each seed's workload under the FGD
@@ -54,13 +71,14 @@ func workloadFloors(opts Options, capacity int64) []Floor {
 		return nil
 	}
 	floors := make([]*Floor, len(opts.Seeds))
+	models := clusterModelGPUs(opts.Nodes)
 	// The seeds' floors are independent: one at a time per CPU.
 	next := make(chan int)
 	var wg sync.WaitGroup
 	for range min(runtime.GOMAXPROCS(0), len(opts.Seeds)) {
 		wg.Go(func() {
 			for i := range next {
-				floors[i] = seedFloor(opts, opts.Seeds[i], capacity)
+				floors[i] = seedFloor(opts, opts.Seeds[i], capacity, models)
 			}
 		})
 	}
@@ -80,7 +98,7 @@ func workloadFloors(opts Options, capacity int64) []Floor {
 
 // seedFloor is the Floor of one seed's workload; nil when the workload never
 // reaches the cluster's capacity, so that there is no metric to bound.
-func seedFloor(opts Options, seed, capacity int64) *Floor {
+func seedFloor(opts Options, seed, capacity int64, models modelGPUs) *Floor {
 	var arrived []arrivedPod
 	var total int64
 	for _, p := range fgdSequence(opts.Pods, seed, capacity) {
@@ -98,20 +116,25 @@ func seedFloor(opts Options, seed, capacity int64) *Floor {
 		return nil
 	}
 	demands := demandsOf(arrived)
-	gpus := capacity / gpu.MilliPerGPU
 	pct := func(unallocated float64) float64 { return round2(100 * unallocated / float64(capacity)) }
 	f := &Floor{
 		Seed:             seed,
 		LargeSharesPct:   pct(float64(largeShareBound(demands))),
-		OfflineBFDPct:    pct(float64(capacity - offlineBestFitDecreasing(demands, gpus))),
-		PlaceEveryFitPct: pct(float64(capacity) - onlineAllocationBound(arrived, gpus)),
+		OfflineBFDPct:    pct(float64(capacity - offlineBestFitDecreasing(demands, models))),
+		PlaceEveryFitPct: pct(float64(capacity) - onlineAllocationBound(arrived, models)),
 	}
-	if cert, err := lpPackingBound(demands, gpus); err == nil {
+	if items, cert, err := lpPackingBound(demands, models); err == nil {
 		f.AnyPlacementPct = pct(float64(capacity) - cert.AllocatedMilli)
-		f.LPPerGPU = cert.PerGPU
+		f.ModelsCounted = items.modelsCounted()
 		f.LPWeights = map[string]float64{}
-		for size, w := range cert.Weights {
-			f.LPWeights[strconv.FormatInt(size, 10)] = math.Round(w*100) / 100
+		for i, w := range cert.Weights {
+			f.LPWeights[items.labels[i]] = round2(w)
+		}
+		for c, perGPU := range cert.PerGPU {
+			f.LPPerGPU = max(f.LPPerGPU, perGPU)
+			if f.ModelsCounted {
+				f.LPClasses = append(f.LPClasses, LPClass{Models: items.classModels[c], GPUs: items.classGPUs[c], PerGPU: round2(perGPU)})
+			}
 		}
 	}
 	return f
@@ -155,41 +178,106 @@ func largeShareBound(demands []gpu.Demand) int64 {
 	return best
 }
 
-// offlineBestFitDecreasing packs the demands into gpus GPUs and returns the
-// milli-GPU placed: whole GPUs first (a pod's GPUs anywhere), then the shares,
-// largest first, each on the GPU it fits most tightly, a fresh GPU when none
-// fits; a demand that finds no room is left out.
-func offlineBestFitDecreasing(demands []gpu.Demand, gpus int64) int64 {
-	var placed int64
-	var shares []int64
-	for _, d := range demands {
-		switch {
-		case d.IsShare():
-			shares = append(shares, d.Milli)
-		case int64(d.Count) <= gpus:
-			gpus -= int64(d.Count)
-			placed += d.TotalMilli()
-		}
+// offlineBestFitDecreasing packs the demands onto the cluster's GPUs, each
+// on its models, and returns the milli-GPU placed. The pods limited to
+// models go first, those with the fewest GPUs to choose from first, then
+// the others; within each, whole GPUs first (a pod's GPUs anywhere on its
+// models), then the shares, largest first, each on the GPU of its models it
+// fits most tightly, or else an idle one of the model with the most idle
+// GPUs. A demand that finds no room is left out.
+func offlineBestFitDecreasing(demands []gpu.Demand, models modelGPUs) int64 {
+	idle := make([]int64, len(models))
+	var partial [][]int64 // per model, the free milli of its GPUs holding shares, ascending
+	for m := range models {
+		idle[m] = models[m].gpus
+		partial = append(partial, nil)
 	}
-	slices.SortFunc(shares, func(a, b int64) int { return int(b - a) })
-	var free []int64 // free milli of the GPUs holding shares, ascending
-	for _, s := range shares {
-		i, _ := slices.BinarySearch(free, s)
+	type item struct {
+		demand  gpu.Demand
+		allowed []int // model indices
+		choice  int64 // the GPUs of those models
+	}
+	items := make([]item, 0, len(demands))
+	for _, d := range demands {
+		it := item{demand: d}
+		for m := range models {
+			if d.AllowsModel(models[m].model) {
+				it.allowed = append(it.allowed, m)
+				it.choice += models[m].gpus
+			}
+		}
+		if len(d.Models) == 0 {
+			it.choice = math.MaxInt64 // unlimited pods go last
+		}
+		items = append(items, it)
+	}
+	slices.SortStableFunc(items, func(a, b item) int {
 		switch {
-		case i < len(free):
-			left := free[i] - s
-			free = slices.Delete(free, i, i+1)
-			j, _ := slices.BinarySearch(free, left)
-			free = slices.Insert(free, j, left)
-		case gpus > 0:
-			gpus--
-			left := gpu.MilliPerGPU - s
-			j, _ := slices.BinarySearch(free, left)
-			free = slices.Insert(free, j, left)
-		default:
+		case a.choice != b.choice:
+			return cmp.Compare(a.choice, b.choice)
+		case a.demand.IsShare() != b.demand.IsShare():
+			return cmp.Compare(b2i(a.demand.IsShare()), b2i(b.demand.IsShare()))
+		}
+		return cmp.Compare(b.demand.Milli, a.demand.Milli)
+	})
+	mostIdle := func(allowed []int) int {
+		best := -1
+		for _, m := range allowed {
+			if idle[m] > 0 && (best < 0 || idle[m] > idle[best]) {
+				best = m
+			}
+		}
+		return best
+	}
+	var placed int64
+	for _, it := range items {
+		d := it.demand
+		if !d.IsShare() {
+			var free int64
+			for _, m := range it.allowed {
+				free += idle[m]
+			}
+			if free < int64(d.Count) {
+				continue
+			}
+			for left := int64(d.Count); left > 0; {
+				m := mostIdle(it.allowed)
+				take := min(left, idle[m])
+				idle[m] -= take
+				left -= take
+			}
+			placed += d.TotalMilli()
 			continue
 		}
-		placed += s
+		bestModel, bestIndex := -1, -1
+		for _, m := range it.allowed {
+			if i, _ := slices.BinarySearch(partial[m], d.Milli); i < len(partial[m]) &&
+				(bestModel < 0 || partial[m][i] < partial[bestModel][bestIndex]) {
+				bestModel, bestIndex = m, i
+			}
+		}
+		var left int64
+		switch {
+		case bestModel >= 0:
+			left = partial[bestModel][bestIndex] - d.Milli
+			partial[bestModel] = slices.Delete(partial[bestModel], bestIndex, bestIndex+1)
+		default:
+			if bestModel = mostIdle(it.allowed); bestModel < 0 {
+				continue
+			}
+			idle[bestModel]--
+			left = gpu.MilliPerGPU - d.Milli
+		}
+		j, _ := slices.BinarySearch(partial[bestModel], left)
+		partial[bestModel] = slices.Insert(partial[bestModel], j, left)
+		placed += d.Milli
 	}
 	return placed
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -41,7 +41,7 @@ func TestLPPackingBound(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			cert, err := lpPackingBound(tt.demands, tt.gpus)
+			items, cert, err := lpPackingBound(tt.demands, oneModel(tt.gpus))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -50,23 +50,66 @@ func TestLPPackingBound(t *testing.T) {
 			}
 			// The certificate proves what it says: every pattern weighs at
 			// most PerGPU, and the bound is its arithmetic.
-			sizes, counts := itemCounts(tt.demands)
-			w := make([]float64, len(sizes))
-			bound := cert.PerGPU * float64(tt.gpus)
+			sizes, counts := make([]int64, len(items.kinds)), items.counts
+			for i, k := range items.kinds {
+				sizes[i] = k.Size
+			}
+			w := cert.Weights
+			bound := cert.PerGPU[0] * float64(tt.gpus)
 			var total float64
 			for i, s := range sizes {
-				w[i] = cert.Weights[s]
 				if w[i] < 0 || w[i] > float64(s) {
 					t.Errorf("weight %v for size %d: want 0..%d", w[i], s, s)
 				}
 				bound += float64(counts[i]) * (float64(s) - w[i])
 				total += float64(counts[i] * s)
 			}
-			if heaviest, _ := packing.HeaviestPattern(sizes, counts, w); heaviest > cert.PerGPU+1e-9 {
-				t.Errorf("a GPU holds %v of weight, more than the certificate's %v", heaviest, cert.PerGPU)
+			if heaviest, _ := packing.HeaviestPattern(sizes, counts, w); heaviest > cert.PerGPU[0]+1e-9 {
+				t.Errorf("a GPU holds %v of weight, more than the certificate's %v", heaviest, cert.PerGPU[0])
 			}
 			if want := math.Min(bound, total); math.Abs(cert.AllocatedMilli-want) > 1e-3 {
 				t.Errorf("bound %v, but the certificate's arithmetic gives %v", cert.AllocatedMilli, want)
+			}
+		})
+	}
+}
+
+// TestLPPackingBoundWithModels: pods limited to GPU models, on a cluster
+// of two models. Each want is the most any placement allocates.
+func TestLPPackingBoundWithModels(t *testing.T) {
+	on := func(d gpu.Demand, models ...string) gpu.Demand { d.Models = models; return d }
+	whole := gpu.Demand{Count: 1, Milli: gpu.MilliPerGPU}
+	cluster := modelGPUs{{"A100", 2}, {"T4", 2}}
+	tests := []struct {
+		name    string
+		demands []gpu.Demand
+		want    float64
+		classes int
+	}{
+		// Three GPUs asked for on T4, which has two, and one of any model:
+		// 2 on T4, 1 on an A100, the other A100 idle: 3000. Without the
+		// models 4000: the pod that cannot fit raises the bound by exactly
+		// its GPU.
+		{"a model with too few GPUs", []gpu.Demand{on(whole, "T4"), on(whole, "t4"), on(whole, "T4"), whole}, 3000, 2},
+		// Two 600s on T4 and two 400s of any model: each 600 shares its
+		// T4 with a 400: 2000. The A100s stay idle.
+		{"shares paired on their model", []gpu.Demand{on(share(600), "T4"), on(share(600), "T4"), share(400), share(400)}, 2000, 2},
+		// Pods that may use every model of the cluster are not limited.
+		{"every model allowed", []gpu.Demand{on(whole, "T4", "A100"), whole, whole, whole, whole}, 4000, 1},
+		// A model the cluster lacks: the pod cannot be placed.
+		{"a model the cluster lacks", []gpu.Demand{on(whole, "H100"), whole}, 1000, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			items, cert, err := lpPackingBound(tt.demands, cluster)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if math.Abs(cert.AllocatedMilli-tt.want) > 1e-3 {
+				t.Errorf("bound %v milli-GPU, want %v (kinds %v, certificate %+v)", cert.AllocatedMilli, tt.want, items.labels, cert)
+			}
+			if len(items.classGPUs) != tt.classes {
+				t.Errorf("%d classes of GPUs (%v), want %d", len(items.classGPUs), items.classModels, tt.classes)
 			}
 		})
 	}
@@ -116,7 +159,14 @@ func TestLPBoundOnTheTrace(t *testing.T) {
 		}
 		return 0
 	}
-	sizes, counts := itemCounts(arrived)
+	items := itemsOf(arrived, clusterModelGPUs(opts.Nodes))
+	if items.modelsCounted() {
+		t.Fatalf("the default trace limits no pod to models, yet the LP has %d classes", len(items.classGPUs))
+	}
+	sizes, counts := make([]int64, len(items.kinds)), items.counts
+	for i, k := range items.kinds {
+		sizes[i] = k.Size
+	}
 	w := make([]float64, len(sizes))
 	bound := 810 * float64(capacity/gpu.MilliPerGPU)
 	for i, s := range sizes {
@@ -131,20 +181,7 @@ func TestLPBoundOnTheTrace(t *testing.T) {
 		t.Errorf("LP bound %.2f%%, below the hand-made certificate's %.2f%%", got, handMadePct)
 	}
 
-	cfg, err := LoadConfig("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if opts.Profiles, err = ProfilesFor(cfg, []string{"FragFit"}); err != nil {
-		t.Fatal(err)
-	}
-	runs, err := Simulate(context.Background(), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := *runs[0].UnallocatedPctAt100; got < floors[0].AnyPlacementPct || got < floors[0].PlaceEveryFitPct {
-		t.Errorf("FragFit left %.2f%% unallocated, below the bounds %.2f%% and %.2f%%", got, floors[0].AnyPlacementPct, floors[0].PlaceEveryFitPct)
-	}
+	runs := runAboveFloors(t, opts, "FragFit", floors[0])
 	// Where the unallocated capacity sits adds up to it (the snapshot is
 	// taken just before the pod that crosses 100% arrived, the curve's
 	// point interpolated at it).
@@ -164,4 +201,63 @@ func TestLPBoundOnTheTrace(t *testing.T) {
 	if f := floors[0]; f.PlaceEveryFitPct < f.AnyPlacementPct+0.3 {
 		t.Errorf("the online floor %.2f%% is not above the bound for any placement %.2f%%", f.PlaceEveryFitPct, f.AnyPlacementPct)
 	}
+}
+
+// TestModelFloorsOnTheTrace: on the trace's list with a fifth of the GPU
+// pods limited to models, the floors count the models (several classes),
+// the bound with models is at least the bound without them, and PairFit,
+// which never refuses a pod that fits, goes below neither bound.
+func TestModelFloorsOnTheTrace(t *testing.T) {
+	opts, _ := loadTrace(t, "openb_pod_list_gpuspec20.csv")
+	opts.Seeds = []int64{42}
+	capacity := capacityMilli(opts.Nodes)
+	floors := workloadFloors(opts, capacity)
+	if len(floors) != 1 {
+		t.Fatalf("%d floors, want 1", len(floors))
+	}
+	f := floors[0]
+	if !f.ModelsCounted || len(f.LPClasses) < 2 {
+		t.Fatalf("the floors do not count the models: %d classes", len(f.LPClasses))
+	}
+	var gpus int64
+	for _, c := range f.LPClasses {
+		gpus += c.GPUs
+	}
+	if gpus*gpu.MilliPerGPU != capacity {
+		t.Errorf("the classes hold %d GPUs, the cluster %d", gpus, capacity/gpu.MilliPerGPU)
+	}
+	// The same pods without their models: the LP can only allocate more.
+	blind := opts
+	blind.Pods = nil
+	for _, p := range opts.Pods {
+		q := p
+		q.Pod = p.Pod.DeepCopy()
+		delete(q.Pod.Annotations, gpu.AnnotationModels)
+		blind.Pods = append(blind.Pods, q)
+	}
+	if b := workloadFloors(blind, capacity)[0]; b.ModelsCounted || f.AnyPlacementPct < b.AnyPlacementPct-0.005 {
+		t.Errorf("bound with models %.2f%%, without %.2f%% (models counted: %v)", f.AnyPlacementPct, b.AnyPlacementPct, b.ModelsCounted)
+	}
+	runAboveFloors(t, opts, "PairFit", f)
+}
+
+// runAboveFloors runs policy on opts' one seed and fails the test if it
+// leaves less unallocated than either bound of the seed's floor.
+func runAboveFloors(t *testing.T, opts Options, policy string, f Floor) []Run {
+	t.Helper()
+	cfg, err := LoadConfig("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if opts.Profiles, err = ProfilesFor(cfg, []string{policy}); err != nil {
+		t.Fatal(err)
+	}
+	runs, err := Simulate(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := *runs[0].UnallocatedPctAt100; got < f.AnyPlacementPct || got < f.PlaceEveryFitPct {
+		t.Errorf("%s left %.2f%% unallocated, below the bounds %.2f%% and %.2f%%", policy, got, f.AnyPlacementPct, f.PlaceEveryFitPct)
+	}
+	return runs
 }

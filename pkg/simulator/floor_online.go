@@ -54,7 +54,7 @@ func (p *arrivedPod) dominates(q *arrivedPod) bool {
 // cases, so the largest case bounds it. The cases are searched branch and
 // bound over intervals of K, each interval bounded by the LP with the items
 // forced in at its first K and out for every K in it.
-func onlineAllocationBound(pods []arrivedPod, gpus int64) float64 {
+func onlineAllocationBound(pods []arrivedPod, models modelGPUs) float64 {
 	var probes []int // positions of the probes
 	for i := range pods {
 		if pods[i].isProbe() {
@@ -79,32 +79,29 @@ func onlineAllocationBound(pods []arrivedPod, gpus int64) float64 {
 			}
 		}
 	}
-	sizes, available := itemCounts(demandsOf(pods))
-	lp := packing.NewLP(sizes)
-	index := map[int64]int{}
-	for i, s := range sizes {
-		index[s] = i
-	}
+	items := itemsOf(demandsOf(pods), models)
+	available := items.counts
+	lp := packing.NewLP(items.kinds, len(items.classGPUs))
 	// bound is the LP's bound when the items placedBy before first are in,
 	// and the whole-GPU pods after last asking for at least (cpu, memory)
 	// are out, with the pod at out (if any) out too.
 	bound := func(first, last int, cpu, memory int64, out int) float64 {
-		lower := make([]int64, len(sizes))
+		lower := make([]int64, len(items.kinds))
 		upper := append([]int64(nil), available...)
 		for t := range pods {
 			d := &pods[t].demand
-			size, n := d.PackingItems()
+			kind, n := items.kindOf(d)
 			if n == 0 {
 				continue
 			}
 			switch {
 			case t == out || (t > last && !d.IsShare() && pods[t].milliCPU >= cpu && pods[t].memoryMiB >= memory):
-				upper[index[size]] -= int64(n)
+				upper[kind] -= int64(n)
 			case placedBy[t] < first:
-				lower[index[size]] += int64(n)
+				lower[kind] += int64(n)
 			}
 		}
-		return lp.Bound(lower, upper, gpus)
+		return lp.Bound(lower, upper, items.classGPUs)
 	}
 	// The case where no probe is refused.
 	best := bound(never, never, 0, 0, -1)

@@ -2,6 +2,7 @@ package simulator
 
 import (
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -27,9 +28,9 @@ func randomArrivals(seed uint64) ([]arrivedPod, int64) {
 }
 
 // TestPackingLPTerminates: the floors' LPs end on degenerate workloads.
-// Workload 1993 made gonum's simplex cycle before the right-hand sides were
-// made distinct (simplex); a few hundred more are solved beside it, each
-// within a generous limit.
+// Workload 1993 once made a simplex cycle (master.solve turns to Bland's
+// rule when the objective stalls); a few hundred more are solved beside it,
+// each within a generous limit.
 func TestPackingLPTerminates(t *testing.T) {
 	seeds := []uint64{1993}
 	for s := range uint64(200) {
@@ -40,13 +41,13 @@ func TestPackingLPTerminates(t *testing.T) {
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			cert, err := lpPackingBound(demandsOf(pods), gpus)
+			_, cert, err := lpPackingBound(demandsOf(pods), oneModel(gpus))
 			if err != nil {
 				t.Errorf("workload %d: %v", seed, err)
 				return
 			}
 			// Each case of the online bound is the LP with more constraints.
-			if b := onlineAllocationBound(pods, gpus); b > cert.AllocatedMilli+1e-3 {
+			if b := onlineAllocationBound(pods, oneModel(gpus)); b > cert.AllocatedMilli+1e-3 {
 				t.Errorf("workload %d: online bound %v above the bound for any placement %v", seed, b, cert.AllocatedMilli)
 			}
 		}()
@@ -54,6 +55,43 @@ func TestPackingLPTerminates(t *testing.T) {
 		case <-done:
 		case <-time.After(30 * time.Second):
 			t.Fatalf("workload %d: the packing LPs did not end within 30 s", seed)
+		}
+	}
+}
+
+// TestModelFloorsTighten: on random workloads whose pods are limited to
+// GPU models at random, the LP that counts the models bounds the
+// allocation at most as high as the LP that ignores them (the models only
+// take packings away), and the online bound stays under the bound for any
+// placement.
+func TestModelFloorsTighten(t *testing.T) {
+	names := []string{"A", "B", "C"}
+	for seed := range uint64(100) {
+		pods, gpus := randomArrivals(9000 + seed)
+		rng := rand.New(rand.NewPCG(seed, 2))
+		// The GPUs split at random among the models, C holding the rest.
+		a := int64(rng.IntN(int(gpus) + 1))
+		b := int64(rng.IntN(int(gpus-a) + 1))
+		models := modelGPUs{{"A", a}, {"B", b}, {"C", gpus - a - b}}
+		unlimited := slices.Clone(pods)
+		for i := range pods {
+			if rng.IntN(3) == 0 {
+				pods[i].demand.Models = []string{names[rng.IntN(len(names))]}
+			}
+		}
+		_, blind, err := lpPackingBound(demandsOf(unlimited), oneModel(gpus))
+		if err != nil {
+			t.Fatalf("workload %d: %v", seed, err)
+		}
+		items, aware, err := lpPackingBound(demandsOf(pods), models)
+		if err != nil {
+			t.Fatalf("workload %d (%v on %v): %v", seed, items.labels, models, err)
+		}
+		if aware.AllocatedMilli > blind.AllocatedMilli+1e-3 {
+			t.Errorf("workload %d: counting the models raised the bound from %v to %v (%v)", seed, blind.AllocatedMilli, aware.AllocatedMilli, items.labels)
+		}
+		if b := onlineAllocationBound(pods, models); b > aware.AllocatedMilli+1e-3 {
+			t.Errorf("workload %d: online bound %v above the bound for any placement %v", seed, b, aware.AllocatedMilli)
 		}
 	}
 }

@@ -96,9 +96,24 @@ func TestOfflineBestFitDecreasing(t *testing.T) {
 			want:    1000,
 		},
 	}
+	// With models: an A10 and a T4. The 600 limited to the A10 goes first
+	// and takes it; the whole GPU of any model then takes the T4, and the
+	// 400 of any model fits beside the 600: 600 + 1000 + 400 = 2000. Placed
+	// in arrival order, the whole GPU would take the A10 (the first of two
+	// idle models) and leave the 600 out: 1400.
+	on := func(d gpu.Demand, models ...string) gpu.Demand { d.Models = models; return d }
+	if got := offlineBestFitDecreasing([]gpu.Demand{whole(1), share(400), on(share(600), "A10")}, modelGPUs{{"A10", 1}, {"T4", 1}}); got != 2000 {
+		t.Errorf("offlineBestFitDecreasing with models = %d, want 2000", got)
+	}
+	cluster := modelGPUs{{"A100", 2}, {"T4", 1}}
+	// A pod whose models have too few idle GPUs is left out: two GPUs on
+	// T4, which has one; the whole GPU then takes an A100: 1000.
+	if got := offlineBestFitDecreasing([]gpu.Demand{on(whole(2), "T4"), whole(1)}, cluster); got != 1000 {
+		t.Errorf("offlineBestFitDecreasing with a model too small = %d, want 1000", got)
+	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := offlineBestFitDecreasing(tt.demands, tt.gpus); got != tt.want {
+			if got := offlineBestFitDecreasing(tt.demands, oneModel(tt.gpus)); got != tt.want {
 				t.Errorf("offlineBestFitDecreasing = %d, want %d", got, tt.want)
 			}
 		})

@@ -79,6 +79,9 @@ func (r *Report) fill(policies []string, runs []Run, floors []Floor) {
 		}
 		r.Floor = &FloorSummary{AnyPlacementPct: stat(anyPlacement), PlaceEveryFitPct: stat(everyFit),
 			LargeSharesPct: stat(large), OfflineBFDPct: stat(bfd), Seeds: floors}
+		for _, f := range floors {
+			r.Floor.ModelsCounted = r.Floor.ModelsCounted || f.ModelsCounted
+		}
 	}
 }
 
@@ -104,11 +107,14 @@ func (r *Report) ClearTimings() {
 
 // FloorSummary is the workload's Floor over the seeds.
 type FloorSummary struct {
-	AnyPlacementPct  Stat    `json:"any_placement_pct"`
-	PlaceEveryFitPct Stat    `json:"place_every_fit_pct"`
-	LargeSharesPct   Stat    `json:"large_shares_pct"`
-	OfflineBFDPct    Stat    `json:"offline_bfd_pct"`
-	Seeds            []Floor `json:"seeds"`
+	AnyPlacementPct  Stat `json:"any_placement_pct"`
+	PlaceEveryFitPct Stat `json:"place_every_fit_pct"`
+	LargeSharesPct   Stat `json:"large_shares_pct"`
+	OfflineBFDPct    Stat `json:"offline_bfd_pct"`
+	// ModelsCounted is set when the LP counts GPU models on some seed
+	// (Floor.ModelsCounted): the two bounds then hold pods to their models.
+	ModelsCounted bool    `json:"models_counted,omitempty"`
+	Seeds         []Floor `json:"seeds"`
 }
 
 func summarize(policy string, runs []Run) Summary {
@@ -212,12 +218,16 @@ func (r *Report) writeBody(w io.Writer) error {
 		return err
 	}
 	if f := r.Floor; f != nil {
+		lp := "LP over per-GPU packings"
+		if f.ModelsCounted {
+			lp += ", each pod on its GPU models"
+		}
 		_, err := fmt.Fprintf(w, "\nfloors of the workload (unallocated GPU %% @ arrived 100%%; docs/simulator.md#floors):\n"+
-			"  %.2f ± %.2f  no placement goes below: a bound for every placement, online or offline (LP over per-GPU packings)\n"+
+			"  %.2f ± %.2f  no placement goes below: a bound for every placement, online or offline (%s)\n"+
 			"  %.2f ± %.2f  no online placement that never refuses a pod that fits goes below (a bound for those, as kube-scheduler places)\n"+
 			"  %.2f ± %.2f  no placement that places every share above 500 milli-GPU goes below (a bound for those placements)\n"+
-			"  %.2f ± %.2f  offline best-fit-decreasing leaves: a heuristic packing ignoring CPU, memory, models and nodes, not a bound\n",
-			f.AnyPlacementPct.Mean, f.AnyPlacementPct.SD, f.PlaceEveryFitPct.Mean, f.PlaceEveryFitPct.SD,
+			"  %.2f ± %.2f  offline best-fit-decreasing leaves: a heuristic packing, each pod on its GPU models, ignoring CPU, memory and nodes; not a bound\n",
+			f.AnyPlacementPct.Mean, f.AnyPlacementPct.SD, lp, f.PlaceEveryFitPct.Mean, f.PlaceEveryFitPct.SD,
 			f.LargeSharesPct.Mean, f.LargeSharesPct.SD, f.OfflineBFDPct.Mean, f.OfflineBFDPct.SD)
 		return err
 	}

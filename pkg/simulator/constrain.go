@@ -1,0 +1,232 @@
+package simulator
+
+import (
+	"bytes"
+	"encoding/csv"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpusched/gpusched/pkg/gpu"
+)
+
+// ConstrainOptions make a model-constrained variant of a pod list: the FGD
+// authors' method for their gpuspec lists, with a seed.
+type ConstrainOptions struct {
+	// Pods is the pod list to constrain (CSV), and Like the lists whose
+	// model-limited pods give the models to draw from (gpu_spec).
+	Pods string
+	Like []string
+	// Nodes is the cluster: a pod is given only models of which some node
+	// has as many GPUs as the pod asks for.
+	Nodes string
+	// Fraction is the share of the GPU pods limited to models in the
+	// variant, those limited already included; 0..1.
+	Fraction float64
+	Seed     uint64
+}
+
+// specShape groups pods for drawing models: a pod gets the models of a
+// like list's pod of its shape, as the trace pairs models with shapes
+// (shares go to the models that share GPUs, eight-GPU pods to the models
+// of eight-GPU nodes).
+func specShape(d *gpu.Demand) string {
+	switch {
+	case d.IsShare():
+		return "share"
+	case d.Count == 1:
+		return "one GPU"
+	}
+	return "several GPUs"
+}
+
+// Constrain writes opts.Pods to w as CSV, each row as it was, with
+// gpu_spec set on a random round(Fraction × GPU pods) − (pods limited
+// already) of the GPU pods not yet limited: each gets the models of a pod
+// drawn at random from the Like lists' limited pods of its shape whose
+// models some node can host it on (of any shape when none of its shape
+// can). The draw keeps the like lists' proportions of models per shape.
+// gpu_spec is added as the last column when the list has none.
+func Constrain(opts ConstrainOptions, w io.Writer) error {
+	if !(opts.Fraction >= 0 && opts.Fraction <= 1) {
+		return fmt.Errorf("--fraction %v: want a share of the GPU pods in 0..1", opts.Fraction)
+	}
+	data, err := os.ReadFile(opts.Pods)
+	if err != nil {
+		return err
+	}
+	if !isCSV(opts.Pods) {
+		return fmt.Errorf("--pods %s: want a pod list in CSV", opts.Pods)
+	}
+	pods, err := podsFromCSV(opts.Pods, data)
+	if err != nil {
+		return err
+	}
+	nodes, err := LoadNodes(opts.Nodes)
+	if err != nil {
+		return err
+	}
+	mostGPUs := map[string]int{} // model (lower case) → the most GPUs of a node
+	for _, n := range nodes {
+		inv, err := gpu.InventoryFromNode(n)
+		if err != nil {
+			continue
+		}
+		onNode := map[string]int{}
+		for _, dev := range inv.Devices {
+			onNode[strings.ToLower(dev.Model)]++
+		}
+		for m, g := range onNode {
+			mostGPUs[m] = max(mostGPUs[m], g)
+		}
+	}
+	hosts := func(d gpu.Demand, models []string) bool {
+		for _, m := range models {
+			if mostGPUs[strings.ToLower(m)] >= d.Count {
+				return true
+			}
+		}
+		return false
+	}
+	specs := map[string][][]string{} // shape → the like lists' models, one entry per pod
+	var all [][]string
+	for _, file := range opts.Like {
+		like, err := LoadPods(file)
+		if err != nil {
+			return err
+		}
+		for _, p := range like {
+			if d, err := gpu.DemandFromPod(p.Pod); err == nil && len(d.Models) > 0 && d.Count > 0 {
+				specs[specShape(&d)] = append(specs[specShape(&d)], d.Models)
+				all = append(all, d.Models)
+			}
+		}
+	}
+	if len(all) == 0 {
+		return fmt.Errorf("--like %s: no pod limited to GPU models (gpu_spec) to draw models from", strings.Join(opts.Like, ","))
+	}
+	var free []int // the GPU pods not limited yet
+	var gpuPods, limited int
+	demands := make([]gpu.Demand, len(pods))
+	for i, p := range pods {
+		d, err := gpu.DemandFromPod(p.Pod)
+		if err != nil || d.Count == 0 {
+			continue
+		}
+		demands[i] = d
+		gpuPods++
+		if len(d.Models) > 0 {
+			limited++
+		} else {
+			free = append(free, i)
+		}
+	}
+	target := int(math.Round(opts.Fraction * float64(gpuPods)))
+	if target < limited {
+		return fmt.Errorf("--fraction %v: %s has %d of its %d GPU pods limited to models already, more than %d", opts.Fraction, opts.Pods, limited, gpuPods, target)
+	}
+	rng := rand.New(rand.NewPCG(opts.Seed, 0x6770757370656373)) // "gpuspecs"
+	rng.Shuffle(len(free), func(i, j int) { free[i], free[j] = free[j], free[i] })
+	spec := map[int]string{} // row → its new gpu_spec
+	for _, i := range free[:target-limited] {
+		d := demands[i]
+		var pool [][]string
+		for _, models := range specs[specShape(&d)] {
+			if hosts(d, models) {
+				pool = append(pool, models)
+			}
+		}
+		if len(pool) == 0 {
+			for _, models := range all {
+				if hosts(d, models) {
+					pool = append(pool, models)
+				}
+			}
+		}
+		if len(pool) == 0 {
+			return fmt.Errorf("pod %s (%s): no models in --like that a node of --nodes can host it on", pods[i].Pod.Name, d.String())
+		}
+		spec[i] = strings.Join(pool[rng.IntN(len(pool))], "|")
+	}
+	return writeConstrained(data, spec, w)
+}
+
+// writeConstrained copies the CSV in data to w, setting gpu_spec on the
+// rows (0 is the first after the header) in spec.
+func writeConstrained(data []byte, spec map[int]string, w io.Writer) error {
+	r := csv.NewReader(bytes.NewReader(data))
+	r.FieldsPerRecord = -1
+	header, err := r.Read()
+	if err != nil {
+		return err
+	}
+	col := slices.IndexFunc(header, func(h string) bool { return strings.TrimSpace(strings.TrimPrefix(h, "\ufeff")) == "gpu_spec" })
+	if col < 0 {
+		col = len(header)
+		header = append(header, "gpu_spec")
+	}
+	out := csv.NewWriter(w)
+	if err := out.Write(header); err != nil {
+		return err
+	}
+	for row := 0; ; row++ {
+		record, err := r.Read()
+		if err == io.EOF {
+			break
+		} else if err != nil {
+			return err
+		}
+		for len(record) <= col {
+			record = append(record, "")
+		}
+		if s, ok := spec[row]; ok {
+			record[col] = s
+		}
+		if err := out.Write(record); err != nil {
+			return err
+		}
+	}
+	out.Flush()
+	return out.Error()
+}
+
+func newConstrainCommand() *cobra.Command {
+	var opts ConstrainOptions
+	var like string
+	cmd := &cobra.Command{
+		Use:   "constrain",
+		Short: "Write a variant of a pod list with a share of its GPU pods limited to GPU models",
+		Long: `constrain writes a pod list (CSV) to stdout with --fraction of its GPU pods
+limited to GPU models (gpu_spec), as the trace's gpuspec lists are made: the
+pods are chosen at random, and each gets the models of a model-limited pod of
+its shape (a share, one GPU, several GPUs) drawn from the --like lists, among
+those some node of --nodes can host it on. The same inputs and --seed write
+the same list. See docs/simulator.md.`,
+		Example: `  T=../shared/traces/alibaba-gpu-2023
+  gpusched simulate constrain --pods $T/openb_pod_list_default.csv --nodes $T/openb_node_list_gpu_node.csv \
+      --like $T/openb_pod_list_gpuspec05.csv,$T/openb_pod_list_gpuspec10.csv,$T/openb_pod_list_gpuspec20.csv \
+      --fraction 0.33 --seed 1 > gpuspec33-seed1.csv`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			opts.Like = strings.Split(like, ",")
+			return Constrain(opts, cmd.OutOrStdout())
+		},
+		SilenceUsage: true,
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&opts.Pods, "pods", "", "the pod list to constrain (Alibaba pod CSV)")
+	fs.StringVar(&like, "like", "", "comma-separated pod lists whose model-limited pods give the models to draw")
+	fs.StringVar(&opts.Nodes, "nodes", "", "the cluster (node CSV or YAML): pods get only models a node can host them on")
+	fs.Float64Var(&opts.Fraction, "fraction", 0, "share of the GPU pods limited to models in the variant, 0..1")
+	fs.Uint64Var(&opts.Seed, "seed", 1, "seed of the random choice of pods and models")
+	for _, f := range []string{"pods", "like", "nodes", "fraction"} {
+		_ = cmd.MarkFlagRequired(f)
+	}
+	return cmd
+}
