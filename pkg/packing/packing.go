@@ -122,7 +122,7 @@ func HeaviestPattern(sizes, counts []int64, w []float64) (float64, []int64) {
 	}
 	var items []item
 	for i, s := range sizes {
-		if w[i] <= 0 {
+		if w[i] <= 0 || s <= 0 {
 			continue
 		}
 		n := min(counts[i], capacity/s)

@@ -19,8 +19,9 @@ import (
 // z_k lets the case place fewer than lower_k items at a cost of V each: the
 // restricted LP stays feasible, and a case with no packing gets a bound far
 // below 0. At an optimum its duals are LP.Bound's multipliers: every column
-// prices out, which for a pattern is Σ a·(size − u + v) ≤ y_c. Starting from
-// the basis of s, t and z (the identity), no first phase is needed.
+// prices out, which for a pattern is Σ a·(size − u + v) ≤ y_c. The basis of
+// s, t and, per lower row, z or r (±1 on the diagonal) is feasible, so no
+// first phase is needed.
 type master struct {
 	classes, kinds int
 	cols           []column
@@ -243,6 +244,7 @@ func (m *master) refactor() {
 			}
 		}
 		if math.Abs(a[p][q]) < 1e-12 {
+			m.pivots = 0 // try again refactorPivots pivots later
 			return
 		}
 		a[q], a[p] = a[p], a[q]

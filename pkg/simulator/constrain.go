@@ -8,7 +8,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
-	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -108,9 +107,6 @@ func Constrain(opts ConstrainOptions, w io.Writer) error {
 			}
 		}
 	}
-	if len(all) == 0 {
-		return fmt.Errorf("--like %s: no pod limited to GPU models (gpu_spec) to draw models from", strings.Join(opts.Like, ","))
-	}
 	var free []int // the GPU pods not limited yet
 	var gpuPods, limited int
 	demands := make([]gpu.Demand, len(pods))
@@ -130,6 +126,9 @@ func Constrain(opts ConstrainOptions, w io.Writer) error {
 	target := int(math.Round(opts.Fraction * float64(gpuPods)))
 	if target < limited {
 		return fmt.Errorf("--fraction %v: %s has %d of its %d GPU pods limited to models already, more than %d", opts.Fraction, opts.Pods, limited, gpuPods, target)
+	}
+	if target > limited && len(all) == 0 {
+		return fmt.Errorf("--like %s: no pod limited to GPU models (gpu_spec) to draw models from", strings.Join(opts.Like, ","))
 	}
 	rng := rand.New(rand.NewPCG(opts.Seed, 0x6770757370656373)) // "gpuspecs"
 	rng.Shuffle(len(free), func(i, j int) { free[i], free[j] = free[j], free[i] })
@@ -158,15 +157,32 @@ func Constrain(opts ConstrainOptions, w io.Writer) error {
 }
 
 // writeConstrained copies the CSV in data to w, setting gpu_spec on the
-// rows (0 is the first after the header) in spec.
+// rows (0 is the first after the header) in spec. A row with more or fewer
+// fields than the header is refused, and then nothing is written.
 func writeConstrained(data []byte, spec map[int]string, w io.Writer) error {
+	var buf bytes.Buffer
+	if err := copyConstrained(data, spec, &buf); err != nil {
+		return err
+	}
+	_, err := w.Write(buf.Bytes())
+	return err
+}
+
+func copyConstrained(data []byte, spec map[int]string, w io.Writer) error {
 	r := csv.NewReader(bytes.NewReader(data))
 	r.FieldsPerRecord = -1
 	header, err := r.Read()
 	if err != nil {
 		return err
 	}
-	col := slices.IndexFunc(header, func(h string) bool { return strings.TrimSpace(strings.TrimPrefix(h, "\ufeff")) == "gpu_spec" })
+	// The last gpu_spec column, as the simulator reads it (csvTable).
+	col := -1
+	for i, h := range header {
+		if strings.TrimSpace(strings.TrimPrefix(h, "\ufeff")) == "gpu_spec" {
+			col = i
+		}
+	}
+	fields := len(header)
 	if col < 0 {
 		col = len(header)
 		header = append(header, "gpu_spec")
@@ -181,6 +197,10 @@ func writeConstrained(data []byte, spec map[int]string, w io.Writer) error {
 			break
 		} else if err != nil {
 			return err
+		}
+		if len(record) != fields {
+			line, _ := r.FieldPos(0)
+			return fmt.Errorf("%d fields on line %d: want %d, one per header column", len(record), line, fields)
 		}
 		for len(record) <= col {
 			record = append(record, "")

@@ -92,6 +92,15 @@ func TestConstrain(t *testing.T) {
 	if err := Constrain(opts, &other); err != nil || other.String() == out.String() {
 		t.Errorf("another seed wrote the same list (%v)", err)
 	}
+	// None: the list as it was, even with nothing to draw from.
+	opts.Fraction = 0
+	var none bytes.Buffer
+	if err := Constrain(ConstrainOptions{Pods: opts.Pods, Nodes: opts.Nodes, Like: []string{opts.Pods}, Fraction: 0}, &none); err != nil {
+		t.Fatal(err)
+	}
+	if got := readRows(t, none.Bytes()); len(got) != len(before) || got[1][5] != "" {
+		t.Errorf("fraction 0 changed the list: %v", got[:2])
+	}
 	// All of them: every GPU pod limited, the CPU pods not.
 	opts.Fraction = 1
 	var full bytes.Buffer
@@ -113,11 +122,17 @@ func TestConstrainRefuses(t *testing.T) {
 	if err := os.WriteFile(noLimited, []byte("name,cpu_milli,memory_mib,num_gpu,gpu_milli\nx,1,1,1,1000\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	extra := filepath.Join(t.TempDir(), "extra.csv")
+	if err := os.WriteFile(extra, []byte("name,cpu_milli,memory_mib,num_gpu,gpu_milli\nx,1,1,1,1000\ny,1,1,1,1000,T4\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		name   string
 		change func(o *ConstrainOptions)
 		want   string
 	}{
+		// Without a gpu_spec column the extra field would become y's models.
+		{"a row with a field past the header", func(o *ConstrainOptions) { o.Pods = extra }, "6 fields on line 3: want 5"},
 		{"fraction above 1", func(o *ConstrainOptions) { o.Fraction = 1.5 }, "--fraction 1.5: want a share of the GPU pods in 0..1"},
 		{"fraction below 0", func(o *ConstrainOptions) { o.Fraction = -0.1 }, "--fraction -0.1"},
 		{"no limited pod to draw from", func(o *ConstrainOptions) { o.Like = []string{noLimited} }, "no pod limited to GPU models"},

@@ -22,9 +22,8 @@ type Floor struct {
 	// the configuration LP's certificate (lpPackingBound) in LPWeights,
 	// LPPerGPU and LPClasses.
 	AnyPlacementPct float64 `json:"any_placement_pct"`
-	// ModelsCounted is set when pods limited to GPU models make the LP
-	// count the models (more than one class of GPUs); the bounds are then
-	// the LP's with the models.
+	// ModelsCounted is set when some pods are limited to some of the
+	// cluster's GPU models, which the LP then counts.
 	ModelsCounted bool `json:"models_counted,omitempty"`
 	// LPWeights is the certificate's weight per kind of item: its size
 	// (milli-GPU; "1000" for each GPU of a whole-GPU pod), followed by
@@ -33,7 +32,7 @@ type Floor struct {
 	// LPPerGPU × GPUs + Σ(size − weight).
 	LPWeights map[string]float64 `json:"lp_weights"`
 	LPPerGPU  float64            `json:"lp_per_gpu"`
-	// LPClasses are the classes of GPUs when models make more than one:
+	// LPClasses are the classes of GPUs when models are counted:
 	// allocated ≤ Σ over the classes of PerGPU × GPUs + Σ(size − weight).
 	LPClasses []LPClass `json:"lp_classes,omitempty"`
 	// PlaceEveryFitPct is a lower bound for the online placements that

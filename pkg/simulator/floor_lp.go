@@ -131,9 +131,10 @@ func itemsOf(demands []gpu.Demand, models modelGPUs) *packingItems {
 				}
 			}
 			slices.Sort(kind.Classes)
-			label += " on " + strings.Join(names, "|")
 			if len(names) == 0 {
 				label += " on no model of the cluster"
+			} else {
+				label += " on " + strings.Join(names, "|")
 			}
 		}
 		it.index[key] = len(it.kinds)
@@ -175,9 +176,16 @@ func (it *packingItems) kindOf(d *gpu.Demand) (kind, n int) {
 	return it.index[key], n
 }
 
-// modelsCounted reports whether the models make more than one class, so
-// that the LP's bound counts them.
-func (it *packingItems) modelsCounted() bool { return len(it.classGPUs) > 1 }
+// modelsCounted reports whether some kind is limited to some of the
+// cluster's models, so that the LP's bound counts them.
+func (it *packingItems) modelsCounted() bool {
+	for _, k := range it.kinds {
+		if k.Classes != nil {
+			return true
+		}
+	}
+	return false
+}
 
 // lpPackingBound is packing.Bound for the demands' items on the cluster's
 // GPUs.

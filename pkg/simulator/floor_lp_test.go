@@ -3,6 +3,7 @@ package simulator
 import (
 	"context"
 	"math"
+	"slices"
 	"testing"
 
 	"github.com/gpusched/gpusched/pkg/gpu"
@@ -112,6 +113,11 @@ func TestLPPackingBoundWithModels(t *testing.T) {
 				t.Errorf("%d classes of GPUs (%v), want %d", len(items.classGPUs), items.classModels, tt.classes)
 			}
 		})
+	}
+	// A pod of a model the cluster lacks is limited, and says so.
+	items, _, _ := lpPackingBound([]gpu.Demand{on(whole, "H100"), whole}, cluster)
+	if !items.modelsCounted() || !slices.Contains(items.labels, "1000 on no model of the cluster") {
+		t.Errorf("kinds %q (models counted: %v), want one limited to no model of the cluster", items.labels, items.modelsCounted())
 	}
 }
 
