@@ -128,13 +128,7 @@ func TestLPPackingBoundWithModels(t *testing.T) {
 // more than 810); the online floor is above it; and FragFit, which never
 // refuses a pod that fits, goes below neither.
 func TestLPBoundOnTheTrace(t *testing.T) {
-	opts, _ := loadTrace(t, "openb_pod_list_default.csv")
-	opts.Seeds = []int64{42}
-	capacity := capacityMilli(opts.Nodes)
-	floors := workloadFloors(opts, capacity)
-	if len(floors) != 1 {
-		t.Fatalf("%d floors, want 1", len(floors))
-	}
+	opts, capacity, floor := seed42Floor(t, "openb_pod_list_default.csv")
 	var arrived []gpu.Demand
 	var total int64
 	for _, p := range fgdSequence(opts.Pods, 42, capacity) {
@@ -183,11 +177,11 @@ func TestLPBoundOnTheTrace(t *testing.T) {
 		t.Fatalf("the hand-made certificate is not one: a GPU holds %v", heaviest)
 	}
 	handMadePct := 100 * (float64(capacity) - bound) / float64(capacity)
-	if got := floors[0].AnyPlacementPct; got < handMadePct-0.01 {
+	if got := floor.AnyPlacementPct; got < handMadePct-0.01 {
 		t.Errorf("LP bound %.2f%%, below the hand-made certificate's %.2f%%", got, handMadePct)
 	}
 
-	runs := runAboveFloors(t, opts, "FragFit", floors[0])
+	runs := runAboveFloors(t, opts, "FragFit", floor)
 	// Where the unallocated capacity sits adds up to it (the snapshot is
 	// taken just before the pod that crosses 100% arrived, the curve's
 	// point interpolated at it).
@@ -204,7 +198,7 @@ func TestLPBoundOnTheTrace(t *testing.T) {
 	// The online floor is the tighter of the two: FragFit never refuses a
 	// pod that fits, and about half a point of what it leaves is forced on
 	// any such policy by what arrives before the cluster fills.
-	if f := floors[0]; f.PlaceEveryFitPct < f.AnyPlacementPct+0.3 {
+	if f := floor; f.PlaceEveryFitPct < f.AnyPlacementPct+0.3 {
 		t.Errorf("the online floor %.2f%% is not above the bound for any placement %.2f%%", f.PlaceEveryFitPct, f.AnyPlacementPct)
 	}
 }
@@ -214,14 +208,7 @@ func TestLPBoundOnTheTrace(t *testing.T) {
 // the bound with models is at least the bound without them, and PairFit,
 // which never refuses a pod that fits, goes below neither bound.
 func TestModelFloorsOnTheTrace(t *testing.T) {
-	opts, _ := loadTrace(t, "openb_pod_list_gpuspec20.csv")
-	opts.Seeds = []int64{42}
-	capacity := capacityMilli(opts.Nodes)
-	floors := workloadFloors(opts, capacity)
-	if len(floors) != 1 {
-		t.Fatalf("%d floors, want 1", len(floors))
-	}
-	f := floors[0]
+	opts, capacity, f := seed42Floor(t, "openb_pod_list_gpuspec20.csv")
 	if !f.ModelsCounted || len(f.LPClasses) < 2 {
 		t.Fatalf("the floors do not count the models: %d classes", len(f.LPClasses))
 	}
@@ -245,6 +232,21 @@ func TestModelFloorsOnTheTrace(t *testing.T) {
 		t.Errorf("bound with models %.2f%%, without %.2f%% (models counted: %v)", f.AnyPlacementPct, b.AnyPlacementPct, b.ModelsCounted)
 	}
 	runAboveFloors(t, opts, "PairFit", f)
+}
+
+// seed42Floor loads a pod list of the trace on its GPU nodes, seed 42
+// alone, and computes that seed's floor; capacity is the cluster's
+// milli-GPU.
+func seed42Floor(t *testing.T, podList string) (opts Options, capacity int64, floor Floor) {
+	t.Helper()
+	opts, _ = loadTrace(t, podList)
+	opts.Seeds = []int64{42}
+	capacity = capacityMilli(opts.Nodes)
+	floors := workloadFloors(opts, capacity)
+	if len(floors) != 1 {
+		t.Fatalf("%d floors, want 1", len(floors))
+	}
+	return opts, capacity, floors[0]
 }
 
 // runAboveFloors runs policy on opts' one seed and fails the test if it
