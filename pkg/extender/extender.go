@@ -73,9 +73,11 @@ type Extender struct {
 }
 
 // New returns an Extender deciding with policy over the cluster's view,
-// binding through client.
+// binding through client. The policy counts the cluster's GPUs by model
+// as the extender's ledger reads its nodes (gpu.Policy.WithFleet).
 func New(cluster *Cluster, client kubernetes.Interface, policy *gpu.Policy) *Extender {
-	e := &Extender{cluster: cluster, ledger: gpu.NewLedger(), policy: policy, client: client,
+	ledger := gpu.NewLedger()
+	e := &Extender{cluster: cluster, ledger: ledger, policy: policy.WithFleet(ledger), client: client,
 		schedulerNames: []string{v1.DefaultSchedulerName}, settleAfter: DefaultBindSettleAfter, closed: make(chan struct{})}
 	logger := klog.Background().WithName("extender")
 	e.ledger.ReportConflicts(func(node string, conflicts []string) {

@@ -114,8 +114,11 @@ func BenchmarkFitScoreAcrossNodes(b *testing.B) {
 }
 
 // BenchmarkFragmentationScore is Place + Score for one 8-GPU node with the
-// fragmentation-aware policies, FGD, FragFit (the default) and PairFit, against 20
-// typical pods (the default Alibaba workload has 19 shapes covering 95%).
+// fragmentation-aware policies, FGD, FragFit and PairFit (the default),
+// against 20 typical pods (the default Alibaba workload has 19 shapes
+// covering 95%); PairFit-models with a third of them limited to models, on
+// a fleet of three models (its GPUs' room priced by class, with a
+// pressure on the T4s).
 func BenchmarkFragmentationScore(b *testing.B) {
 	node, pods := busyNode(b, "n")
 	n := gpu.NewLedger().Node(node, 1, slices.Values(pods))
@@ -128,6 +131,7 @@ func BenchmarkFragmentationScore(b *testing.B) {
 		{"FGD", gpu.MustPolicy(gpu.PolicyFGD, gpu.PolicyConfig{Shapes: shapes})},
 		{"FragFit", gpu.MustPolicy(gpu.PolicyFragFit, gpu.PolicyConfig{Shapes: shapes})},
 		{"PairFit", gpu.MustPolicy(gpu.PolicyPairFit, gpu.PolicyConfig{Shapes: shapes})},
+		{"PairFit-models", gpu.MustPolicy(gpu.PolicyPairFit, gpu.PolicyConfig{Shapes: modelShapes(shapes), Fleet: benchFleet{}})},
 	} {
 		for _, tc := range []struct {
 			name   string
@@ -175,6 +179,25 @@ func BenchmarkPairFitPrices(b *testing.B) {
 		})
 	}
 }
+
+// modelShapes is shapes with every third one limited to a model: A100,
+// then T4, then A100 or V100 in turn.
+func modelShapes(shapes gpu.StaticShapes) gpu.StaticShapes {
+	out := slices.Clone(shapes)
+	limits := [][]string{{"A100"}, {"T4"}, {"A100", "V100"}}
+	for i := 0; i < len(out); i += 3 {
+		out[i].Demand.Models = limits[i/3%len(limits)]
+	}
+	return out
+}
+
+// benchFleet is a fleet of three models, with fewer T4s than the T4
+// shapes need (modelShapes).
+type benchFleet struct{}
+
+var benchCensus = gpu.ModelGPUs{{Model: "A100", GPUs: 400}, {Model: "T4", GPUs: 50}, {Model: "V100", GPUs: 200}}
+
+func (benchFleet) GPUsByModel() gpu.ModelGPUs { return benchCensus }
 
 // twentyShapes is 20 typical pods of equal weight: shares of 100 to 955
 // milli-GPU and pods of 1 to 3 whole GPUs, with 2 to 8 CPUs.

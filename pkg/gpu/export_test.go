@@ -25,14 +25,16 @@ func (l *Ledger) HasFront() bool { return l.front.Load() != nil }
 
 // PairFitPrices exposes PairFit's prices of typical's sizes.
 func PairFitPrices(typical StaticShapes) PricesForTest {
-	return PricesForTest{newSharePrices(itemMixOf(typical))}
+	return PricesForTest{newSharePrices(typical, nil, nil)}
 }
 
 // PricesForTest is a sharePrices for tests.
 type PricesForTest struct{ p *sharePrices }
 
-func (p PricesForTest) Weight(milli int64) float64   { return p.p.weight(milli) }
-func (p PricesForTest) Loss(free, milli int64) int64 { return p.p.loss(free, milli) }
+func (p PricesForTest) Weight(milli int64) float64 { return p.p.weightOf(&Demand{}, milli) }
+func (p PricesForTest) Loss(free, milli int64) int64 {
+	return p.p.loss(p.p.unlimited, free, milli, p.Weight(milli))
+}
 
 // PairFitPricing asks p, a PairFit policy, for its prices of typical and
 // returns where their weights live: the same address for a mix it did not

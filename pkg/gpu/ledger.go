@@ -64,6 +64,11 @@ type Ledger struct {
 	// Guarded by mu.
 	onConflicts func(node string, conflicts []string)
 	reported    map[string]string
+	// modelCounts counts the GPUs of the nodes in views by model, and
+	// census is its last published form (GPUsByModel). modelCounts is
+	// guarded by mu.
+	modelCounts map[string]int64
+	census      atomic.Pointer[ModelGPUs]
 }
 
 // ReportConflicts makes the ledger call report whenever a node's view is
@@ -106,9 +111,13 @@ func frontSlot(node *v1.Node) int {
 // entry views has replaced. Callers hold l.mu.
 func (l *Ledger) store(name string, c *cachedView) {
 	prev := l.cached(name)
+	var prevInv *Inventory
 	if prev == nil {
 		l.nodes++
+	} else {
+		prevInv = prev.inv
 	}
+	l.recount(prevInv, c.inv)
 	front := l.front.Load()
 	if front == nil && l.nodes > 1 {
 		front = new(frontCache)

@@ -410,3 +410,35 @@ func TestLedgerFrontCache(t *testing.T) {
 	}
 	consistent("read after assume")
 }
+
+// TestLedgerCountsModels: the ledger counts the GPUs of the nodes it read
+// by model, hands out the same census until a node's GPUs change, and
+// moves a node's GPUs when its inventory changes.
+func TestLedgerCountsModels(t *testing.T) {
+	l := gpu.NewLedger()
+	if got := l.GPUsByModel(); got != nil {
+		t.Fatalf("empty ledger: %v, want none", got)
+	}
+	t4 := gt.MakeGPUNode("t4").GFD("T4", 2, 0).Obj()
+	t4.ResourceVersion = "1"
+	l.Node(t4, 1, slices.Values([]*v1.Pod(nil)))
+	l.Node(gt.MakeGPUNode("a100").GFD("A100", 8, 0).Obj(), 1, slices.Values([]*v1.Pod(nil)))
+	l.Node(gt.MakeGPUNode("cpu").Obj(), 1, slices.Values([]*v1.Pod(nil)))
+	first := l.GPUsByModel()
+	if want := (gpu.ModelGPUs{{Model: "A100", GPUs: 8}, {Model: "T4", GPUs: 2}}); !slices.Equal(first, want) {
+		t.Fatalf("census %v, want %v", first, want)
+	}
+	l.Node(t4, 2, slices.Values([]*v1.Pod(nil))) // the node's pods changed, not its GPUs
+	status := t4.DeepCopy()                      // its status changed, not its GPUs
+	status.ResourceVersion = "1b"
+	l.Node(status, 3, slices.Values([]*v1.Pod(nil)))
+	if again := l.GPUsByModel(); &again[0] != &first[0] {
+		t.Error("the census was made again although no node's GPUs changed")
+	}
+	relabeled := gt.MakeGPUNode("t4").GFD("L4", 4, 0).Obj()
+	relabeled.ResourceVersion = "2"
+	l.Node(relabeled, 4, slices.Values([]*v1.Pod(nil)))
+	if got, want := l.GPUsByModel(), (gpu.ModelGPUs{{Model: "A100", GPUs: 8}, {Model: "L4", GPUs: 4}}); !slices.Equal(got, want) {
+		t.Errorf("after the node's T4s became 4 L4s: census %v, want %v", got, want)
+	}
+}

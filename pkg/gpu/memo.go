@@ -26,12 +26,12 @@ func (p *Policy) PlaceAndScore(n *NodeGPUs, req *Request) (chosen DeviceSet, fit
 	if !ok {
 		return p.placeAndScore(n, req)
 	}
-	typical := p.shapes.Typical()
-	if r, ok := n.memo.get(p, id, req.Host, typical); ok {
+	typical, census := p.shapes.Typical(), p.census()
+	if r, ok := n.memo.get(p, id, req.Host, typical, census); ok {
 		return r.chosen, r.fit, r.score
 	}
 	chosen, fit, score = p.placeAndScore(n, req)
-	n.memo.put(p, id, req.Host, typical, memoResult{chosen, fit, score})
+	n.memo.put(p, id, req.Host, typical, census, memoResult{chosen, fit, score})
 	return chosen, fit, score
 }
 
@@ -48,13 +48,16 @@ func (p *Policy) placeAndScore(n *NodeGPUs, req *Request) (DeviceSet, Fit, int64
 // and Score are functions of the view, the demand, the host and the
 // typical pods alone, so an answer holds for as long as the view lives,
 // asked with the same host, and the policy measures against the same
-// typical pods; answers measured against other typical pods (a ShapeWindow
-// recomputes them) are dropped. Safe for concurrent use.
+// typical pods on the same census of the fleet; answers measured against
+// other typical pods (a ShapeWindow recomputes them) or another census
+// are dropped. Safe for concurrent use.
 type viewMemo struct {
 	mu sync.Mutex
-	// typical is the typical pods the answers were measured against; its
-	// backing array, held here, cannot be reused while the memo holds it.
+	// typical is the typical pods the answers were measured against, and
+	// census the fleet's GPUs by model; their backing arrays, held here,
+	// cannot be reused while the memo holds them.
 	typical []TypicalPod
+	census  ModelGPUs
 	results map[demandID]memoEntry
 }
 
@@ -71,10 +74,10 @@ type memoResult struct {
 	score  int64
 }
 
-func (m *viewMemo) get(p *Policy, id demandID, h Host, typical []TypicalPod) (memoResult, bool) {
+func (m *viewMemo) get(p *Policy, id demandID, h Host, typical []TypicalPod, census ModelGPUs) (memoResult, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if !sameTypical(m.typical, typical) {
+	if !sameTypical(m.typical, typical) || !sameCensus(m.census, census) {
 		return memoResult{}, false
 	}
 	e, ok := m.results[id]
@@ -84,11 +87,11 @@ func (m *viewMemo) get(p *Policy, id demandID, h Host, typical []TypicalPod) (me
 	return e.result, true
 }
 
-func (m *viewMemo) put(p *Policy, id demandID, h Host, typical []TypicalPod, r memoResult) {
+func (m *viewMemo) put(p *Policy, id demandID, h Host, typical []TypicalPod, census ModelGPUs, r memoResult) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.results == nil || !sameTypical(m.typical, typical) {
-		m.typical, m.results = typical, map[demandID]memoEntry{}
+	if m.results == nil || !sameTypical(m.typical, typical) || !sameCensus(m.census, census) {
+		m.typical, m.census, m.results = typical, census, map[demandID]memoEntry{}
 	}
 	m.results[id] = memoEntry{policy: p, host: h, result: r}
 }
@@ -96,6 +99,12 @@ func (m *viewMemo) put(p *Policy, id demandID, h Host, typical []TypicalPod, r m
 // sameTypical reports whether a and b are the same slice, not merely equal
 // ones.
 func sameTypical(a, b []TypicalPod) bool {
+	return len(a) == len(b) && unsafe.SliceData(a) == unsafe.SliceData(b)
+}
+
+// sameCensus reports whether a and b are the same census (Fleet), not
+// merely equal ones.
+func sameCensus(a, b ModelGPUs) bool {
 	return len(a) == len(b) && unsafe.SliceData(a) == unsafe.SliceData(b)
 }
 

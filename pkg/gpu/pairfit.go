@@ -2,10 +2,7 @@ package gpu
 
 import (
 	"math"
-	"slices"
 	"sync/atomic"
-
-	packinglp "github.com/gpusched/gpusched/pkg/packing"
 )
 
 // PolicyPairFit places every pod where its node loses the least of the
@@ -22,26 +19,32 @@ const PolicyPairFit PolicyType = "PairFit"
 // Inside a node, a share goes on the GPU it pairs best with (Choose).
 type pairFit struct {
 	fragFit
-	// prices are the prices of the typical pods last asked about.
+	// fleet, when set, is the cluster's GPUs by model, which the prices of
+	// model-limited typical pods depend on.
+	fleet Fleet
+	// prices are the prices of the typical pods and census last asked
+	// about.
 	prices atomic.Pointer[sharePrices]
 }
 
 // Choose puts a share on the GPU with the least pairing loss, then the
 // tightest such GPU, then the lowest; whole GPUs as FragFit places them.
 // The node's CPU and memory are the same whichever GPU a share takes, so
-// the GPU of least pairing loss is the one of least nodeLoss.
+// the GPU of least pairing loss is the one of least nodeLoss. A GPU's
+// room is priced by its model's class (sharePrices.best).
 func (p *pairFit) Choose(n *NodeGPUs, d *Demand, h Host, candidates DeviceSet) DeviceSet {
 	if !d.IsShare() {
 		return chooseWhole(n, d.Count, candidates)
 	}
 	prices := p.pricesFor(p.shapes.Typical())
+	weight, node := prices.weightOf(d, d.Milli), prices.on(n)
 	best, bestLoss, bestFree := -1, int64(math.MaxInt64), int64(0)
 	for i := range n.Used {
 		if !candidates.Has(i) {
 			continue
 		}
 		free := n.FreeMilli(i)
-		loss, left := prices.loss(free, d.Milli), free-d.Milli
+		loss, left := prices.loss(node.room(i), free, d.Milli, weight), free-d.Milli
 		if loss < bestLoss || (loss == bestLoss && left < bestFree) {
 			best, bestLoss, bestFree = i, loss, left
 		}
@@ -64,20 +67,23 @@ func (p *pairFit) Choose(n *NodeGPUs, d *Demand, h Host, candidates DeviceSet) D
 func (p *pairFit) Score(n *NodeGPUs, d *Demand, h Host, chosen DeviceSet) int64 {
 	typical := p.shapes.Typical()
 	prices := p.pricesFor(typical)
+	node := prices.on(n)
 	free := freeOf(n)
 	hostBefore, hostAfter := h.free(), h.after(d)
 	before := n.fragmentOf(free[:n.Len()], hostBefore, typical)
-	valueBefore := prices.roomValue(n, free[:n.Len()], hostBefore, typical)
+	valueBefore := node.roomValue(free[:n.Len()], hostBefore, typical)
 	var freeGPU int64
+	var pressed float64 // Σ pressure × milli-GPU over the GPUs it takes
 	for i := range n.Used {
 		if chosen.Has(i) {
 			free[i] -= d.Milli
+			pressed += float64(d.Milli) * node.pressure(i)
 		}
 		freeGPU += free[i]
 	}
 	after := n.fragmentOf(free[:n.Len()], hostAfter, typical)
-	valueAfter := prices.roomValue(n, free[:n.Len()], hostAfter, typical)
-	loss := nodeLoss(valueBefore, prices.demandWeight(d), valueAfter)
+	valueAfter := node.roomValue(free[:n.Len()], hostAfter, typical)
+	loss := nodeLoss(valueBefore+pressed, prices.demandWeight(d), valueAfter)
 	level := fgdScore(before, after)
 	fit := fragFitFit(n, d, h, freeGPU)
 	growth := int64(growthKeys - 1) // shares: a growth key of 0
@@ -109,169 +115,3 @@ const growthKeys = 1 << 16
 // growthStep is the step, in milli-GPU, in which PairFit compares the
 // fragment's growth among placements of equal level.
 const growthStep = 100
-
-// sharePrices are the packing LP's weights of one set of typical pods' item
-// sizes, and what they make of a GPU's free room.
-type sharePrices struct {
-	// typical is the typical pods they were last asked for; the backing
-	// array, held here, cannot be reused while the prices hold it. mix is
-	// those pods' items, which the prices are a function of.
-	typical []TypicalPod
-	mix     itemMix
-	// sizes are the typical items' sizes (a share's milli-GPU; 1000 for a
-	// GPU of a whole-GPU pod), ascending, and weights their weights.
-	sizes   []int64
-	weights []float64
-	// best[x] is the most weight of typical items (any number of each)
-	// that fits in x milli-GPU.
-	best [MilliPerGPU + 1]float64
-}
-
-// weight is a share's weight: its size's, or for a size no typical pod has,
-// that of the largest typical size below it (it takes at least the room of
-// that one); 0 below every typical size.
-func (s *sharePrices) weight(milli int64) float64 {
-	i, found := slices.BinarySearch(s.sizes, milli)
-	if found {
-		return s.weights[i]
-	}
-	if i == 0 {
-		return 0
-	}
-	return s.weights[i-1]
-}
-
-// loss is the pairing loss of putting a share of milli on a GPU with free
-// milli-GPU free: best[free] − (weight + best[free − milli]), the weight
-// the GPU can no longer hold, rounded to whole milli-GPU. It is 0 when
-// the share belongs to one of the heaviest fillings of the free room: a
-// 470 on an idle GPU, whose remaining 530 another 470 fills, or on a GPU
-// a 470 half fills.
-func (s *sharePrices) loss(free, milli int64) int64 {
-	free = min(max(free, 0), MilliPerGPU)
-	rest := min(max(free-milli, 0), MilliPerGPU)
-	return int64(max(0, math.Round(s.best[free]-s.weight(milli)-s.best[rest])))
-}
-
-// demandWeight is what a pod's GPU items weigh: its share's weight, or
-// each whole GPU's; 0 for a pod without GPUs.
-func (s *sharePrices) demandWeight(d *Demand) float64 {
-	size, n := d.PackingItems()
-	if n == 0 {
-		return 0
-	}
-	return float64(n) * s.weight(size)
-}
-
-// roomValue is the weight the node's free GPU room could still hold, with
-// free its GPUs' free milli-GPU and hf its free CPU and memory: Σ best[f]
-// over its GPUs, or 0 when no typical pod with GPUs fits in hf on the
-// node's models (the room is stranded behind used-up CPU or memory).
-func (s *sharePrices) roomValue(n *NodeGPUs, free []int64, hf hostFree, typical []TypicalPod) float64 {
-	var v float64
-	for _, f := range free {
-		v += s.best[min(max(f, 0), MilliPerGPU)]
-	}
-	if v == 0 || !n.hostsGPUPod(hf, typical) { // a node without GPUs has no models to ask about
-		return 0
-	}
-	return v
-}
-
-// hostsGPUPod reports whether some typical pod with GPUs fits in hf (CPU
-// and memory) and may run on one of the node's models.
-func (n *NodeGPUs) hostsGPUPod(hf hostFree, typical []TypicalPod) bool {
-	for i := range typical {
-		d := &typical[i].Demand
-		if !d.IsZero() && d.MilliCPU <= hf.milliCPU && d.HostMemoryMiB <= hf.memoryMiB && n.allowsAny(d) {
-			return true
-		}
-	}
-	return false
-}
-
-// pricesFor returns the prices of typical. Typical pods that changed
-// (a ShapeWindow recomputes them every 64 pods) are priced again only when
-// their items' mix (itemMix) changed: prices are a function of the mix,
-// and pricing takes the packing LP, milliseconds to a fraction of a
-// second. Concurrent callers may each price a new mix once.
-func (p *pairFit) pricesFor(typical []TypicalPod) *sharePrices {
-	last := p.prices.Load()
-	if last != nil && sameTypical(last.typical, typical) {
-		return last
-	}
-	mix := itemMixOf(typical)
-	s := &sharePrices{}
-	if last != nil && slices.Equal(last.mix, mix) {
-		*s = *last
-	} else {
-		s = newSharePrices(mix)
-	}
-	s.typical = typical
-	p.prices.Store(s)
-	return s
-}
-
-// itemMix is a set of typical pods' GPU items: per item size (a share's
-// milli-GPU; 1000 for each GPU of a whole-GPU pod), ascending, its share of
-// all items in parts per mixResolution, at least 1 for a size present.
-type itemMix []sizeCount
-
-type sizeCount struct{ size, count int64 }
-
-// mixResolution is the resolution of an itemMix: a mix is priced again
-// when a size's share of the items moves by a thousandth.
-const mixResolution = 1000
-
-func itemMixOf(typical []TypicalPod) itemMix {
-	weights := map[int64]float64{}
-	var total float64
-	for i := range typical {
-		if size, n := typical[i].Demand.PackingItems(); n > 0 {
-			weights[size] += typical[i].Weight * float64(n)
-			total += typical[i].Weight * float64(n)
-		}
-	}
-	mix := make(itemMix, 0, len(weights))
-	if total <= 0 {
-		return mix // no GPU items: nothing to price, every loss is 0
-	}
-	for size, w := range weights {
-		mix = append(mix, sizeCount{size, max(1, int64(math.Round(w/total*mixResolution)))})
-	}
-	slices.SortFunc(mix, func(a, b sizeCount) int { return int(a.size - b.size) })
-	return mix
-}
-
-// newSharePrices prices mix's item sizes with the packing LP's weights
-// (packinglp.Bound) for the items in proportion, on just enough GPUs to
-// hold them all: the protocol's cluster at arrived 100%. If the LP fails,
-// every size weighs its milli-GPU (best then packs by size alone).
-func newSharePrices(mix itemMix) *sharePrices {
-	s := &sharePrices{mix: mix}
-	counts := make([]int64, len(mix))
-	var total int64
-	for i, m := range mix {
-		s.sizes = append(s.sizes, m.size)
-		counts[i] = m.count
-		total += m.size * m.count
-	}
-	s.weights = make([]float64, len(s.sizes))
-	cert, err := packinglp.Bound(packinglp.Kinds(s.sizes), counts, []int64{(total + MilliPerGPU - 1) / MilliPerGPU})
-	for i, size := range s.sizes {
-		s.weights[i] = float64(size)
-		if err == nil {
-			s.weights[i] = cert.Weights[i]
-		}
-	}
-	for x := 1; x <= MilliPerGPU; x++ {
-		b := s.best[x-1]
-		for i, size := range s.sizes {
-			if size <= int64(x) {
-				b = max(b, s.best[x-int(size)]+s.weights[i])
-			}
-		}
-		s.best[x] = b
-	}
-	return s
-}

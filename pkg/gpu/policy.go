@@ -70,6 +70,9 @@ type Policy struct {
 	info     *PolicyInfo
 	strategy Strategy
 	shapes   Shapes
+	fleet    Fleet
+	// cfg is what the strategy was built from (WithFleet builds it again).
+	cfg PolicyConfig
 	// demands interns the demands PlaceAndScore remembers answers for.
 	demands demandIDs
 }
@@ -83,6 +86,14 @@ func (p *Policy) Info() PolicyInfo { return *p.info }
 // Shapes is the distribution of typical pods a fragmentation-aware policy
 // measures against; nil for other policies.
 func (p *Policy) Shapes() Shapes { return p.shapes }
+
+// census is the fleet's GPUs by model; nil without a fleet.
+func (p *Policy) census() ModelGPUs {
+	if p.fleet == nil {
+		return nil
+	}
+	return p.fleet.GPUsByModel()
+}
 
 // Place decides whether the request's demand fits n and on which GPUs, as
 // the policy prefers. The returned Fit says why it does not fit; chosen is 0

@@ -42,6 +42,9 @@ type PolicyConfig struct {
 	// Shapes is the distribution of typical pods; required by policies that
 	// NeedsShapes, ignored by the others.
 	Shapes Shapes
+	// Fleet is the cluster's GPUs by model, as the front end's ledger
+	// counts them; optional. PairFit prices models with it (Fleet).
+	Fleet Fleet
 }
 
 // registry lists every policy, in the order flags and docs list them.
@@ -62,8 +65,8 @@ var registry = []*PolicyInfo{
 		Summary: "gpusched's fragmentation-aware policy: FGD's measure with exact comparisons, best fit for what it leaves equal",
 		build:   func(c PolicyConfig) Strategy { return fragFit{c.Shapes} }},
 	{Type: PolicyPairFit, NeedsShapes: true, HostAware: true, Ordinal: true,
-		Summary: "where the node loses the least of what its free GPUs could still hold, priced by the packing LP over the typical pods and counted while its CPU admits GPU pods; FragFit for ties",
-		build:   func(c PolicyConfig) Strategy { return &pairFit{fragFit: fragFit{c.Shapes}} }},
+		Summary: "where the node loses the least of what its free GPUs could still hold, priced by the packing LP over the typical pods and counted while its CPU admits GPU pods, plus the share of its GPU model that model-limited pods need; FragFit for ties",
+		build:   func(c PolicyConfig) Strategy { return &pairFit{fragFit: fragFit{c.Shapes}, fleet: c.Fleet} }},
 	{Type: PolicyRandom, HostAware: true,
 		Summary: "a pseudo-random feasible node and GPU (a baseline)",
 		build:   func(PolicyConfig) Strategy { return randomPolicy{} }},
@@ -141,8 +144,18 @@ func NewPolicy(t PolicyType, cfg PolicyConfig) (*Policy, error) {
 		}
 		p.shapes = cfg.Shapes
 	}
+	p.fleet, p.cfg = cfg.Fleet, cfg
 	p.strategy = info.build(cfg)
 	return p, nil
+}
+
+// WithFleet is the policy built again with the cluster's GPUs by model as
+// f counts them (PolicyConfig.Fleet): a front end builds its policy from
+// its args, then hands it the ledger it reads nodes through.
+func (p *Policy) WithFleet(f Fleet) *Policy {
+	cfg := p.cfg
+	cfg.Fleet = f
+	return &Policy{info: p.info, shapes: p.shapes, fleet: f, cfg: cfg, strategy: p.info.build(cfg)}
 }
 
 // MustPolicy is NewPolicy for policies known to build, such as a

@@ -36,8 +36,8 @@ func Kinds(sizes []int64) []Kind {
 	return kinds
 }
 
-// allows reports whether the kind may go on class c.
-func (k *Kind) allows(c int) bool {
+// Allows reports whether the kind may go on class c.
+func (k *Kind) Allows(c int) bool {
 	return k.Classes == nil || slices.Contains(k.Classes, c)
 }
 
@@ -178,7 +178,7 @@ func NewLP(kinds []Kind, classes int) *LP {
 	lp := &LP{kinds: kinds, classes: classes}
 	for i := range kinds {
 		for c := range classes {
-			if kinds[i].allows(c) {
+			if kinds[i].Allows(c) {
 				a := make([]int64, len(kinds))
 				a[i] = 1
 				lp.patterns = append(lp.patterns, pattern{c, a})
@@ -194,7 +194,7 @@ func (p *LP) heaviest(c int, counts []int64, w []float64) (float64, []int64) {
 	sizes, allowed := make([]int64, len(p.kinds)), make([]int64, len(p.kinds))
 	for i := range p.kinds {
 		sizes[i] = p.kinds[i].Size
-		if p.kinds[i].allows(c) {
+		if p.kinds[i].Allows(c) {
 			allowed[i] = counts[i]
 		}
 	}

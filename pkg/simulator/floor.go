@@ -97,7 +97,7 @@ func workloadFloors(opts Options, capacity int64) []Floor {
 
 // seedFloor is the Floor of one seed's workload; nil when the workload never
 // reaches the cluster's capacity, so that there is no metric to bound.
-func seedFloor(opts Options, seed, capacity int64, models modelGPUs) *Floor {
+func seedFloor(opts Options, seed, capacity int64, models gpu.ModelGPUs) *Floor {
 	var arrived []arrivedPod
 	var total int64
 	for _, p := range fgdSequence(opts.Pods, seed, capacity) {
@@ -124,15 +124,15 @@ func seedFloor(opts Options, seed, capacity int64, models modelGPUs) *Floor {
 	}
 	if items, cert, err := lpPackingBound(demands, models); err == nil {
 		f.AnyPlacementPct = pct(float64(capacity) - cert.AllocatedMilli)
-		f.ModelsCounted = items.modelsCounted()
+		f.ModelsCounted = items.ModelsCounted()
 		f.LPWeights = map[string]float64{}
 		for i, w := range cert.Weights {
-			f.LPWeights[items.labels[i]] = round2(w)
+			f.LPWeights[items.Labels[i]] = round2(w)
 		}
 		for c, perGPU := range cert.PerGPU {
 			f.LPPerGPU = max(f.LPPerGPU, perGPU)
 			if f.ModelsCounted {
-				f.LPClasses = append(f.LPClasses, LPClass{Models: items.classModels[c], GPUs: items.classGPUs[c], PerGPU: round2(perGPU)})
+				f.LPClasses = append(f.LPClasses, LPClass{Models: items.ClassModels[c], GPUs: items.ClassGPUs[c], PerGPU: round2(perGPU)})
 			}
 		}
 	}
@@ -184,11 +184,11 @@ func largeShareBound(demands []gpu.Demand) int64 {
 // models), then the shares, largest first, each on the GPU of its models it
 // fits most tightly, or else an idle one of the model with the most idle
 // GPUs. A demand that finds no room is left out.
-func offlineBestFitDecreasing(demands []gpu.Demand, models modelGPUs) int64 {
+func offlineBestFitDecreasing(demands []gpu.Demand, models gpu.ModelGPUs) int64 {
 	idle := make([]int64, len(models))
 	var partial [][]int64 // per model, the free milli of its GPUs holding shares, ascending
 	for m := range models {
-		idle[m] = models[m].gpus
+		idle[m] = models[m].GPUs
 		partial = append(partial, nil)
 	}
 	type item struct {
@@ -200,9 +200,9 @@ func offlineBestFitDecreasing(demands []gpu.Demand, models modelGPUs) int64 {
 	for _, d := range demands {
 		it := item{demand: d}
 		for m := range models {
-			if d.AllowsModel(models[m].model) {
+			if d.AllowsModel(models[m].Model) {
 				it.allowed = append(it.allowed, m)
-				it.choice += models[m].gpus
+				it.choice += models[m].GPUs
 			}
 		}
 		if len(d.Models) == 0 {

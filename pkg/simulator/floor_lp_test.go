@@ -51,8 +51,8 @@ func TestLPPackingBound(t *testing.T) {
 			}
 			// The certificate proves what it says: every pattern weighs at
 			// most PerGPU, and the bound is its arithmetic.
-			sizes, counts := make([]int64, len(items.kinds)), items.counts
-			for i, k := range items.kinds {
+			sizes, counts := make([]int64, len(items.Kinds)), items.Counts()
+			for i, k := range items.Kinds {
 				sizes[i] = k.Size
 			}
 			w := cert.Weights
@@ -80,7 +80,7 @@ func TestLPPackingBound(t *testing.T) {
 func TestLPPackingBoundWithModels(t *testing.T) {
 	on := func(d gpu.Demand, models ...string) gpu.Demand { d.Models = models; return d }
 	whole := gpu.Demand{Count: 1, Milli: gpu.MilliPerGPU}
-	cluster := modelGPUs{{"A100", 2}, {"T4", 2}}
+	cluster := gpu.ModelGPUs{{Model: "A100", GPUs: 2}, {Model: "T4", GPUs: 2}}
 	tests := []struct {
 		name    string
 		demands []gpu.Demand
@@ -107,17 +107,17 @@ func TestLPPackingBoundWithModels(t *testing.T) {
 				t.Fatal(err)
 			}
 			if math.Abs(cert.AllocatedMilli-tt.want) > 1e-3 {
-				t.Errorf("bound %v milli-GPU, want %v (kinds %v, certificate %+v)", cert.AllocatedMilli, tt.want, items.labels, cert)
+				t.Errorf("bound %v milli-GPU, want %v (kinds %v, certificate %+v)", cert.AllocatedMilli, tt.want, items.Labels, cert)
 			}
-			if len(items.classGPUs) != tt.classes {
-				t.Errorf("%d classes of GPUs (%v), want %d", len(items.classGPUs), items.classModels, tt.classes)
+			if len(items.ClassGPUs) != tt.classes {
+				t.Errorf("%d classes of GPUs (%v), want %d", len(items.ClassGPUs), items.ClassModels, tt.classes)
 			}
 		})
 	}
 	// A pod of a model the cluster lacks is limited, and says so.
 	items, _, _ := lpPackingBound([]gpu.Demand{on(whole, "H100"), whole}, cluster)
-	if !items.modelsCounted() || !slices.Contains(items.labels, "1000 on no model of the cluster") {
-		t.Errorf("kinds %q (models counted: %v), want one limited to no model of the cluster", items.labels, items.modelsCounted())
+	if !items.ModelsCounted() || !slices.Contains(items.Labels, "1000 on no model of the cluster") {
+		t.Errorf("kinds %q (models counted: %v), want one limited to no model of the cluster", items.Labels, items.ModelsCounted())
 	}
 }
 
@@ -159,12 +159,12 @@ func TestLPBoundOnTheTrace(t *testing.T) {
 		}
 		return 0
 	}
-	items := itemsOf(arrived, clusterModelGPUs(opts.Nodes))
-	if items.modelsCounted() {
-		t.Fatalf("the default trace limits no pod to models, yet the LP has %d classes", len(items.classGPUs))
+	items := gpu.NewModelItems(clusterModelGPUs(opts.Nodes), arrived, nil)
+	if items.ModelsCounted() {
+		t.Fatalf("the default trace limits no pod to models, yet the LP has %d classes", len(items.ClassGPUs))
 	}
-	sizes, counts := make([]int64, len(items.kinds)), items.counts
-	for i, k := range items.kinds {
+	sizes, counts := make([]int64, len(items.Kinds)), items.Counts()
+	for i, k := range items.Kinds {
 		sizes[i] = k.Size
 	}
 	w := make([]float64, len(sizes))

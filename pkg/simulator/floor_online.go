@@ -54,7 +54,7 @@ func (p *arrivedPod) dominates(q *arrivedPod) bool {
 // cases, so the largest case bounds it. The cases are searched branch and
 // bound over intervals of K, each interval bounded by the LP with the items
 // forced in at its first K and out for every K in it.
-func onlineAllocationBound(pods []arrivedPod, models modelGPUs) float64 {
+func onlineAllocationBound(pods []arrivedPod, models gpu.ModelGPUs) float64 {
 	var probes []int // positions of the probes
 	for i := range pods {
 		if pods[i].isProbe() {
@@ -79,18 +79,18 @@ func onlineAllocationBound(pods []arrivedPod, models modelGPUs) float64 {
 			}
 		}
 	}
-	items := itemsOf(demandsOf(pods), models)
-	available := items.counts
-	lp := packing.NewLP(items.kinds, len(items.classGPUs))
+	items := gpu.NewModelItems(models, demandsOf(pods), nil)
+	available := items.Counts()
+	lp := packing.NewLP(items.Kinds, len(items.ClassGPUs))
 	// bound is the LP's bound when the items placedBy before first are in,
 	// and the whole-GPU pods after last asking for at least (cpu, memory)
 	// are out, with the pod at out (if any) out too.
 	bound := func(first, last int, cpu, memory int64, out int) float64 {
-		lower := make([]int64, len(items.kinds))
+		lower := make([]int64, len(items.Kinds))
 		upper := append([]int64(nil), available...)
 		for t := range pods {
 			d := &pods[t].demand
-			kind, n := items.kindOf(d)
+			kind, n, _ := items.KindOf(d)
 			if n == 0 {
 				continue
 			}
@@ -101,7 +101,7 @@ func onlineAllocationBound(pods []arrivedPod, models modelGPUs) float64 {
 				lower[kind] += int64(n)
 			}
 		}
-		return lp.Bound(lower, upper, items.classGPUs)
+		return lp.Bound(lower, upper, items.ClassGPUs)
 	}
 	// The case where no probe is refused.
 	best := bound(never, never, 0, 0, -1)

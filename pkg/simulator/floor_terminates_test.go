@@ -72,7 +72,7 @@ func TestModelFloorsTighten(t *testing.T) {
 		// The GPUs split at random among the models, C holding the rest.
 		a := int64(rng.IntN(int(gpus) + 1))
 		b := int64(rng.IntN(int(gpus-a) + 1))
-		models := modelGPUs{{"A", a}, {"B", b}, {"C", gpus - a - b}}
+		models := gpu.ModelGPUs{{Model: "A", GPUs: a}, {Model: "B", GPUs: b}, {Model: "C", GPUs: gpus - a - b}}
 		unlimited := slices.Clone(pods)
 		for i := range pods {
 			if rng.IntN(3) == 0 {
@@ -85,10 +85,10 @@ func TestModelFloorsTighten(t *testing.T) {
 		}
 		items, aware, err := lpPackingBound(demandsOf(pods), models)
 		if err != nil {
-			t.Fatalf("workload %d (%v on %v): %v", seed, items.labels, models, err)
+			t.Fatalf("workload %d (%v on %v): %v", seed, items.Labels, models, err)
 		}
 		if aware.AllocatedMilli > blind.AllocatedMilli+1e-3 {
-			t.Errorf("workload %d: counting the models raised the bound from %v to %v (%v)", seed, blind.AllocatedMilli, aware.AllocatedMilli, items.labels)
+			t.Errorf("workload %d: counting the models raised the bound from %v to %v (%v)", seed, blind.AllocatedMilli, aware.AllocatedMilli, items.Labels)
 		}
 		if b := onlineAllocationBound(pods, models); b > aware.AllocatedMilli+1e-3 {
 			t.Errorf("workload %d: online bound %v above the bound for any placement %v", seed, b, aware.AllocatedMilli)

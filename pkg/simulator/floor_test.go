@@ -102,10 +102,10 @@ func TestOfflineBestFitDecreasing(t *testing.T) {
 	// in arrival order, the whole GPU would take the A10 (the first of two
 	// idle models) and leave the 600 out: 1400.
 	on := func(d gpu.Demand, models ...string) gpu.Demand { d.Models = models; return d }
-	if got := offlineBestFitDecreasing([]gpu.Demand{whole(1), share(400), on(share(600), "A10")}, modelGPUs{{"A10", 1}, {"T4", 1}}); got != 2000 {
+	if got := offlineBestFitDecreasing([]gpu.Demand{whole(1), share(400), on(share(600), "A10")}, gpu.ModelGPUs{{Model: "A10", GPUs: 1}, {Model: "T4", GPUs: 1}}); got != 2000 {
 		t.Errorf("offlineBestFitDecreasing with models = %d, want 2000", got)
 	}
-	cluster := modelGPUs{{"A100", 2}, {"T4", 1}}
+	cluster := gpu.ModelGPUs{{Model: "A100", GPUs: 2}, {Model: "T4", GPUs: 1}}
 	// A pod whose models have too few idle GPUs is left out: two GPUs on
 	// T4, which has one; the whole GPU then takes an A100: 1000.
 	if got := offlineBestFitDecreasing([]gpu.Demand{on(whole(2), "T4"), whole(1)}, cluster); got != 1000 {

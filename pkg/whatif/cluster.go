@@ -29,6 +29,8 @@ type cluster struct {
 	// typical are the typical pods of every pod, bound and new (gpu.TypicalPods).
 	typical []gpu.TypicalPod
 	newPods []newPod
+	// fleet counts the nodes' GPUs by model, for the policies' prices.
+	fleet gpu.Fleet
 }
 
 // nodeState is one node: its object, its GPUs and what its pods hold.
@@ -267,6 +269,7 @@ func (c *cluster) bind(pods []*v1.Pod, index map[string]int, isNew map[string]bo
 		}
 	}
 	ledger := gpu.NewLedger()
+	c.fleet = ledger
 	for i := range c.nodes {
 		n := &c.nodes[i]
 		n.view = ledger.Node(n.node, 0, slices.Values(onNode[i]))

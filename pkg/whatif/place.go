@@ -25,7 +25,7 @@ func (c *cluster) newPolicy(t gpu.PolicyType) (*gpu.Policy, error) {
 	if err != nil {
 		return nil, err
 	}
-	var cfg gpu.PolicyConfig
+	cfg := gpu.PolicyConfig{Fleet: c.fleet}
 	if info.NeedsShapes {
 		seed := make([]gpu.TypicalPod, 0, len(c.typical))
 		for _, tp := range c.typical {

@@ -98,7 +98,8 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", Name, err)
 	}
-	p := &GPUPlacement{handle: h, ledger: gpu.NewLedger(), policy: policy, dra: newDRAReader(args.DRA, h), external: external,
+	ledger := gpu.NewLedger()
+	p := &GPUPlacement{handle: h, ledger: ledger, policy: policy.WithFleet(ledger), dra: newDRAReader(args.DRA, h), external: external,
 		settleAfter: cmp.Or(args.BindSettleAfter, gpu.DefaultBindSettleAfter)}
 	conflictLog := klog.FromContext(ctx)
 	p.ledger.ReportConflicts(func(node string, conflicts []string) {
