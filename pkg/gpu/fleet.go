@@ -1,5 +1,7 @@
 package gpu
 
+import "slices"
+
 // Fleet is what a policy may know of the cluster beyond the node it
 // scores: its GPUs by model. PairFit prices a model's GPUs by how many the
 // workload's model-limited pods need of them (see docs/policies.md).
@@ -11,9 +13,12 @@ type Fleet interface {
 }
 
 // GPUsByModel counts the GPUs of every node the ledger has read, by
-// model, as each node's inventory last read says. Nodes are never
-// forgotten: a node deleted from the cluster still counts, as the ledger
-// still holds its view.
+// model, as each node's inventory last read says. It counts the nodes a
+// front end read to place a GPU pod (kube-scheduler reads only part of a
+// large cluster per cycle, another part the next), not every node of the
+// cluster, and never forgets one: a node deleted from the cluster still
+// counts, as the ledger still holds its view. Nodes the plugin reads
+// through DRA's ResourceSlices alone are not counted.
 func (l *Ledger) GPUsByModel() ModelGPUs {
 	if c := l.census.Load(); c != nil {
 		return *c
@@ -46,8 +51,7 @@ func (l *Ledger) recount(prev, next *Inventory) {
 			changed = true
 		}
 	}
-	if changed {
-		census := modelGPUsOf(l.modelCounts)
+	if census := modelGPUsOf(l.modelCounts); changed && !slices.Equal(census, l.GPUsByModel()) {
 		l.census.Store(&census)
 	}
 }

@@ -31,7 +31,9 @@ type pairFit struct {
 // tightest such GPU, then the lowest; whole GPUs as FragFit places them.
 // The node's CPU and memory are the same whichever GPU a share takes, so
 // the GPU of least pairing loss is the one of least nodeLoss. A GPU's
-// room is priced by its model's class (sharePrices.best).
+// room is priced by its model's class (sharePrices.best), and on a node
+// with GPUs of several models a share pays its class's pressure as in
+// Score. Whole GPUs go as FragFit places them, whatever their models.
 func (p *pairFit) Choose(n *NodeGPUs, d *Demand, h Host, candidates DeviceSet) DeviceSet {
 	if !d.IsShare() {
 		return chooseWhole(n, d.Count, candidates)
@@ -44,7 +46,8 @@ func (p *pairFit) Choose(n *NodeGPUs, d *Demand, h Host, candidates DeviceSet) D
 			continue
 		}
 		free := n.FreeMilli(i)
-		loss, left := prices.loss(node.room(i), free, d.Milli, weight), free-d.Milli
+		loss := prices.loss(node.room(i), free, d.Milli, weight) + int64(math.Round(node.pressure(i)*float64(d.Milli)))
+		left := free - d.Milli
 		if loss < bestLoss || (loss == bestLoss && left < bestFree) {
 			best, bestLoss, bestFree = i, loss, left
 		}
@@ -105,7 +108,8 @@ func nodeLoss(before, weight, after float64) int64 {
 }
 
 // maxNodeLoss bounds a node's loss in a score: room holds at most
-// MilliPerGPU of weight per GPU, MaxDevicesPerNode GPUs at most.
+// MilliPerGPU of weight per GPU, and a pressure of at most 1 adds as much
+// again, MaxDevicesPerNode GPUs at most: 64 × 2000 < 2^17.
 const maxNodeLoss = 1<<17 - 1
 
 // growthKeys is the number of growth steps Score tells apart; growth

@@ -113,3 +113,21 @@ func TestPairFitFleetChange(t *testing.T) {
 		t.Errorf("after the fleet grew: %s, want loss 1", pairFitParts(s))
 	}
 }
+
+// TestPairFitChoosesAcrossModels: on a node with a T4 and an A100, a share
+// of any model goes on the GPU of the model under less pressure when the
+// two pair alike. Typical pods: whole GPUs, half of them T4-only (T4
+// pressure 1/3, TestPairFitModelPrices). A 500 share weighs 0 (no typical
+// size at or below it), so on either idle GPU its pairing loss is
+// best[1000] − 0 − best[500] = 1000 − 0 − 0 = 1000; on the T4 it pays
+// 500/3 = 167 more.
+func TestPairFitChoosesAcrossModels(t *testing.T) {
+	shapes := gpu.StaticShapes{{Demand: gpu.Demand{Count: 1, Milli: 1000}, Weight: 0.5}, {Demand: gpu.Demand{Count: 1, Milli: 1000, Models: []string{"T4"}}, Weight: 0.5}}
+	p := gpu.MustPolicy(gpu.PolicyPairFit, gpu.PolicyConfig{Shapes: shapes, Fleet: fleetOf(twoT4TwoA100)})
+	mixed := nodeWithPods(t, gt.MakeGPUNode("mixed").Devices(gpu.Device{Index: 0, Model: "T4"}, gpu.Device{Index: 1, Model: "A100"}))
+	req := gpu.Request{Demand: &gpu.Demand{Count: 1, Milli: 500}, Host: knownHost(64000)}
+	chosen, fit := p.Place(mixed, &req)
+	if !fit.OK() || chosen != 1<<1 {
+		t.Errorf("the share went on GPUs %b (%v), want the A100 (GPU 1)", chosen, fit.Reasons)
+	}
+}

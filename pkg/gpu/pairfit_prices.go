@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 
 	packinglp "github.com/gpusched/gpusched/pkg/packing"
 )
@@ -31,10 +32,10 @@ type sharePrices struct {
 	items   *ModelItems
 	weights []float64
 	// bySet weighs items by the models they are limited to: per set of
-	// models ("" for none; Demand.ShapeKey's Models) the typical sizes,
-	// ascending, and their weights. anySet weighs items of a set no typical
-	// pod has: per typical size, the least weight of its kinds.
-	bySet  map[string]*sizeWeights
+	// models of the typical pods (nil for none) the sizes, ascending, and
+	// their weights. anySet weighs the others (a size or set no typical pod
+	// has): per typical size, the least weight of its kinds.
+	bySet  []modelSetWeights
 	anySet sizeWeights
 	// best[c][x] is the most weight of typical items (any number of each)
 	// that class c's GPUs may hold in x milli-GPU; unlimited is best over
@@ -46,6 +47,27 @@ type sharePrices struct {
 	// it: the share of the class's limited items that would find it full
 	// (lpPressure).
 	pressure []float64
+}
+
+// modelSetWeights are the weights of the items limited to one set of
+// models.
+type modelSetWeights struct {
+	models []string
+	sizeWeights
+}
+
+// sameModelSet reports whether a and b name the same models, in any order
+// and case (as Demand.AllowsModel matches them).
+func sameModelSet(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for _, m := range a {
+		if !slices.ContainsFunc(b, func(o string) bool { return strings.EqualFold(m, o) }) {
+			return false
+		}
+	}
+	return true
 }
 
 // sizeWeights are item sizes, ascending, and their weights.
@@ -69,19 +91,17 @@ func (w *sizeWeights) weight(milli int64) float64 {
 }
 
 // weightOf is the weight of one item of milli of a pod limited as d is:
-// among the typical items limited to the same models, else (anySet) among
-// all typical items.
+// that of the typical items of its size limited to the same models, else
+// (anySet) that of the typical items of the size, or below it.
 func (s *sharePrices) weightOf(d *Demand, milli int64) float64 {
-	set := ""
-	switch len(d.Models) {
-	case 0:
-	case 1:
-		set = d.Models[0]
-	default:
-		set = d.ShapeKey().Models
-	}
-	if w := s.bySet[set]; w != nil {
-		return w.weight(milli)
+	for i := range s.bySet {
+		set := &s.bySet[i]
+		if sameModelSet(set.models, d.Models) {
+			if j, found := slices.BinarySearch(set.sizes, milli); found {
+				return set.weights[j]
+			}
+			break
+		}
 	}
 	return s.anySet.weight(milli)
 }
@@ -222,7 +242,8 @@ func (p *pairFit) pricesFor(typical []TypicalPod) *sharePrices {
 
 // mixResolution is the resolution of the items' mix the LP is given: a
 // mix is priced again when a kind's share of the items moves by a
-// thousandth, as is a census when a class's share of the GPUs does.
+// thousandth, and a census when a class's share of the LP's GPUs moves by
+// one of them (lpTerms).
 const mixResolution = 1000
 
 // newSharePrices prices typical's items on census with the packing LP's
@@ -249,7 +270,7 @@ func newSharePrices(typical []TypicalPod, census ModelGPUs, last *sharePrices) *
 	}
 	s.items = NewModelItems(models, demands, copies)
 	counts, gpus := lpTerms(s.items)
-	s.key = fmt.Sprint(s.items.Kinds, counts, gpus)
+	s.key = lpKey(s.items.Kinds, counts, gpus)
 	if last != nil && last.key == s.key {
 		s.weights, s.best, s.unlimited, s.pressure = last.weights, last.best, last.unlimited, last.pressure
 	} else {
@@ -267,18 +288,19 @@ func newSharePrices(typical []TypicalPod, census ModelGPUs, last *sharePrices) *
 		s.unlimited = s.heaviest(func(k packinglp.Kind) bool { return k.Classes == nil })
 		s.pressure = lpPressure(s.items.Kinds, counts, gpus)
 	}
-	s.bySet = map[string]*sizeWeights{}
+	s.bySet = nil
 	for i := range demands {
 		kind, _, ok := s.items.KindOf(&demands[i])
 		if !ok {
 			continue
 		}
-		set := typical[i].Demand.ShapeKey().Models
-		w := s.bySet[set]
-		if w == nil {
-			w = &sizeWeights{}
-			s.bySet[set] = w
+		models := typical[i].Demand.Models
+		at := slices.IndexFunc(s.bySet, func(w modelSetWeights) bool { return sameModelSet(w.models, models) })
+		if at < 0 {
+			at = len(s.bySet)
+			s.bySet = append(s.bySet, modelSetWeights{models: models})
 		}
+		w := &s.bySet[at]
 		w.add(s.items.Kinds[kind].Size, s.weights[kind])
 		s.anySet.add(s.items.Kinds[kind].Size, s.weights[kind])
 	}
@@ -296,6 +318,21 @@ func (w *sizeWeights) add(size int64, weight float64) {
 	w.weights = slices.Insert(w.weights, j, weight)
 }
 
+// lpKey names what the LP is given: each kind's size, classes ("*" for
+// any) and count, and each class's GPUs.
+func lpKey(kinds []packinglp.Kind, counts, gpus []int64) string {
+	var b strings.Builder
+	for k, kind := range kinds {
+		classes := "*"
+		if kind.Classes != nil {
+			classes = fmt.Sprint(kind.Classes)
+		}
+		fmt.Fprintf(&b, "%d%s×%d;", kind.Size, classes, counts[k])
+	}
+	fmt.Fprint(&b, gpus)
+	return b.String()
+}
+
 // lpTerms is what the LP is given for items: each kind's share of the
 // items in parts per mixResolution (at least 1), and per class its share
 // of just enough GPUs to hold those parts (at least 1 for a class with
@@ -309,7 +346,9 @@ func lpTerms(items *ModelItems) (counts, gpus []int64) {
 	var milli int64
 	for k, a := range items.Amounts {
 		counts[k] = max(1, int64(math.Round(a/total*mixResolution)))
-		milli += counts[k] * items.Kinds[k].Size
+		if kind := items.Kinds[k]; kind.Classes == nil || len(kind.Classes) > 0 {
+			milli += counts[k] * kind.Size // items no model takes need no GPUs
+		}
 	}
 	need := (milli + MilliPerGPU - 1) / MilliPerGPU
 	var fleet int64

@@ -65,7 +65,7 @@ var registry = []*PolicyInfo{
 		Summary: "gpusched's fragmentation-aware policy: FGD's measure with exact comparisons, best fit for what it leaves equal",
 		build:   func(c PolicyConfig) Strategy { return fragFit{c.Shapes} }},
 	{Type: PolicyPairFit, NeedsShapes: true, HostAware: true, Ordinal: true,
-		Summary: "where the node loses the least of what its free GPUs could still hold, priced by the packing LP over the typical pods and counted while its CPU admits GPU pods, plus the share of its GPU model that model-limited pods need; FragFit for ties",
+		Summary: "where the node loses the least of what its free GPUs could still hold, priced by the packing LP over the typical pods and counted while its CPU admits GPU pods, plus a pressure on GPU models that model-limited pods would find full; FragFit for ties",
 		build:   func(c PolicyConfig) Strategy { return &pairFit{fragFit: fragFit{c.Shapes}, fleet: c.Fleet} }},
 	{Type: PolicyRandom, HostAware: true,
 		Summary: "a pseudo-random feasible node and GPU (a baseline)",
