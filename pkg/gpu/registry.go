@@ -151,8 +151,12 @@ func NewPolicy(t PolicyType, cfg PolicyConfig) (*Policy, error) {
 
 // WithFleet is the policy built again with the cluster's GPUs by model as
 // f counts them (PolicyConfig.Fleet): a front end builds its policy from
-// its args, then hands it the ledger it reads nodes through.
+// its args, then hands it the ledger it reads nodes through. A nil policy
+// stays nil.
 func (p *Policy) WithFleet(f Fleet) *Policy {
+	if p == nil {
+		return nil
+	}
 	cfg := p.cfg
 	cfg.Fleet = f
 	return &Policy{info: p.info, shapes: p.shapes, fleet: f, cfg: cfg, strategy: p.info.build(cfg)}
