@@ -45,12 +45,12 @@ func (p *Policy) placeAndScore(n *NodeGPUs, req *Request) (DeviceSet, Fit, int64
 
 // viewMemo remembers policies' answers (Policy.PlaceAndScore) about one
 // view of a node, by demand. A view is immutable, and a strategy's Choose
-// and Score are functions of the view, the demand, the host and the
-// typical pods alone, so an answer holds for as long as the view lives,
-// asked with the same host, and the policy measures against the same
-// typical pods on the same census of the fleet; answers measured against
-// other typical pods (a ShapeWindow recomputes them) or another census
-// are dropped. Safe for concurrent use.
+// and Score are functions of the view, the demand, the host, the
+// typical pods and the fleet's census alone, so an answer holds for as
+// long as the view lives, asked with the same host, and the policy
+// measures against the same typical pods on the same census; answers
+// measured against other typical pods (a ShapeWindow recomputes them) or
+// another census (Fleet) are dropped. Safe for concurrent use.
 type viewMemo struct {
 	mu sync.Mutex
 	// typical is the typical pods the answers were measured against, and
