@@ -40,6 +40,7 @@ type flags struct {
 	nriRetry        time.Duration
 	devicePluginDir string
 	devicePlugin    bool
+	shareResource   bool
 	mode            string
 	mpsPipeDir      string
 	metricsAddress  string
@@ -75,6 +76,7 @@ func newCommand(ctx context.Context) *cobra.Command {
 	fs.DurationVar(&f.nriRetry, "nri-retry", 2*time.Second, "pause before reconnecting to NRI after the runtime went away")
 	fs.StringVar(&f.devicePluginDir, "device-plugin-dir", "/var/lib/kubelet/device-plugins/", "the kubelet's device-plugin directory")
 	fs.BoolVar(&f.devicePlugin, "device-plugin", true, "advertise nvidia.com/gpu to the kubelet (skipped anyway when NVIDIA's device plugin is registered)")
+	fs.BoolVar(&f.shareResource, "share-resource", true, "advertise gpusched.io/gpu-milli to the kubelet, 1000 per GPU, so that it counts the shares pods ask for as a resource (docs/quotas.md)")
 	fs.StringVar(&f.mode, "mode", string(agentnri.ModeEnv), "how containers get their GPUs: cdi (CDI devices nvidia.com/gpu=<UUID>) or env (NVIDIA_VISIBLE_DEVICES=<UUIDs>)")
 	fs.StringVar(&f.mpsPipeDir, "mps-pipe-dir", "", "host directory of the MPS control daemon's pipes; when set, shares get MPS limits and the directory mounted")
 	fs.StringVar(&f.metricsAddress, "metrics-address", ":9464", "address for /metrics, /healthz and /readyz; empty disables")
@@ -144,6 +146,10 @@ func run(ctx context.Context, f *flags) error {
 	if f.devicePlugin {
 		dp := deviceplugin.New(deviceplugin.Config{Dir: f.devicePluginDir}, store)
 		g.Go(func() error { return dp.Run(ctx) })
+	}
+	if f.shareResource {
+		sp := deviceplugin.NewShares(deviceplugin.Config{Dir: f.devicePluginDir}, store)
+		g.Go(func() error { return sp.Run(ctx) })
 	}
 	logger.Info("gpusched-agent running", "node", f.nodeName, "mode", f.mode, "nri", f.nriSocket, "mps", f.mpsPipeDir)
 	return g.Wait()

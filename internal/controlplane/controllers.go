@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apiserver/pkg/quota/v1/generic"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -27,8 +28,10 @@ import (
 	"k8s.io/kubernetes/pkg/controller/job"
 	namespacecontroller "k8s.io/kubernetes/pkg/controller/namespace"
 	"k8s.io/kubernetes/pkg/controller/replicaset"
+	"k8s.io/kubernetes/pkg/controller/resourcequota"
 	serviceaccountcontroller "k8s.io/kubernetes/pkg/controller/serviceaccount"
 	"k8s.io/kubernetes/pkg/controller/statefulset"
+	quotainstall "k8s.io/kubernetes/pkg/quota/v1/install"
 	"k8s.io/kubernetes/pkg/serviceaccount"
 )
 
@@ -50,6 +53,7 @@ var ControllerAPIServerFlags = []string{
 var Controllers = []string{
 	"deployment", "replicaset", "job", "statefulset",
 	"garbage-collector", "namespace", "serviceaccount", "serviceaccount-token",
+	"resourcequota",
 }
 
 // controllerWorkers is the number of workers each controller runs; the
@@ -57,9 +61,15 @@ var Controllers = []string{
 // defaults (5 to 20).
 const controllerWorkers = 2
 
-// gcSyncPeriod is how often the garbage collector rediscovers the API's
-// resources (CRDs installed later included), as kube-controller-manager.
+// gcSyncPeriod is how often the garbage collector and the resource quota
+// controller rediscover the API's resources (CRDs installed later
+// included), as kube-controller-manager.
 const gcSyncPeriod = 30 * time.Second
+
+// quotaResync is how often the resource quota controller recounts every
+// quota (kube-controller-manager's default is 5 minutes); it recounts a
+// quota at once when its pods change either way.
+const quotaResync = 5 * time.Minute
 
 // startControllers runs Controllers against the API server at config until
 // ctx ends, and returns once their informers have synced and the "default"
@@ -189,6 +199,36 @@ func startControllers(ctx context.Context, config *rest.Config, wg *sync.WaitGro
 		return fmt.Errorf("token controller: %w", err)
 	}
 	add(func(ctx context.Context) { tc.Run(ctx, 1) })
+
+	// ResourceQuota admission refuses every pod of a namespace whose quota
+	// this controller has not yet counted (status unknown).
+	rqClient, _, err := clientFor("resourcequota-controller")
+	if err != nil {
+		return err
+	}
+	objectOrMetadata := informerfactory.NewInformerFactory(factory, metaFactory)
+	quotaConfig, err := quotainstall.NewQuotaConfigurationForControllers(generic.ListerFuncForResourceFunc(factory.ForResource), factory)
+	if err != nil {
+		return fmt.Errorf("resource quota controller: %w", err)
+	}
+	rqDiscovery := rqClient.Discovery().ServerPreferredNamespacedResources
+	rqc, err := resourcequota.NewController(ctx, &resourcequota.ControllerOptions{
+		QuotaClient:               rqClient.CoreV1(),
+		ResourceQuotaInformer:     factory.Core().V1().ResourceQuotas(),
+		ResyncPeriod:              func() time.Duration { return quotaResync },
+		InformerFactory:           objectOrMetadata,
+		ReplenishmentResyncPeriod: func() time.Duration { return 0 },
+		DiscoveryFunc:             rqDiscovery,
+		IgnoredResourcesFunc:      quotaConfig.IgnoredResources,
+		InformersStarted:          informersStarted,
+		Registry:                  generic.NewRegistry(quotaConfig.Evaluators()),
+		UpdateFilter:              quotainstall.DefaultUpdateFilter(),
+	})
+	if err != nil {
+		return fmt.Errorf("resource quota controller: %w", err)
+	}
+	add(func(ctx context.Context) { rqc.Run(ctx, controllerWorkers) })
+	add(func(ctx context.Context) { rqc.Sync(ctx, rqDiscovery, gcSyncPeriod) })
 
 	factory.Start(ctx.Done())
 	metaFactory.Start(ctx.Done())

@@ -180,7 +180,7 @@ func sandboxOf(pod *v1.Pod) *api.PodSandbox {
 }
 
 // containerEnv is the environment the kubelet asks the runtime for: the
-// spec's literal values and the device plugin's variable.
+// spec's literal values and the agent's device plugins' variables.
 func containerEnv(spec v1.Container) []string {
 	var env []string
 	for _, e := range spec.Env {
@@ -190,6 +190,9 @@ func containerEnv(spec v1.Container) []string {
 	}
 	if q, ok := spec.Resources.Limits[gpu.ResourceGPU]; ok && q.Value() > 0 {
 		env = append(env, deviceplugin.EnvGPUs+"="+strconv.FormatInt(q.Value(), 10))
+	}
+	if q, ok := spec.Resources.Limits[gpu.ResourceMilli]; ok && q.Value() > 0 {
+		env = append(env, deviceplugin.EnvMilli+"="+strconv.FormatInt(q.Value(), 10))
 	}
 	return env
 }

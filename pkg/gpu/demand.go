@@ -88,60 +88,98 @@ func (d *Demand) String() string {
 
 // DemandFromPod reads a pod's GPU demand:
 //
-//   - whole GPUs from the nvidia.com/gpu resource (the larger of request and
-//     limit per container; the sum over containers or the largest init
-//     container, whichever is more, as Kubernetes computes a pod's request);
-//   - a share of one GPU from gpusched.io/gpu-milli, 1..999, which must not be
-//     combined with a nvidia.com/gpu request;
-//   - memory per GPU from gpusched.io/gpu-memory;
+//   - whole GPUs from the nvidia.com/gpu resource;
+//   - a share of one GPU, 1..999 milli-GPU, from the gpusched.io/gpu-milli
+//     resource (ResourceMilli, counted by quota) or annotation
+//     (AnnotationMilli, not counted); neither may be combined with a
+//     nvidia.com/gpu request, and when both are set they must agree;
+//   - memory per GPU from the gpusched.io/gpu-memory annotation, or for a
+//     share from the gpusched.io/gpu-memory-mib resource (ResourceMemoryMiB);
+//     when both are set they must agree;
 //   - allowed models from gpusched.io/gpu-models.
 //
-// A pod with none of these has a zero Demand. Every malformed value is
-// reported, each as an *InvalidValueError, joined into one error; the Demand
-// is then zero and must not be used.
+// A resource counts as Kubernetes computes a pod's request: the larger of
+// request and limit per container, the sum over the app containers and
+// sidecars or the largest init container, whichever is more. A pod with none
+// of these has a zero Demand. Every malformed value is reported, each as an
+// *InvalidValueError, joined into one error; the Demand is then zero and must
+// not be used.
 func DemandFromPod(pod *v1.Pod) (Demand, error) {
 	var errs []error
-	count, err := wholeGPUs(pod)
-	if err != nil {
-		errs = append(errs, err)
+	note := func(err error) {
+		if err != nil {
+			errs = append(errs, err)
+		}
 	}
+	count, err := podRequest(pod, ResourceGPU, "GPUs", MaxDevicesPerNode)
+	note(err)
 	d := Demand{Count: int(count), Milli: MilliPerGPU}
 	annotations := pod.Annotations
+	wholeAndShare := fmt.Sprintf("cannot be combined with a %s request: a pod takes either a share of one GPU (%s) or whole GPUs (%s)",
+		ResourceGPU, AnnotationMilli, ResourceGPU)
 
+	resMilli, err := podRequest(pod, ResourceMilli, "milli-GPU", MilliPerGPU-1)
+	note(err)
+	switch {
+	case resMilli <= 0:
+	case resMilli >= MilliPerGPU:
+		note(invalid(string(ResourceMilli), strconv.FormatInt(resMilli, 10),
+			"want a share of one GPU in milli-GPU, from 1 to 999, summed over the pod's containers"))
+	case count > 0:
+		note(invalid(string(ResourceMilli), strconv.FormatInt(resMilli, 10), wholeAndShare))
+	default:
+		d.Count, d.Milli = 1, resMilli
+	}
 	if raw, ok := annotations[AnnotationMilli]; ok {
 		m, err := strconv.ParseInt(strings.TrimSpace(raw), 10, 64)
 		switch {
 		case err != nil || m < 1 || m >= MilliPerGPU:
-			errs = append(errs, invalid(AnnotationMilli, raw, "want an integer share of one GPU in milli-GPU, from 1 to 999"))
+			note(invalid(AnnotationMilli, raw, "want an integer share of one GPU in milli-GPU, from 1 to 999"))
 		case count > 0:
-			errs = append(errs, invalid(AnnotationMilli, raw, fmt.Sprintf(
-				"cannot be combined with a %s request: a pod takes either a share of one GPU (%s alone) or whole GPUs (%s)",
-				ResourceGPU, AnnotationMilli, ResourceGPU)))
+			note(invalid(AnnotationMilli, raw, wholeAndShare))
+		case resMilli > 0 && m != resMilli:
+			note(invalid(AnnotationMilli, raw, fmt.Sprintf(
+				"disagrees with the pod's %s resource request of %d: set the share once (the resource, which quota counts), or both to the same value",
+				ResourceMilli, resMilli)))
 		default:
 			d.Count, d.Milli = 1, m
 		}
 	}
+
+	resMemory, err := podRequest(pod, ResourceMemoryMiB, "MiB", maxMemoryMiB)
+	note(err)
+	if resMemory > 0 {
+		d.MemoryMiB = resMemory
+		if count > 0 {
+			note(invalid(string(ResourceMemoryMiB), strconv.FormatInt(resMemory, 10), fmt.Sprintf(
+				"counts the GPU memory a share reserves, and a pod of whole GPUs takes all of each GPU's memory: "+
+					"to ask for GPUs with at least this much memory, use the %s annotation", AnnotationMemory)))
+		}
+	}
 	if raw, ok := annotations[AnnotationMemory]; ok {
 		mem, err := parseMemoryMiB(raw)
-		if err != nil {
-			errs = append(errs, err)
+		note(err)
+		if err == nil && resMemory > 0 && mem != resMemory {
+			note(invalid(AnnotationMemory, raw, fmt.Sprintf(
+				"is %d MiB and disagrees with the pod's %s resource request of %d: set the memory once, or both to the same amount",
+				mem, ResourceMemoryMiB, resMemory)))
 		}
 		d.MemoryMiB = mem
 	}
 	if raw, ok := annotations[AnnotationModels]; ok {
 		models, err := parseModels(raw)
-		if err != nil {
-			errs = append(errs, err)
-		}
+		note(err)
 		d.Models = models
 	}
 	if len(errs) == 0 && d.Count == 0 && (d.MemoryMiB > 0 || len(d.Models) > 0) {
-		key := AnnotationMemory
-		if _, ok := annotations[key]; !ok {
-			key = AnnotationModels
+		field, value := AnnotationModels, annotations[AnnotationModels]
+		if raw, ok := annotations[AnnotationMemory]; ok {
+			field, value = AnnotationMemory, raw
+		} else if resMemory > 0 {
+			field, value = string(ResourceMemoryMiB), strconv.FormatInt(resMemory, 10)
 		}
-		errs = append(errs, invalid(key, annotations[key], fmt.Sprintf(
-			"applies only to a pod that asks for GPUs: add a %s request or %s", ResourceGPU, AnnotationMilli)))
+		note(invalid(field, value, fmt.Sprintf(
+			"applies only to a pod that asks for GPUs: add a %s request or a %s share", ResourceGPU, AnnotationMilli)))
 	}
 	if len(errs) > 0 {
 		return Demand{}, errors.Join(errs...)
@@ -149,33 +187,41 @@ func DemandFromPod(pod *v1.Pod) (Demand, error) {
 	return d, nil
 }
 
-// wholeGPUs is the pod's effective nvidia.com/gpu request.
-func wholeGPUs(pod *v1.Pod) (int64, error) {
-	containerGPUs := func(c *v1.Container) (int64, error) {
-		q, ok := c.Resources.Limits[ResourceGPU]
-		if r, has := c.Resources.Requests[ResourceGPU]; has && (!ok || r.Cmp(q) > 0) {
+// maxMemoryMiB bounds the ResourceMemoryMiB one container may request
+// (16 TiB), so that sums cannot overflow.
+const maxMemoryMiB = 1 << 24
+
+// podRequest is the pod's effective request of an extended resource (whole
+// units of unit, at most limit per container), as Kubernetes computes it:
+// per container the larger of request and limit; the sum over the app
+// containers and restartable init containers (sidecars), or the largest
+// other init container, whichever is more.
+func podRequest(pod *v1.Pod, name v1.ResourceName, unit string, limit int64) (int64, error) {
+	containerRequest := func(c *v1.Container) (int64, error) {
+		q, ok := c.Resources.Limits[name]
+		if r, has := c.Resources.Requests[name]; has && (!ok || r.Cmp(q) > 0) {
 			q, ok = r, true
 		}
 		if !ok {
 			return 0, nil
 		}
 		n, exact := q.AsInt64()
-		if !exact || n < 0 || n > MaxDevicesPerNode {
-			return 0, invalid(string(ResourceGPU), q.String(), fmt.Sprintf(
-				"container %q: want a whole number of GPUs from 0 to %d", c.Name, MaxDevicesPerNode))
+		if !exact || n < 0 || n > limit {
+			return 0, invalid(string(name), q.String(), fmt.Sprintf(
+				"container %q: want a whole number of %s from 0 to %d", c.Name, unit, limit))
 		}
 		return n, nil
 	}
 	var sum, initMax int64
 	for i := range pod.Spec.Containers {
-		n, err := containerGPUs(&pod.Spec.Containers[i])
+		n, err := containerRequest(&pod.Spec.Containers[i])
 		if err != nil {
 			return 0, err
 		}
 		sum += n
 	}
 	for i := range pod.Spec.InitContainers {
-		n, err := containerGPUs(&pod.Spec.InitContainers[i])
+		n, err := containerRequest(&pod.Spec.InitContainers[i])
 		if err != nil {
 			return 0, err
 		}
@@ -235,14 +281,21 @@ func parseModels(raw string) ([]string, error) {
 }
 
 // DemandAnnotations are the pod annotations DemandFromPod reads; with the
-// pod's ResourceGPU requests they are everything a pod's GPU demand is
+// pod's requests of DemandResources they are everything a pod's GPU demand is
 // read from. A change to any other field of a pod cannot change its demand.
 var DemandAnnotations = []string{AnnotationMilli, AnnotationMemory, AnnotationModels}
+
+// DemandResources are the extended resources DemandFromPod reads, which
+// gpusched accounts GPU by GPU: kube-scheduler's NodeResourcesFit must leave
+// them alone (GPUResourcesFit strips them), and a node need not advertise
+// them.
+var DemandResources = []v1.ResourceName{ResourceGPU, ResourceMilli, ResourceMemoryMiB}
 
 // SameDemandSource reports whether two versions of a pod carry the same
 // values (or absence) of every one of DemandAnnotations: if they do, an
 // update between them cannot have changed the pod's GPU demand (its
-// ResourceGPU requests cannot change on update).
+// requests of DemandResources cannot change on update: in-place resize
+// changes only CPU and memory).
 func SameDemandSource(a, b *v1.Pod) bool {
 	for _, key := range DemandAnnotations {
 		va, oka := a.Annotations[key]

@@ -25,6 +25,16 @@ func TestDemandFromPod(t *testing.T) {
 		p.Spec.InitContainers = []v1.Container{c}
 		return p
 	}
+	twoContainers := func(name v1.ResourceName, a, b int64) *v1.Pod {
+		p := gt.MakeGPUPod("p").Obj()
+		c := p.Spec.Containers[0]
+		c.Resources = v1.ResourceRequirements{Limits: v1.ResourceList{name: *resource.NewQuantity(a, resource.DecimalSI)}}
+		d := *c.DeepCopy()
+		d.Name = "second"
+		d.Resources = v1.ResourceRequirements{Limits: v1.ResourceList{name: *resource.NewQuantity(b, resource.DecimalSI)}}
+		p.Spec.Containers = []v1.Container{c, d}
+		return p
+	}
 	tests := []struct {
 		name       string
 		pod        *v1.Pod
@@ -53,6 +63,27 @@ func TestDemandFromPod(t *testing.T) {
 		{name: "models empty", pod: gt.MakeGPUPod("p").GPUs(1).Annotation(gpu.AnnotationModels, " , ").Obj(), wantFields: []string{gpu.AnnotationModels}},
 		{name: "models bad JSON", pod: gt.MakeGPUPod("p").GPUs(1).Annotation(gpu.AnnotationModels, `["A100"`).Obj(), wantFields: []string{gpu.AnnotationModels}},
 		{name: "memory without any GPU", pod: gt.MakeGPUPod("p").GPUMemory("1Gi").Obj(), wantFields: []string{gpu.AnnotationMemory}},
+		// The quota-counted form reads as the annotations do.
+		{name: "share as a resource", pod: gt.MakeGPUPod("p").MilliResource(250).MemoryResource(10240).Obj(),
+			want: gpu.Demand{Count: 1, Milli: 250, MemoryMiB: 10240}},
+		{name: "both forms agree", pod: gt.MakeGPUPod("p").MilliResource(250).Milli(250).MemoryResource(1536).GPUMemory("1.5Gi").Obj(),
+			want: gpu.Demand{Count: 1, Milli: 250, MemoryMiB: 1536}},
+		{name: "a share summed over containers", pod: twoContainers(gpu.ResourceMilli, 300, 200),
+			want: gpu.Demand{Count: 1, Milli: 500}},
+		{name: "resource share of zero is no share", pod: gt.MakeGPUPod("p").MilliResource(0).Obj(), want: gpu.Demand{Milli: 1000}},
+		{name: "share forms disagree", pod: gt.MakeGPUPod("p").MilliResource(250).Milli(999).Obj(), wantFields: []string{gpu.AnnotationMilli}},
+		{name: "memory forms disagree", pod: gt.MakeGPUPod("p").MilliResource(250).MemoryResource(1024).GPUMemory("2Gi").Obj(),
+			wantFields: []string{gpu.AnnotationMemory}},
+		{name: "resource share over 999 summed", pod: twoContainers(gpu.ResourceMilli, 600, 600), wantFields: []string{string(gpu.ResourceMilli)}},
+		{name: "resource share of a whole GPU", pod: gt.MakeGPUPod("p").MilliResource(1000).Obj(), wantFields: []string{string(gpu.ResourceMilli)}},
+		{name: "resource share with whole GPUs", pod: gt.MakeGPUPod("p").GPUs(1).MilliResource(500).Obj(), wantFields: []string{string(gpu.ResourceMilli)}},
+		{name: "memory resource on whole GPUs", pod: gt.MakeGPUPod("p").GPUs(1).MemoryResource(1024).Obj(), wantFields: []string{string(gpu.ResourceMemoryMiB)}},
+		{name: "memory resource without any GPU", pod: gt.MakeGPUPod("p").MemoryResource(1024).Obj(), wantFields: []string{string(gpu.ResourceMemoryMiB)}},
+		{name: "memory resource in milli-units", pod: func() *v1.Pod {
+			p := gt.MakeGPUPod("p").MilliResource(250).Obj()
+			p.Spec.Containers[0].Resources.Limits[gpu.ResourceMemoryMiB] = resource.MustParse("1500m")
+			return p
+		}(), wantFields: []string{string(gpu.ResourceMemoryMiB)}},
 		{
 			name:       "every malformed value is reported",
 			pod:        gt.MakeGPUPod("p").Milli(0).GPUMemory("-1").Annotation(gpu.AnnotationModels, "[]").Obj(),

@@ -16,6 +16,16 @@ const (
 	LabelCount   = "nvidia.com/gpu.count"
 	LabelClique  = "nvidia.com/gpu.clique"
 
+	// ResourceMilli is the extended resource through which a pod may ask for
+	// a share of one GPU, in milli-GPU (1..999), as AnnotationMilli asks for
+	// it; unlike the annotation it is counted by ResourceQuota, LimitRange
+	// and Kueue (docs/quotas.md). The two names are the same string: one is
+	// a resource, the other an annotation.
+	ResourceMilli v1.ResourceName = "gpusched.io/gpu-milli"
+	// ResourceMemoryMiB is the extended resource through which a share asks
+	// for GPU memory in MiB, as AnnotationMemory does; quota counts it.
+	ResourceMemoryMiB v1.ResourceName = "gpusched.io/gpu-memory-mib"
+
 	// AnnotationDevices on a Node lists its GPUs explicitly as JSON; it takes
 	// precedence over the GFD labels (see InventoryFromNode).
 	AnnotationDevices = "gpusched.io/gpu-devices"

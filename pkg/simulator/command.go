@@ -22,6 +22,7 @@ type flags struct {
 	arrival, tieBreak   string
 	jsonOut, htmlOut    string
 	telemetry           string
+	shares              string
 	parallel            int
 	quiet               bool
 	dra                 bool
@@ -75,6 +76,7 @@ write. See docs/simulator.md.`,
 	fs.StringVar(&f.htmlOut, "html", "", "write a self-contained HTML report with charts to this file")
 	fs.IntVar(&f.parallel, "parallel", 0, "runs at once; default one per CPU")
 	fs.BoolVar(&f.quiet, "quiet", false, "no progress bar on stderr")
+	fs.StringVar(&f.shares, "shares", sharesAnnotation, "how the workload's pods ask for shares of a GPU: annotation (gpusched.io/gpu-milli annotation) or resources (the gpusched.io/gpu-milli resource, which quota counts); placements are the same either way")
 	fs.BoolVar(&f.dra, "dra", false, "the DRA path: GPUs published as DRA devices, GPU requests as ResourceClaims that DynamicResources allocates first fit, the policy ranking nodes on its predicted allocation (docs/dra.md)")
 	fs.BoolVar(&f.placements, "placements", false, "record every submitted pod's outcome (its node and GPUs, or why it was refused) in each run of the JSON report")
 	fs.BoolVar(&f.noTimings, "no-timings", false, "report every wall time as 0, so that reports of the same sweep are equal byte for byte")
@@ -178,15 +180,31 @@ type workload struct {
 	name string
 	// path is the pod list's file; "" is the built-in synthetic workload.
 	path string
+	// sharesAsResources asks for shares with the gpusched.io/gpu-milli
+	// resource instead of the annotation (SharesAsResources).
+	sharesAsResources bool
 }
 
+// The values of --shares.
+const (
+	sharesAnnotation = "annotation"
+	sharesResources  = "resources"
+)
+
 func (w workload) load() (string, []TracePod, error) {
+	var pods []TracePod
 	if w.path == "" {
-		_, pods := Synthetic(SyntheticOptions{})
-		return w.name, pods, nil
+		_, pods = Synthetic(SyntheticOptions{})
+	} else {
+		var err error
+		if pods, err = LoadPods(w.path); err != nil {
+			return w.name, nil, err
+		}
 	}
-	pods, err := LoadPods(w.path)
-	return w.name, pods, err
+	if w.sharesAsResources {
+		SharesAsResources(pods)
+	}
+	return w.name, pods, nil
 }
 
 // optionsFromFlags reads the flags into the options shared by the sweep's
@@ -211,16 +229,21 @@ func optionsFromFlags(f flags) (Options, []workload, error) {
 	}
 	var nodes []*v1.Node
 	var workloads []workload
+	if f.shares != sharesAnnotation && f.shares != sharesResources {
+		return opts, nil, fmt.Errorf("--shares %q: want %s (the gpusched.io/gpu-milli annotation) or %s (the gpusched.io/gpu-milli resource)",
+			f.shares, sharesAnnotation, sharesResources)
+	}
+	asResources := f.shares == sharesResources
 	if f.nodes == "" {
 		nodes, _ = Synthetic(SyntheticOptions{})
-		workloads = []workload{{name: syntheticName}}
+		workloads = []workload{{name: syntheticName, sharesAsResources: asResources}}
 	} else {
 		paths, err := splitPodLists(f.pods)
 		if err != nil {
 			return opts, nil, err
 		}
 		for _, p := range paths {
-			workloads = append(workloads, workload{name: WorkloadName(p), path: p})
+			workloads = append(workloads, workload{name: WorkloadName(p), path: p, sharesAsResources: asResources})
 		}
 		if nodes, err = LoadNodes(f.nodes); err != nil {
 			return opts, nil, err

@@ -119,8 +119,10 @@ func draPod(pod *v1.Pod) (*v1.Pod, *resourceapi.ResourceClaim, error) {
 	p := pod.DeepCopy()
 	for i := range p.Spec.Containers {
 		c := &p.Spec.Containers[i]
-		delete(c.Resources.Requests, gpu.ResourceGPU)
-		delete(c.Resources.Limits, gpu.ResourceGPU)
+		for _, name := range gpu.DemandResources {
+			delete(c.Resources.Requests, name)
+			delete(c.Resources.Limits, name)
+		}
 		c.Resources.Claims = []v1.ResourceClaim{{Name: draRequest}}
 	}
 	for _, key := range gpu.DemandAnnotations {

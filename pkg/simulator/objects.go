@@ -83,6 +83,38 @@ func NewTracePod(name string, milliCPU, memoryMiB int64, numGPU int, gpuMilli in
 	return pod
 }
 
+// SharesAsResources rewrites every pod that asks for a share of a GPU by
+// annotation (gpusched.io/gpu-milli, gpu-memory) to ask for it with the
+// quota-counted resources instead (gpu.ResourceMilli, gpu.ResourceMemoryMiB,
+// as request and limit of its first container), in place. The engine reads
+// both forms alike, so the placements are the same.
+func SharesAsResources(pods []TracePod) {
+	for _, tp := range pods {
+		pod := tp.Pod
+		d, err := gpu.DemandFromPod(pod)
+		if err != nil || !d.IsShare() || len(pod.Spec.Containers) == 0 {
+			continue
+		}
+		c := &pod.Spec.Containers[0]
+		if c.Resources.Requests == nil {
+			c.Resources.Requests = v1.ResourceList{}
+		}
+		if c.Resources.Limits == nil {
+			c.Resources.Limits = v1.ResourceList{}
+		}
+		set := func(name v1.ResourceName, n int64) {
+			c.Resources.Requests[name] = *resource.NewQuantity(n, resource.DecimalSI)
+			c.Resources.Limits[name] = *resource.NewQuantity(n, resource.DecimalSI)
+		}
+		set(gpu.ResourceMilli, d.Milli)
+		delete(pod.Annotations, gpu.AnnotationMilli)
+		if d.MemoryMiB > 0 {
+			set(gpu.ResourceMemoryMiB, d.MemoryMiB)
+			delete(pod.Annotations, gpu.AnnotationMemory)
+		}
+	}
+}
+
 func setAnnotation(pod *v1.Pod, key, value string) {
 	if pod.Annotations == nil {
 		pod.Annotations = map[string]string{}

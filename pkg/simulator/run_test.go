@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
+
+	"github.com/gpusched/gpusched/pkg/gpu"
 )
 
 func defaultProfiles(t testing.TB, policies ...string) []Profile {
@@ -156,4 +158,53 @@ func TestScreenChangesNothing(t *testing.T) {
 			t.Errorf("%s: allocation by model differs: %v vs %v", full[i].Policy, screened[i].ByModel, full[i].ByModel)
 		}
 	}
+}
+
+// TestSharesAsResourcesPlaceAlike: the same workload with its shares asked
+// for by the quota-counted gpusched.io/gpu-milli resource (--shares
+// resources) is placed exactly as with the annotation: the same node and
+// GPUs for every pod, under PairFit and FGD. It fails if any part of the
+// scheduler (GPUResourcesFit, GPUPlacement, the screen) reads only one form.
+func TestSharesAsResourcesPlaceAlike(t *testing.T) {
+	nodes, pods := Synthetic(SyntheticOptions{Nodes: 30, Seed: 5})
+	asResources := make([]TracePod, len(pods))
+	shares := 0
+	for i, tp := range pods {
+		asResources[i] = tp
+		asResources[i].Pod = tp.Pod.DeepCopy()
+	}
+	SharesAsResources(asResources)
+	for _, tp := range asResources {
+		if q, ok := tp.Pod.Spec.Containers[0].Resources.Limits[gpu.ResourceMilli]; ok {
+			shares++
+			if _, still := tp.Pod.Annotations[gpu.AnnotationMilli]; still || q.Value() < 1 || q.Value() > 999 {
+				t.Fatalf("pod %s: share rewritten as %v with annotations %v", tp.Pod.Name, q.String(), tp.Pod.Annotations)
+			}
+		}
+	}
+	if shares == 0 {
+		t.Fatal("the workload has no shares; the comparison proves nothing")
+	}
+	opts := Options{Nodes: nodes, Pods: pods, Profiles: defaultProfiles(t, "PairFit", "FGD"), Seeds: []int64{3}, Arrival: ArrivalFGD, RecordPlacements: true}
+	byAnnotation, err := Simulate(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.Pods = asResources
+	byResource, err := Simulate(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range byAnnotation {
+		a, r := byAnnotation[i], byResource[i]
+		if a.Failed != r.Failed || !reflect.DeepEqual(a.Placements, r.Placements) {
+			for j := range min(len(a.Placements), len(r.Placements)) {
+				if !reflect.DeepEqual(a.Placements[j], r.Placements[j]) {
+					t.Fatalf("%s: first difference at pod %d: by annotation %+v, by resource %+v", a.Policy, j, a.Placements[j], r.Placements[j])
+				}
+			}
+			t.Fatalf("%s: failed %d by annotation, %d by resource", a.Policy, a.Failed, r.Failed)
+		}
+	}
+	t.Logf("%d of %d pods ask for shares; placements equal under %d policies", shares, len(pods), len(byAnnotation))
 }

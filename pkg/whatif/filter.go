@@ -2,6 +2,7 @@ package whatif
 
 import (
 	"fmt"
+	"slices"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
@@ -78,8 +79,9 @@ func doNotSchedule(t *v1.Taint) bool {
 
 // insufficient is NodeResourcesFit's check: one reason per resource the
 // node lacks, for the resources the pod requests, and the pod count;
-// nvidia.com/gpu is ignored, as the profile's NodeResourcesFit args
-// (ignoredResources) have it, since GPUPlacement counts GPUs.
+// the resources GPUPlacement accounts (gpu.DemandResources) are ignored,
+// as GPUResourcesFit and the profile's NodeResourcesFit args
+// (ignoredResources) have it.
 func insufficient(req *resources, n *nodeState) []string {
 	var out []string
 	if n.pods+1 > n.alloc.pods {
@@ -96,7 +98,7 @@ func insufficient(req *resources, n *nodeState) []string {
 		out = append(out, "Insufficient ephemeral-storage")
 	}
 	for name, q := range req.scalar {
-		if q > 0 && name != gpu.ResourceGPU && q > free(n.alloc.scalar[name], n.used.scalar[name]) {
+		if q > 0 && !slices.Contains(gpu.DemandResources, name) && q > free(n.alloc.scalar[name], n.used.scalar[name]) {
 			out = append(out, fmt.Sprintf("Insufficient %s", name))
 		}
 	}

@@ -82,7 +82,7 @@ profiles:
   pluginConfig:
   - name: NodeResourcesFit
     args:
-      ignoredResources: ["nvidia.com/gpu"]
+      ignoredResources: ["nvidia.com/gpu", "gpusched.io/gpu-milli", "gpusched.io/gpu-memory-mib"]
   - name: GPUPlacement
     args:
 ` + indent(differentialArgs(policy), "      ")
@@ -103,7 +103,7 @@ profiles:
   pluginConfig:
   - name: NodeResourcesFit
     args:
-      ignoredResources: ["nvidia.com/gpu"]
+      ignoredResources: ["nvidia.com/gpu", "gpusched.io/gpu-milli", "gpusched.io/gpu-memory-mib"]
 extenders:
 - urlPrefix: http://` + addr + `
   filterVerb: filter

@@ -1,7 +1,10 @@
-// Package deviceplugin is the node agent's kubelet device plugin: it
+// Package deviceplugin is the node agent's kubelet device plugins: one
 // advertises nvidia.com/gpu with one device per entry of the node's
 // gpusched.io/gpu-devices inventory (a whole GPU, or a MIG device), so the
-// kubelet admits pods that request whole GPUs and counts them.
+// kubelet admits pods that request whole GPUs and counts them; the other
+// (NewShares) advertises gpusched.io/gpu-milli, 1000 units per entry, so the
+// kubelet counts the shares pods ask for as a resource, as quota does
+// (docs/quotas.md).
 //
 // It does not choose GPUs. The kubelet calls Allocate with device IDs it
 // picked itself, without knowing which pod it is allocating for, and may call
@@ -33,6 +36,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
@@ -45,12 +49,37 @@ import (
 // EnvDevicePluginGPUs).
 const EnvGPUs = "GPUSCHED_DEVICE_PLUGIN_GPUS"
 
+// EnvMilli is the variable the shares plugin's Allocate sets: the
+// gpusched.io/gpu-milli the kubelet allocated to the container (the NRI
+// plugin's EnvDevicePluginMilli).
+const EnvMilli = "GPUSCHED_DEVICE_PLUGIN_MILLI"
+
+// advertised is what one plugin advertises to the kubelet.
+type advertised struct {
+	name v1.ResourceName
+	// socket is the plugin's socket name when Config.Socket is "".
+	socket string
+	// env is the variable Allocate sets to the number of units allocated.
+	env string
+	// devices lists a snapshot's units.
+	devices func(*discovery.Snapshot) []*pluginapi.Device
+	// yieldsToNVIDIA: NVIDIA's device plugin serves the same name, and two
+	// plugins cannot.
+	yieldsToNVIDIA bool
+}
+
+var (
+	wholeGPUs = advertised{name: gpu.ResourceGPU, socket: "gpusched-gpu.sock", env: EnvGPUs, devices: Devices, yieldsToNVIDIA: true}
+	shares    = advertised{name: gpu.ResourceMilli, socket: "gpusched-gpu-milli.sock", env: EnvMilli, devices: MilliDevices}
+)
+
 // Config locates the kubelet's device-plugin directory.
 type Config struct {
 	// Dir is the kubelet's device-plugin directory; pluginapi.DevicePluginPath
 	// when "".
 	Dir string
-	// Socket is the plugin's socket name in Dir; "gpusched-gpu.sock" when "".
+	// Socket is the plugin's socket name in Dir; "gpusched-gpu.sock" when ""
+	// (the shares plugin's: "gpusched-gpu-milli.sock").
 	Socket string
 	// CheckInterval is how often the plugin checks that its socket still
 	// exists (the kubelet removes every socket when it restarts, and plugins
@@ -62,9 +91,6 @@ func (c *Config) defaults() {
 	if c.Dir == "" {
 		c.Dir = pluginapi.DevicePluginPath
 	}
-	if c.Socket == "" {
-		c.Socket = "gpusched-gpu.sock"
-	}
 	if c.CheckInterval <= 0 {
 		c.CheckInterval = 5 * time.Second
 	}
@@ -74,15 +100,30 @@ func (c *Config) defaults() {
 type Plugin struct {
 	pluginapi.UnimplementedDevicePluginServer
 	cfg   Config
+	res   advertised
 	store *discovery.Store
 	// seenNVIDIA is NVIDIA's plugin's socket when last checked, or "".
 	seenNVIDIA string
 }
 
-// New returns a plugin advertising the devices of store.
+// New returns the plugin advertising the devices of store as nvidia.com/gpu.
 func New(cfg Config, store *discovery.Store) *Plugin {
+	return newPlugin(cfg, wholeGPUs, store)
+}
+
+// NewShares returns the plugin advertising gpusched.io/gpu-milli, 1000 units
+// per device of store (MilliDevices). It registers beside NVIDIA's device
+// plugin too, which does not serve that name.
+func NewShares(cfg Config, store *discovery.Store) *Plugin {
+	return newPlugin(cfg, shares, store)
+}
+
+func newPlugin(cfg Config, res advertised, store *discovery.Store) *Plugin {
 	cfg.defaults()
-	return &Plugin{cfg: cfg, store: store}
+	if cfg.Socket == "" {
+		cfg.Socket = res.socket
+	}
+	return &Plugin{cfg: cfg, res: res, store: store}
 }
 
 // NVIDIAPlugin returns the path of a live NVIDIA device plugin socket in dir
@@ -104,7 +145,7 @@ func NVIDIAPlugin(dir string) string {
 // registered it logs what that means and returns without registering.
 func (p *Plugin) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
-	if other := NVIDIAPlugin(p.cfg.Dir); other != "" {
+	if other := NVIDIAPlugin(p.cfg.Dir); other != "" && p.res.yieldsToNVIDIA {
 		logger.Info("NVIDIA's device plugin is registered; the agent does not register its own",
 			"socket", other,
 			"guaranteed", "containers open exactly the GPUs of their gpu-assigned annotation: the NRI plugin denies the others NVIDIA's plugin passes and refuses its foreign device-list mounts",
@@ -143,7 +184,7 @@ func (p *Plugin) serve(ctx context.Context) error {
 	if err := p.register(ctx); err != nil {
 		return err
 	}
-	klog.FromContext(ctx).Info("device plugin registered with the kubelet", "resource", gpu.ResourceGPU, "socket", path)
+	klog.FromContext(ctx).Info("device plugin registered with the kubelet", "resource", p.res.name, "socket", path)
 	tick := time.NewTicker(p.cfg.CheckInterval)
 	defer tick.Stop()
 	for {
@@ -157,7 +198,7 @@ func (p *Plugin) serve(ctx context.Context) error {
 				return fmt.Errorf("socket %s is gone (kubelet restart?): registering again", path)
 			}
 			other := NVIDIAPlugin(p.cfg.Dir)
-			if other != "" && other != p.seenNVIDIA {
+			if other != "" && other != p.seenNVIDIA && p.res.yieldsToNVIDIA {
 				klog.FromContext(ctx).Info("NVIDIA's device plugin registered after the agent's: the kubelet now follows it for nvidia.com/gpu; "+
 					"containers still open only their assigned GPUs (the NRI plugin confines what it adds)", "socket", other)
 			}
@@ -178,11 +219,11 @@ func (p *Plugin) register(ctx context.Context) error {
 	_, err = pluginapi.NewRegistrationClient(conn).Register(rctx, &pluginapi.RegisterRequest{
 		Version:      pluginapi.Version,
 		Endpoint:     p.cfg.Socket,
-		ResourceName: string(gpu.ResourceGPU),
+		ResourceName: string(p.res.name),
 		Options:      &pluginapi.DevicePluginOptions{},
 	})
 	if err != nil {
-		return fmt.Errorf("registering %s with the kubelet at %s: %w", gpu.ResourceGPU, kubelet, err)
+		return fmt.Errorf("registering %s with the kubelet at %s: %w", p.res.name, kubelet, err)
 	}
 	return nil
 }
@@ -192,14 +233,13 @@ func (p *Plugin) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (*plu
 	return &pluginapi.DevicePluginOptions{}, nil
 }
 
-// ListAndWatch sends the devices now and after every inventory change: one
-// device per inventory entry, ID its UUID, Unhealthy when the agent marked it
-// (the kubelet then stops counting it in allocatable), with its NUMA node.
+// ListAndWatch sends the devices now and after every inventory change
+// (Devices, or MilliDevices for the shares plugin).
 func (p *Plugin) ListAndWatch(_ *pluginapi.Empty, stream grpc.ServerStreamingServer[pluginapi.ListAndWatchResponse]) error {
 	changed, unsubscribe := p.store.Subscribe()
 	defer unsubscribe()
 	for {
-		if err := stream.Send(&pluginapi.ListAndWatchResponse{Devices: Devices(p.store.Current())}); err != nil {
+		if err := stream.Send(&pluginapi.ListAndWatchResponse{Devices: p.res.devices(p.store.Current())}); err != nil {
 			return err
 		}
 		select {
@@ -210,7 +250,10 @@ func (p *Plugin) ListAndWatch(_ *pluginapi.Empty, stream grpc.ServerStreamingSer
 	}
 }
 
-// Devices converts a snapshot into the kubelet's device list (none for nil).
+// Devices converts a snapshot into the kubelet's nvidia.com/gpu device list
+// (none for nil): one device per inventory entry, ID its UUID, Unhealthy
+// when the agent marked it (the kubelet then stops counting it in
+// allocatable), with its NUMA node.
 func Devices(snap *discovery.Snapshot) []*pluginapi.Device {
 	if snap == nil {
 		return nil
@@ -232,14 +275,44 @@ func Devices(snap *discovery.Snapshot) []*pluginapi.Device {
 	return out
 }
 
-// Allocate marks each container with the number of GPUs the kubelet gave it
-// and nothing else: no device IDs, device nodes or mounts (see the package
-// comment for why).
+// MilliDevices converts a snapshot into the kubelet's gpusched.io/gpu-milli
+// device list (none for nil): gpu.MilliPerGPU units per inventory entry, IDs
+// "<UUID>/<unit>", every one Healthy and without NUMA node.
+//
+// The units are a counter, not devices: the kubelet picks unit IDs without
+// knowing which GPU GPUPlacement gave the pod, so no unit stands for a
+// place on a GPU, and the kubelet only checks that the node's shares sum to
+// no more than its GPUs hold, which every placement GPUPlacement makes
+// keeps. So a GPU's health does not reach its units: an unhealthy GPU's
+// units taken out of allocatable could refuse a share GPUPlacement put on a
+// healthy GPU (the kubelet may hold those very IDs for pods on other GPUs);
+// GPUPlacement itself keeps new pods off unhealthy GPUs. And a NUMA node
+// would let the topology manager refuse a pod for the unit IDs it picked.
+func MilliDevices(snap *discovery.Snapshot) []*pluginapi.Device {
+	if snap == nil {
+		return nil
+	}
+	out := make([]*pluginapi.Device, 0, len(snap.Devices)*gpu.MilliPerGPU)
+	for _, d := range snap.Devices {
+		id := d.UUID
+		if id == "" {
+			id = strconv.Itoa(d.Index)
+		}
+		for unit := range gpu.MilliPerGPU {
+			out = append(out, &pluginapi.Device{ID: id + "/" + strconv.Itoa(unit), Health: pluginapi.Healthy})
+		}
+	}
+	return out
+}
+
+// Allocate marks each container with the number of units (GPUs, or
+// milli-GPU for the shares plugin) the kubelet gave it and nothing else: no
+// device IDs, device nodes or mounts (see the package comment for why).
 func (p *Plugin) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
 	resp := &pluginapi.AllocateResponse{}
 	for _, c := range req.GetContainerRequests() {
 		resp.ContainerResponses = append(resp.ContainerResponses, &pluginapi.ContainerAllocateResponse{
-			Envs: map[string]string{EnvGPUs: strconv.Itoa(len(c.GetDevicesIds()))},
+			Envs: map[string]string{p.res.env: strconv.Itoa(len(c.GetDevicesIds()))},
 		})
 	}
 	return resp, nil

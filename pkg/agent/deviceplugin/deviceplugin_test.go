@@ -200,10 +200,89 @@ func TestDevicePluginStepsAsideForNVIDIA(t *testing.T) {
 	}
 }
 
-// TestDevicePluginEnvMatchesNRI: Allocate's marker is the variable the NRI
-// plugin looks for.
+// TestDevicePluginEnvMatchesNRI: Allocate's markers are the variables the
+// NRI plugin looks for.
 func TestDevicePluginEnvMatchesNRI(t *testing.T) {
 	if deviceplugin.EnvGPUs != agentnri.EnvDevicePluginGPUs {
 		t.Fatalf("device plugin sets %s, NRI plugin reads %s", deviceplugin.EnvGPUs, agentnri.EnvDevicePluginGPUs)
+	}
+	if deviceplugin.EnvMilli != agentnri.EnvDevicePluginMilli {
+		t.Fatalf("shares plugin sets %s, NRI plugin reads %s", deviceplugin.EnvMilli, agentnri.EnvDevicePluginMilli)
+	}
+}
+
+// TestSharesPlugin: the shares plugin registers gpusched.io/gpu-milli on its
+// own socket, beside NVIDIA's plugin too; it lists 1000 units per GPU, all
+// Healthy even on a GPU with an XID mark and without NUMA node (see
+// MilliDevices); and its Allocate marks the container with the units the
+// kubelet gave it.
+func TestSharesPlugin(t *testing.T) {
+	dir := t.TempDir()
+	k := startKubelet(t, dir)
+	lis, err := net.Listen("unix", filepath.Join(dir, "nvidia-gpu.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lis.Close()
+	store := &discovery.Store{}
+	setDevices(t, store, map[int]string{1: "XID 79 at 2026-11-24T10:02:11Z"})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		_ = deviceplugin.NewShares(deviceplugin.Config{Dir: dir, CheckInterval: 20 * time.Millisecond}, store).Run(ctx)
+		close(done)
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+
+	var req *pluginapi.RegisterRequest
+	select {
+	case req = <-k.registered:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the shares plugin did not register within 5s")
+	}
+	if req.ResourceName != "gpusched.io/gpu-milli" || req.Endpoint != "gpusched-gpu-milli.sock" {
+		t.Fatalf("registered %+v", req)
+	}
+	conn, err := grpc.NewClient("unix://"+filepath.Join(dir, req.Endpoint), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	client := pluginapi.NewDevicePluginClient(conn)
+	rctx, rcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer rcancel()
+	stream, err := client.ListAndWatch(rctx, &pluginapi.Empty{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := stream.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 4 GPUs × 1000 units.
+	if len(resp.Devices) != 4000 {
+		t.Fatalf("%d units, want 4000", len(resp.Devices))
+	}
+	ids := map[string]bool{}
+	for _, d := range resp.Devices {
+		if d.Health != pluginapi.Healthy || d.Topology != nil || ids[d.ID] {
+			t.Fatalf("unit %+v: want a distinct, Healthy ID without topology", d)
+		}
+		ids[d.ID] = true
+	}
+	if !ids["GPU-1/0"] || !ids["GPU-3/999"] {
+		t.Errorf("unit IDs are not <UUID>/<unit>: GPU-1/0 %v, GPU-3/999 %v", ids["GPU-1/0"], ids["GPU-3/999"])
+	}
+	units := make([]string, 250)
+	for i := range units {
+		units[i] = fmt.Sprintf("GPU-2/%d", i)
+	}
+	alloc, err := client.Allocate(rctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: units}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := alloc.ContainerResponses[0]
+	if len(r.Envs) != 1 || r.Envs[agentnri.EnvDevicePluginMilli] != "250" || len(r.Devices) != 0 || len(r.Mounts) != 0 {
+		t.Fatalf("Allocate answered %+v, want only %s=250", r, agentnri.EnvDevicePluginMilli)
 	}
 }

@@ -14,11 +14,14 @@ import (
 
 // demand tells whether a pod has GPU demand, and how. A pod has GPU demand
 // when its sandbox carries gpusched.io/gpu-assigned (whatever its value) or
-// gpusched.io/gpu-milli (a share uses no extended resource, so only the
-// annotation tells), or when the container reaches GPUs by any means the
-// runtime or another device plugin gave it:
+// gpusched.io/gpu-milli (a share asked for by annotation), or when the
+// container reaches GPUs by any means the runtime or another device plugin
+// gave it:
 //   - GPUSCHED_DEVICE_PLUGIN_GPUS, set by the agent's device plugin when the
 //     kubelet allocated nvidia.com/gpu;
+//   - GPUSCHED_DEVICE_PLUGIN_MILLI, set by the agent's shares device plugin
+//     when the kubelet allocated gpusched.io/gpu-milli (a share asked for as
+//     a resource, which the sandbox's annotations do not show);
 //   - an NVIDIA_VISIBLE_DEVICES other than "", "all", "void" and "none"
 //     (what NVIDIA's device plugin sets, or a user's own list);
 //   - a CDI device of NVIDIA's vendor (nvidia.com/gpu=...,
@@ -44,6 +47,8 @@ func demand(annotations map[string]string, ctr *api.Container) (bool, string) {
 		switch {
 		case key == EnvDevicePluginGPUs:
 			return true, "the kubelet allocated " + string(gpu.ResourceGPU)
+		case key == EnvDevicePluginMilli:
+			return true, "the kubelet allocated " + string(gpu.ResourceMilli)
 		case key == EnvVisibleDevices && value != "" && value != "all" && value != "void" && value != "none":
 			return true, EnvVisibleDevices + "=" + value + " is set"
 		}

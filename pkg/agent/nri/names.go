@@ -20,10 +20,14 @@ const (
 	// on every container the kubelet gave nvidia.com/gpu; its presence tells
 	// the NRI step that the container asked for whole GPUs.
 	EnvDevicePluginGPUs = "GPUSCHED_DEVICE_PLUGIN_GPUS"
-	EnvMPSThreads       = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
-	EnvMPSMemLimit      = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
-	EnvMPSPipeDir       = "CUDA_MPS_PIPE_DIRECTORY"
-	envMPSPrefix        = "CUDA_MPS_"
+	// EnvDevicePluginMilli is set by the agent's shares device plugin on
+	// every container the kubelet gave gpusched.io/gpu-milli: the container
+	// asked for a share as a resource.
+	EnvDevicePluginMilli = "GPUSCHED_DEVICE_PLUGIN_MILLI"
+	EnvMPSThreads        = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
+	EnvMPSMemLimit       = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
+	EnvMPSPipeDir        = "CUDA_MPS_PIPE_DIRECTORY"
+	envMPSPrefix         = "CUDA_MPS_"
 
 	// cdiKind is the CDI kind the agent gives GPUs as.
 	cdiKind = "nvidia.com/gpu"

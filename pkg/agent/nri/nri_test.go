@@ -119,6 +119,14 @@ func TestNRICreateContainer(t *testing.T) {
 			wantErr: []string{"pod ml/train", gpu.AnnotationAssigned, "has no assignment", "the kubelet allocated nvidia.com/gpu"},
 		},
 		{
+			// A share asked for as a resource and bound by another
+			// scheduler: no annotation tells, the shares plugin's mark does.
+			name:    "a share from the kubelet without assignment",
+			mode:    agentnri.ModeEnv,
+			env:     []string{agentnri.EnvDevicePluginMilli + "=250"},
+			wantErr: []string{"pod ml/train", gpu.AnnotationAssigned, "has no assignment", "the kubelet allocated gpusched.io/gpu-milli"},
+		},
+		{
 			name:    "GPUs named in the pod's own environment without assignment",
 			mode:    agentnri.ModeEnv,
 			env:     []string{"NVIDIA_VISIBLE_DEVICES=" + u2},

@@ -152,6 +152,30 @@ func (w *PodWrapper) Milli(m int64) *PodWrapper {
 	return w.Annotation(gpu.AnnotationMilli, strconv.FormatInt(m, 10))
 }
 
+// MilliResource asks for a share of one GPU through the quota-counted
+// gpusched.io/gpu-milli resource (request and limit of the first container).
+func (w *PodWrapper) MilliResource(m int64) *PodWrapper {
+	return w.resource(gpu.ResourceMilli, m)
+}
+
+// MemoryResource asks for a share's GPU memory in MiB through the
+// quota-counted gpusched.io/gpu-memory-mib resource.
+func (w *PodWrapper) MemoryResource(mib int64) *PodWrapper {
+	return w.resource(gpu.ResourceMemoryMiB, mib)
+}
+
+// resource sets an extended resource's request and limit (which Kubernetes
+// requires equal) on the first container.
+func (w *PodWrapper) resource(name v1.ResourceName, n int64) *PodWrapper {
+	c := &w.Spec.Containers[0]
+	if c.Resources.Requests == nil {
+		c.Resources.Requests = v1.ResourceList{}
+	}
+	c.Resources.Limits[name] = *resource.NewQuantity(n, resource.DecimalSI)
+	c.Resources.Requests[name] = *resource.NewQuantity(n, resource.DecimalSI)
+	return w
+}
+
 // GPUMemory asks for GPU memory per GPU ("20480" MiB, or "20Gi").
 func (w *PodWrapper) GPUMemory(v string) *PodWrapper {
 	return w.Annotation(gpu.AnnotationMemory, v)

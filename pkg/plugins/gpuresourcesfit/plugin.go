@@ -1,6 +1,7 @@
 // Package gpuresourcesfit is GPUResourcesFit, NodeResourcesFit's Filter for
 // a profile whose GPUs GPUPlacement accounts: it decides exactly as
-// NodeResourcesFit with ignoredResources [nvidia.com/gpu] (it runs
+// NodeResourcesFit with ignoredResources [nvidia.com/gpu,
+// gpusched.io/gpu-milli, gpusched.io/gpu-memory-mib] (gpu.DemandResources; it runs
 // NodeResourcesFit's own code), without the per-node cost NodeResourcesFit
 // pays for an ignored resource.
 //
@@ -48,8 +49,9 @@ import (
 const Name = "GPUResourcesFit"
 
 // Ignored are the resources GPUPlacement accounts GPU by GPU, which
-// NodeResourcesFit must leave alone.
-var Ignored = []v1.ResourceName{gpu.ResourceGPU}
+// NodeResourcesFit must leave alone: whole GPUs and the quota-counted form
+// of shares, which nodes need not advertise.
+var Ignored = gpu.DemandResources
 
 // GPUResourcesFit is NodeResourcesFit's PreFilter and Filter without the
 // resources in Ignored.

@@ -30,10 +30,11 @@ func (handle) SharedDRAManager() fwk.SharedDRAManager { return nil }
 const fpga v1.ResourceName = "example.com/fpga"
 
 // TestDecidesAsNodeResourcesFit runs GPUResourcesFit and NodeResourcesFit
-// with ignoredResources [nvidia.com/gpu] (as the gpusched profile
-// configures it) on random nodes, their pods and a pending pod each, and
+// with ignoredResources [nvidia.com/gpu, gpusched.io/gpu-milli,
+// gpusched.io/gpu-memory-mib] (as the gpusched profiles configure it) on random nodes, their pods and a pending pod each, and
 // requires the same status: code and every reason. The pods mix
-// CPU, memory, ephemeral storage, GPUs, another extended resource and
+// CPU, memory, ephemeral storage, GPUs, shares as resources (which no node
+// advertises), another extended resource and
 // hugepages, in containers, init and sidecar containers, pod-level
 // resources and overhead; the nodes are full enough that every resource is
 // at times the one missing.
@@ -47,7 +48,8 @@ func TestDecidesAsNodeResourcesFit(t *testing.T) {
 			t.Fatal(err)
 		}
 		upstream, err := noderesources.NewFit(ctx, &schedconfig.NodeResourcesFitArgs{
-			IgnoredResources: []string{"nvidia.com/gpu"},
+			// As the shipped profiles configure NodeResourcesFit.
+			IgnoredResources: []string{"nvidia.com/gpu", "gpusched.io/gpu-milli", "gpusched.io/gpu-memory-mib"},
 			ScoringStrategy: &schedconfig.ScoringStrategy{Type: schedconfig.LeastAllocated, Resources: []schedconfig.ResourceSpec{
 				{Name: "cpu", Weight: 1}, {Name: "memory", Weight: 1}}},
 		}, handle{}, fts)
@@ -98,8 +100,10 @@ func TestDecidesAsNodeResourcesFit(t *testing.T) {
 				t.Errorf("pod-level resources %v: no case ended in %q; outcomes: %v", podLevel, must, outcomes)
 			}
 		}
-		if outcomes["Insufficient nvidia.com/gpu"] > 0 {
-			t.Errorf("NodeResourcesFit checked the ignored nvidia.com/gpu: %v", outcomes)
+		for _, ignored := range []string{"nvidia.com/gpu", "gpusched.io/gpu-milli", "gpusched.io/gpu-memory-mib"} {
+			if outcomes["Insufficient "+ignored] > 0 {
+				t.Errorf("NodeResourcesFit checked the ignored %s: %v", ignored, outcomes)
+			}
 		}
 	}
 }
@@ -202,6 +206,8 @@ func randomPod(rng *rand.Rand, name string, podLevel bool) *v1.Pod {
 		maybe(v1.ResourceEphemeralStorage, "%dMi", 2000, false)
 		maybe("nvidia.com/gpu", "%d", 5, true)
 		maybe(fpga, "%d", 3, true)
+		maybe("gpusched.io/gpu-milli", "%d", 999, true)
+		maybe("gpusched.io/gpu-memory-mib", "%d", 40000, true)
 		maybe("hugepages-2Mi", "%dMi", 2*rng.IntN(300)+2, true)
 		return r
 	}
