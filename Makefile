@@ -60,13 +60,19 @@ fuzz: ## each fuzz target for 30s; new findings land in the Go cache, add them t
 		$(GO) test -run '^$$' -fuzz "^$${t#*:}\$$" -fuzztime 30s ./pkg/$${t%%:*}/ || exit 1; \
 	done
 
-.PHONY: demo playground tools image agent-image
+.PHONY: demo playground playground-kueue kueue tools image agent-image
 
 demo: ## the playground's demo: places a sample GPU workload on simulated nodes and prints every placement
 	$(GO) run ./cmd/gpusched-playground --demo
 
 playground: ## a local control plane with simulated GPU nodes and gpusched, for kubectl (docs/playground.md)
 	$(GO) run ./cmd/gpusched-playground
+
+kueue: ## Kueue's manager, CRDs and webhooks built from its Go module into bin/kueue-<version>/
+	bash hack/install-kueue.sh
+
+playground-kueue: ## the playground with Kueue admitting and gpusched placing (docs/quotas.md)
+	$(GO) run "$$(bash hack/version-ldflags.sh)" ./cmd/gpusched-playground --kueue "$$(bash hack/install-kueue.sh)"
 
 HELM_VERSION ?= v3.22.0
 tools: bin/helm ## helm, which the chart test needs (as .ci/run installs it)

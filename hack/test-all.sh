@@ -3,7 +3,8 @@
 #
 #   bash hack/test-all.sh
 #
-# It installs what is missing: helm into bin/ (from the Go module proxy);
+# It installs what is missing: helm and Kueue into bin/ (from the Go module
+# proxy);
 # as root on Debian, also Chromium (the simulator's report and the
 # dashboard render in it), Prometheus (the telemetry test), the policy
 # service's Python packages, and containerd with runc (the node agent's
@@ -20,6 +21,11 @@ go mod download
 
 # helm for the chart's lint and render tests (test/e2e finds bin/helm).
 GOBIN="$PWD/bin" go install helm.sh/helm/v3/cmd/helm@v3.22.0
+
+# Kueue's manager, CRDs and webhooks, built from its Go module into
+# bin/kueue-<version>/ (cached), for the playground's Kueue test.
+GPUSCHED_KUEUE_DIR="$(bash hack/install-kueue.sh)"
+export GPUSCHED_KUEUE_DIR
 
 root=0
 [ "$(id -u)" = 0 ] && root=1
@@ -47,6 +53,13 @@ if [ "$root" = 1 ]; then
 else
   echo "test-all: not root, so the node agent's runtime tests (test/runtime) skip" >&2
 fi
+
+# Binaries built with go build or go test report the API server version
+# "v0.0.0-master+$Format:%H$", which Kueue's manager refuses: link the tests
+# with the version of k8s.io/kubernetes they run, as Kubernetes' own builds
+# do (link only: compiled packages stay cached).
+GOFLAGS="${GOFLAGS:+$GOFLAGS }$(bash hack/version-ldflags.sh)"
+export GOFLAGS
 
 go test -timeout 30m ./...
 go build -o bin/gpusched ./cmd/gpusched

@@ -17,6 +17,7 @@ type Flags struct {
 	ConfigFile  string
 	Controllers bool
 	Verbose     bool
+	Kueue       string
 }
 
 // NewFlags returns the flags' defaults.
@@ -37,13 +38,17 @@ func (f *Flags) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&f.ConfigFile, "config", f.ConfigFile, "a KubeSchedulerConfiguration file for the scheduler (default: examples/gpusched-config.yaml, built in)")
 	fs.BoolVar(&f.Controllers, "controllers", f.Controllers, "run the Deployment, ReplicaSet, Job, StatefulSet, garbage-collector, namespace and ServiceAccount controllers (--controllers=false: bare Pods only, and no example workloads in the demo)")
 	fs.BoolVar(&f.Verbose, "verbose", f.Verbose, "log the control plane, the scheduler and the simulated kubelets on stderr")
+	fs.StringVar(&f.Kueue, "kueue", f.Kueue, "run Kueue beside gpusched: its manager, CRDs and webhooks from the installation in `DIR` (bash hack/install-kueue.sh prints it; docs/quotas.md); off when empty")
 }
 
 // Options validates the flags and turns them into Run's options: the
 // --nodes value parsed or the --nodes-from file read (not both), the
 // --config file read.
 func (f *Flags) Options() (Options, error) {
-	opts := Options{Demo: f.Demo, Verbose: f.Verbose, Kubeconfig: f.Kubeconfig, Controllers: f.Controllers}
+	opts := Options{Demo: f.Demo, Verbose: f.Verbose, Kubeconfig: f.Kubeconfig, Controllers: f.Controllers, Kueue: f.Kueue}
+	if f.Kueue != "" && !f.Controllers {
+		return Options{}, fmt.Errorf("--kueue %s needs the controllers (--controllers=false): Kueue admits Jobs and Deployments, which need them", f.Kueue)
+	}
 	var err error
 	if f.NodesFrom != "" {
 		if f.Nodes != DefaultNodes {

@@ -68,6 +68,10 @@ type Options struct {
 	// Verbose keeps the control plane's, the scheduler's and the simulated
 	// kubelets' logs (on stderr); otherwise only errors are logged.
 	Verbose bool
+	// Kueue, when not empty, is a Kueue installation directory
+	// (hack/install-kueue.sh): its CRDs and webhooks are installed and its
+	// manager runs beside the scheduler (startKueue).
+	Kueue string
 }
 
 // Run starts the playground, runs the demo or serves, and stops everything
@@ -186,6 +190,21 @@ func Run(ctx context.Context, opts Options, out io.Writer) error {
 	defer sched.Stop()
 	fmt.Fprintf(out, "Scheduler %q running after %s.\n", schedulerName, since(start))
 
+	kueueDone := make(<-chan struct{}) // never closed without Kueue
+	if opts.Kueue != "" {
+		var kueueLog io.Writer
+		if opts.Verbose {
+			kueueLog = os.Stderr
+		}
+		kueue, err := startKueue(ctx, apply, cp.Client, kubeconfig, opts.Kueue, dir, kueueLog)
+		if err != nil {
+			return err
+		}
+		defer kueue.stop()
+		kueueDone = kueue.Done()
+		fmt.Fprintf(out, "Kueue's manager (%s) running, its CRDs and webhooks installed, after %s.\n", opts.Kueue, since(start))
+	}
+
 	if opts.Demo {
 		return runDemo(ctx, cp.Client, apply, agents, opts, profiles, start, out)
 	}
@@ -202,6 +221,8 @@ Press Ctrl-C to stop.
 	case <-ctx.Done():
 	case <-sched.Done():
 		return fmt.Errorf("the scheduler stopped: %v", sched.Err())
+	case <-kueueDone:
+		return errors.New("Kueue's manager stopped; run with --verbose to see its log")
 	}
 	fmt.Fprintln(out, "Stopping.")
 	return nil

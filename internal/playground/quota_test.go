@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -266,7 +265,7 @@ func waitShares(ctx context.Context, t *testing.T, client kubernetes.Interface, 
 				t.Fatalf("pod %s: assignment %q, want one GPU with 250 milli", p.Name, p.Annotations[gpu.AnnotationAssigned])
 			}
 			running++
-			perGPU[a.Node+"/"+strconv.Itoa(a.Devices[0])] += a.Milli
+			perGPU[gpuOf(a)] += a.Milli
 		}
 		return running == n, nil
 	})

@@ -2,6 +2,7 @@ package playground
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -203,8 +204,8 @@ func servePlayground(ctx context.Context, t *testing.T, opts Options) *syncBuffe
 	t.Helper()
 	runCtx, stop := context.WithCancel(ctx)
 	out := &syncBuffer{}
-	result := make(chan error, 1)
-	go func() { result <- Run(runCtx, opts, out) }()
+	result, returned := make(chan error, 1), make(chan struct{})
+	go func() { result <- Run(runCtx, opts, out); close(returned) }()
 	t.Cleanup(func() {
 		stop()
 		if err := <-result; err != nil {
@@ -212,6 +213,11 @@ func servePlayground(ctx context.Context, t *testing.T, opts Options) *syncBuffe
 		}
 	})
 	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
+		select {
+		case <-returned:
+			return false, errors.New("Run returned before the playground was up")
+		default:
+		}
 		return strings.Contains(out.String(), "export KUBECONFIG="), nil
 	})
 	if err != nil {

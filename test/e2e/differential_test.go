@@ -14,6 +14,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
@@ -137,8 +138,9 @@ func differentialNodes() []*v1.Node {
 	}
 }
 
-// differentialPods mix whole GPUs and shares, GPU memory and model
-// constraints, pods with and without CPU requests. Every pod fits, and the
+// differentialPods mix whole GPUs and shares (by annotation, and as the
+// quota-counted resources), GPU memory and model constraints, pods with and
+// without CPU requests. Every pod fits, and the
 // sequence was chosen so that at every step one node scores highest under
 // every registered policy (a policy added later may need it extended:
 // driveExtender names the step and the nodes that tie).
@@ -149,6 +151,9 @@ func differentialPods() []*v1.Pod {
 		cpu    string
 		memory string
 		models []string
+		// asResources asks for the share and its memory with the
+		// gpusched.io/gpu-milli and gpu-memory-mib resources.
+		asResources bool
 	}
 	var pods []*v1.Pod
 	for i, s := range []spec{
@@ -160,10 +165,10 @@ func differentialPods() []*v1.Pod {
 		{gpus: 2, cpu: "8", models: []string{a100, h100}},
 		{gpus: 2, cpu: "8", models: []string{a100, h100}},
 		{gpus: 2, cpu: "5"},
-		{milli: 450, cpu: "3", memory: "10Gi"},
+		{milli: 450, cpu: "3", memory: "10Gi", asResources: true},
 		{milli: 500, cpu: "2", models: []string{"NVIDIA-L4", t4}},
 		{milli: 800, memory: "12Gi"},
-		{milli: 300},
+		{milli: 300, asResources: true},
 		{cpu: "3"}, // no GPU, and room for it on every node: scored only by the policies that weigh CPU
 		{milli: 250, cpu: "4"},
 	} {
@@ -174,10 +179,16 @@ func differentialPods() []*v1.Pod {
 		switch {
 		case s.gpus > 0:
 			p = p.GPUs(s.gpus)
+		case s.asResources:
+			p = p.MilliResource(s.milli)
 		case s.milli > 0:
 			p = p.Milli(s.milli)
 		}
-		if s.memory != "" {
+		switch {
+		case s.memory != "" && s.asResources:
+			q := resource.MustParse(s.memory)
+			p = p.MemoryResource(q.Value() >> 20)
+		case s.memory != "":
 			p = p.GPUMemory(s.memory)
 		}
 		if len(s.models) > 0 {

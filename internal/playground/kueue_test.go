@@ -1,0 +1,389 @@
+package playground
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
+
+	"github.com/gpusched/gpusched/pkg/gpu"
+)
+
+// kueueDir is the Kueue installation the tests run (hack/install-kueue.sh,
+// which hack/test-all.sh runs): $GPUSCHED_KUEUE_DIR, else the repository's
+// bin/kueue-<version>. Without one the test skips, or fails under CI.
+func kueueDir(t *testing.T) string {
+	t.Helper()
+	dir := os.Getenv("GPUSCHED_KUEUE_DIR")
+	if dir == "" {
+		matches, _ := filepath.Glob(filepath.Join("..", "..", "bin", "kueue-v*", kueueBinary))
+		if len(matches) > 0 {
+			dir = filepath.Dir(matches[len(matches)-1])
+		}
+	}
+	if dir == "" {
+		if os.Getenv("CI") != "" {
+			t.Fatal("no Kueue installation: hack/test-all.sh installs one (bash hack/install-kueue.sh)")
+		}
+		t.Skip("no Kueue installation; bash hack/install-kueue.sh builds one")
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return abs
+}
+
+// TestKueue runs the playground with --kueue (the real Kueue manager,
+// its CRDs and webhooks) and applies examples/kueue with kubectl, as a user
+// would. Kueue admits, gpusched places:
+//   - the shares Job (4 × 250 milli as a resource) is admitted on team-a's
+//     share quota and its pods run on A100s, Kueue's flavor, sharing GPUs;
+//   - the training gang (a PodGroup of 4 one-GPU workers) is admitted as one
+//     workload and placed whole on one node;
+//   - the inference Deployment's replicas (500 milli each) run on A100s,
+//     and no GPU holds more than 1000 milli;
+//   - a Job of 4 more GPUs is admitted by borrowing team-b's idle A100
+//     quota, and a Job of 2 GPUs over team-a's nominal plus borrowing waits
+//     suspended in Kueue, with no pod pending in the scheduler, until the
+//     others finish; then it runs.
+func TestKueue(t *testing.T) {
+	dir := kueueDir(t)
+	if _, err := exec.LookPath("kubectl"); err != nil {
+		t.Skip("kubectl not installed")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	flags := NewFlags()
+	flags.Kueue = dir
+	flags.Kubeconfig = filepath.Join(t.TempDir(), "kubeconfig")
+	opts, err := flags.Options()
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	out := servePlayground(ctx, t, opts)
+	t.Logf("the playground with Kueue up in %v", time.Since(start).Round(time.Millisecond))
+	if !strings.Contains(out.String(), "Kueue's manager") {
+		t.Fatalf("the playground does not say Kueue runs:\n%s", out.String())
+	}
+	config, err := clientcmd.BuildConfigFromFlags("", flags.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := kubernetes.NewForConfigOrDie(config)
+	kubectl := func(args ...string) {
+		t.Helper()
+		cmd := exec.CommandContext(ctx, "kubectl", args...)
+		cmd.Env = append(os.Environ(), "KUBECONFIG="+flags.Kubeconfig)
+		if b, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, b)
+		}
+	}
+	example := func(name string) string { return filepath.Join("..", "..", "examples", "kueue", name) }
+	kubectl("apply", "-f", example("queues.yaml"))
+	kubectl("apply", "-f", example("shares-job.yaml"))
+	kubectl("apply", "-f", example("inference-deployment.yaml"))
+
+	a100 := "NVIDIA-A100-SXM4-80GB"
+	onModel := func(p v1.Pod, model string) {
+		t.Helper()
+		node, err := client.CoreV1().Nodes().Get(ctx, p.Spec.NodeName, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := node.Labels[gpu.LabelProduct]; got != model {
+			t.Errorf("pod %s/%s on %s, a %s; want %s (Kueue's flavor)", p.Namespace, p.Name, node.Name, got, model)
+		}
+	}
+	perGPU := map[string]int64{}
+	sharesOn := map[string]bool{}
+	for _, p := range waitIn(ctx, t, client, "team-a", "app.kubernetes.io/name=shares", 4, v1.PodRunning, v1.PodSucceeded) {
+		a := assignmentOf(t, p)
+		if a.Milli != 250 {
+			t.Errorf("shares pod %s: assignment %+v, want 250 milli", p.Name, a)
+		}
+		onModel(p, a100)
+		perGPU[gpuOf(a)] += a.Milli
+		sharesOn[gpuOf(a)] = true
+	}
+	if len(sharesOn) > 2 {
+		t.Errorf("the 4 shares of 250 are on %d GPUs %v, want them sharing", len(sharesOn), perGPU)
+	}
+	for _, p := range waitIn(ctx, t, client, "team-b", "app.kubernetes.io/name=inference", 2, v1.PodRunning) {
+		a := assignmentOf(t, p)
+		if a.Milli != 500 {
+			t.Errorf("inference pod %s: assignment %+v, want 500 milli", p.Name, a)
+		}
+		onModel(p, a100)
+		perGPU[gpuOf(a)] += a.Milli
+	}
+	for g, milli := range perGPU {
+		if milli > gpu.MilliPerGPU {
+			t.Errorf("GPU %s holds %d milli", g, milli)
+		}
+	}
+
+	kubectl("apply", "-f", example("training-gang.yaml"))
+	train := waitIn(ctx, t, client, "team-a", "app.kubernetes.io/name=train", 4, v1.PodRunning)
+	for _, p := range train {
+		onModel(p, a100)
+		if p.Spec.NodeName != train[0].Spec.NodeName {
+			t.Errorf("gang worker %s on %s, worker %s on %s: want one node", p.Name, p.Spec.NodeName, train[0].Name, train[0].Spec.NodeName)
+		}
+	}
+
+	// team-a holds its 4 nominal A100s (the gang); 4 more come from team-b's
+	// idle quota (borrowingLimit 4), and nothing beyond.
+	gpuJob := func(name string, gpus int64, runTime string) *batchv1.Job {
+		return &batchv1.Job{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "team-a", Labels: map[string]string{"kueue.x-k8s.io/queue-name": "gpus"}},
+			Spec: batchv1.JobSpec{
+				Parallelism: ptr.To[int32](1), Completions: ptr.To[int32](1),
+				Template: v1.PodTemplateSpec{
+					ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app.kubernetes.io/name": name},
+						Annotations: map[string]string{AnnotationRunTime: runTime}},
+					Spec: v1.PodSpec{SchedulerName: "gpusched", RestartPolicy: v1.RestartPolicyNever, Containers: []v1.Container{{
+						Name: "main", Image: "registry.k8s.io/pause:3.10",
+						Resources: v1.ResourceRequirements{
+							Requests: v1.ResourceList{v1.ResourceCPU: resource.MustParse("100m")},
+							Limits:   v1.ResourceList{gpu.ResourceGPU: *resource.NewQuantity(gpus, resource.DecimalSI)},
+						},
+					}}},
+				},
+			},
+		}
+	}
+	if _, err := client.BatchV1().Jobs("team-a").Create(ctx, gpuJob("borrower", 4, "10s"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	onModel(waitIn(ctx, t, client, "team-a", "app.kubernetes.io/name=borrower", 1, v1.PodRunning)[0], a100)
+	if _, err := client.BatchV1().Jobs("team-a").Create(ctx, gpuJob("waits", 2, "1s"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// While the gang and the borrower run, "waits" stays suspended by Kueue:
+	// no pod of it exists for the scheduler to keep pending.
+	time.Sleep(3 * time.Second)
+	job, err := client.BatchV1().Jobs("team-a").Get(ctx, "waits", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ptr.Deref(job.Spec.Suspend, false) {
+		t.Errorf("Job waits is not suspended while team-a uses its quota and all it may borrow")
+	}
+	if got := podsIn(ctx, client, "team-a", "app.kubernetes.io/name=waits"); len(got) != 0 {
+		t.Errorf("Job waits has pods %d while over quota; want none", len(got))
+	}
+	// Once the gang and the borrower are done, Kueue admits it and gpusched
+	// places it.
+	onModel(waitIn(ctx, t, client, "team-a", "app.kubernetes.io/name=waits", 1, v1.PodRunning, v1.PodSucceeded)[0], a100)
+	t.Logf("Kueue: the over-quota Job ran %v after the start", time.Since(start).Round(time.Second))
+}
+
+// waitIn waits until n pods of ns match selector, each in one of phases.
+func waitIn(ctx context.Context, t *testing.T, client kubernetes.Interface, ns, selector string, n int, phases ...v1.PodPhase) []v1.Pod {
+	t.Helper()
+	var got []v1.Pod
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		got = podsIn(ctx, client, ns, selector)
+		if len(got) != n {
+			return false, nil
+		}
+		for _, p := range got {
+			if !slices.Contains(phases, p.Status.Phase) {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		var state []string
+		for _, p := range got {
+			state = append(state, p.Name+"="+string(p.Status.Phase)+"@"+p.Spec.NodeName)
+		}
+		t.Fatalf("%s %s: want %d pods %v: %v; have %v", ns, selector, n, phases, err, state)
+	}
+	return got
+}
+
+func podsIn(ctx context.Context, client kubernetes.Interface, ns, selector string) []v1.Pod {
+	list, err := client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
+	if err != nil {
+		return nil
+	}
+	return list.Items
+}
+
+func assignmentOf(t *testing.T, p v1.Pod) gpu.Assignment {
+	t.Helper()
+	a, err := gpu.ParseAssignment(p.Annotations[gpu.AnnotationAssigned])
+	if err != nil {
+		t.Fatalf("pod %s/%s: %v", p.Namespace, p.Name, err)
+	}
+	return a
+}
+
+// gpuOf names a share's GPU: its node and index.
+func gpuOf(a gpu.Assignment) string {
+	if len(a.Devices) == 0 {
+		return a.Node
+	}
+	return a.Node + "/" + strconv.Itoa(a.Devices[0])
+}
+
+// TestKueueBurst measures a burst of 200 one-pod Jobs of 50 milli each (as
+// a resource), from creation to every pod bound, through Kueue and gpusched
+// against the same burst straight to gpusched (no queue-name label, so
+// Kueue leaves it alone), in alternating rounds on one playground. It is a
+// measurement, not a check: it runs only with GPUSCHED_KUEUE_BURST=ROUNDS
+// set, and logs each round and the medians (docs/benchmarks.md, "Kueue").
+func TestKueueBurst(t *testing.T) {
+	rounds, _ := strconv.Atoi(os.Getenv("GPUSCHED_KUEUE_BURST"))
+	if rounds <= 0 {
+		t.Skip("a measurement: set GPUSCHED_KUEUE_BURST=ROUNDS")
+	}
+	dir := kueueDir(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	flags := NewFlags()
+	flags.Kueue = dir
+	flags.Kubeconfig = filepath.Join(t.TempDir(), "kubeconfig")
+	opts, err := flags.Options()
+	if err != nil {
+		t.Fatal(err)
+	}
+	servePlayground(ctx, t, opts)
+	config, err := clientcmd.BuildConfigFromFlags("", flags.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	config.QPS, config.Burst = 500, 1000
+	client := kubernetes.NewForConfigOrDie(config)
+	apply, err := newApplier(config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	queue := []byte(`apiVersion: v1
+kind: Namespace
+metadata: {name: burst}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ResourceFlavor
+metadata: {name: any}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ClusterQueue
+metadata: {name: burst}
+spec:
+  namespaceSelector: {}
+  resourceGroups:
+  - coveredResources: [cpu, memory, gpusched.io/gpu-milli]
+    flavors:
+    - name: any
+      resources:
+      - {name: cpu, nominalQuota: 1000}
+      - {name: memory, nominalQuota: 1000Gi}
+      - {name: gpusched.io/gpu-milli, nominalQuota: 100000}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: LocalQueue
+metadata: {name: burst, namespace: burst}
+spec: {clusterQueue: burst}
+`)
+	if err := apply.create(ctx, "the burst's queue", queue); err != nil {
+		t.Fatal(err)
+	}
+	const jobs = 200
+	burst := func(round int, kueue bool) time.Duration {
+		name := fmt.Sprintf("r%d-direct", round)
+		labels := map[string]string{}
+		if kueue {
+			name = fmt.Sprintf("r%d-kueue", round)
+			labels["kueue.x-k8s.io/queue-name"] = "burst"
+		}
+		start := time.Now()
+		for i := range jobs {
+			job := &batchv1.Job{
+				ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%03d", name, i), Namespace: "burst", Labels: labels},
+				Spec: batchv1.JobSpec{
+					Parallelism: ptr.To[int32](1), Completions: ptr.To[int32](1),
+					Template: v1.PodTemplateSpec{
+						ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"round": name}},
+						Spec: v1.PodSpec{SchedulerName: "gpusched", RestartPolicy: v1.RestartPolicyNever, Containers: []v1.Container{{
+							Name: "main", Image: "registry.k8s.io/pause:3.10",
+							Resources: v1.ResourceRequirements{
+								Requests: v1.ResourceList{v1.ResourceCPU: resource.MustParse("10m"), v1.ResourceMemory: resource.MustParse("16Mi")},
+								Limits:   v1.ResourceList{gpu.ResourceMilli: resource.MustParse("50")},
+							},
+						}}},
+					},
+				},
+			}
+			if _, err := client.BatchV1().Jobs("burst").Create(ctx, job, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 10*time.Minute, true, func(ctx context.Context) (bool, error) {
+			bound := 0
+			for _, p := range podsIn(ctx, client, "burst", "round="+name) {
+				if p.Spec.NodeName != "" {
+					bound++
+				}
+			}
+			return bound == jobs, nil
+		})
+		if err != nil {
+			t.Fatalf("round %s: %v", name, err)
+		}
+		took := time.Since(start)
+		background := metav1.DeletePropagationBackground
+		if err := client.BatchV1().Jobs("burst").DeleteCollection(ctx, metav1.DeleteOptions{PropagationPolicy: &background}, metav1.ListOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		_ = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
+			return len(podsIn(ctx, client, "burst", "")) == 0, nil
+		})
+		return took
+	}
+	var withKueue, direct []time.Duration
+	for r := range rounds {
+		// Alternate which goes first, so drift in the machine's load falls
+		// on both.
+		if r%2 == 0 {
+			withKueue = append(withKueue, burst(r, true))
+			direct = append(direct, burst(r, false))
+		} else {
+			direct = append(direct, burst(r, false))
+			withKueue = append(withKueue, burst(r, true))
+		}
+		t.Logf("round %d: %d Jobs created to bound: through Kueue %v, straight to gpusched %v, ratio %.2f",
+			r, jobs, withKueue[r].Round(time.Millisecond), direct[r].Round(time.Millisecond), withKueue[r].Seconds()/direct[r].Seconds())
+	}
+	median := func(d []time.Duration) time.Duration {
+		s := slices.Clone(d)
+		slices.Sort(s)
+		return s[len(s)/2]
+	}
+	ratios := make([]float64, rounds)
+	for i := range ratios {
+		ratios[i] = withKueue[i].Seconds() / direct[i].Seconds()
+	}
+	slices.Sort(ratios)
+	t.Logf("medians over %d rounds: through Kueue %v, straight %v; ratio median %.2f (min %.2f, max %.2f)",
+		rounds, median(withKueue).Round(time.Millisecond), median(direct).Round(time.Millisecond), ratios[len(ratios)/2], ratios[0], ratios[len(ratios)-1])
+}
