@@ -22,7 +22,9 @@ if [ "$have" != "$KUEUE_VERSION" ] || [ ! -f "$dest/webhook/manifests.yaml" ]; t
   GOBIN="$dest" GOFLAGS="-buildvcs=false" GOTOOLCHAIN=local go install "$mod/cmd/kueue@$KUEUE_VERSION" >&2
   # The module's source, for its manifests: outside any module, so that
   # gpusched's go.mod is left alone.
-  src="$(cd "$(mktemp -d)" && GOFLAGS=-mod=mod go mod download -json "$mod@$KUEUE_VERSION" | python3 -c 'import json, sys; print(json.load(sys.stdin)["Dir"])')"
+  tmp="$(mktemp -d)"
+  src="$(cd "$tmp" && GOFLAGS=-mod=mod go mod download -json "$mod@$KUEUE_VERSION" | python3 -c 'import json, sys; print(json.load(sys.stdin)["Dir"])')"
+  rmdir "$tmp"
   cp "$src"/config/components/crd/bases/*.yaml "$dest/crd/"
   cp "$src/config/components/webhook/manifests.yaml" "$dest/webhook/manifests.yaml"
   chmod -R u+w "$dest"
@@ -37,6 +39,9 @@ metrics_certs=/etc/kueue/metrics/certs
 if [ ! -f "$metrics_certs/tls.crt" ]; then
   if [ "$(id -u)" = 0 ]; then
     go run ./hack/selfsigned "$metrics_certs"
+    # Kueue runs as whoever runs the playground; the placeholder guards
+    # nothing (metrics are off).
+    chmod -R a+rX /etc/kueue
   else
     echo "install-kueue.sh: Kueue needs a certificate in $metrics_certs even with its metrics off; run this script once as root to write a placeholder" >&2
   fi

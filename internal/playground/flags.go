@@ -36,7 +36,7 @@ func (f *Flags) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&f.NodesFrom, "nodes-from", f.NodesFrom, "build the simulated nodes from the node list in `FILE` instead of --nodes: the Alibaba GPU trace's node CSV (sn,cpu_milli,memory_mib,gpu,model; a .csv file) or the output of kubectl get nodes -o yaml (.yaml, .yml or .json)")
 	fs.StringVar(&f.Kubeconfig, "kubeconfig", f.Kubeconfig, "where to write the playground's kubeconfig (removed on exit)")
 	fs.StringVar(&f.ConfigFile, "config", f.ConfigFile, "a KubeSchedulerConfiguration file for the scheduler (default: examples/gpusched-config.yaml, built in)")
-	fs.BoolVar(&f.Controllers, "controllers", f.Controllers, "run the Deployment, ReplicaSet, Job, StatefulSet, garbage-collector, namespace and ServiceAccount controllers (--controllers=false: bare Pods only, and no example workloads in the demo)")
+	fs.BoolVar(&f.Controllers, "controllers", f.Controllers, "run the Deployment, ReplicaSet, Job, StatefulSet, garbage-collector, namespace, ServiceAccount and resource quota controllers (--controllers=false: bare Pods only, and no example workloads in the demo)")
 	fs.BoolVar(&f.Verbose, "verbose", f.Verbose, "log the control plane, the scheduler and the simulated kubelets on stderr")
 	fs.StringVar(&f.Kueue, "kueue", f.Kueue, "run Kueue beside gpusched: its manager, CRDs and webhooks from the installation in `DIR` (bash hack/install-kueue.sh prints it; docs/quotas.md); off when empty")
 }

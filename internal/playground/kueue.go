@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -51,6 +52,9 @@ const kueueMetricsCerts = "/etc/kueue/metrics/certs"
 // kueueFrameworks are the workloads Kueue manages in the playground: Jobs,
 // and Deployments through their pods.
 var kueueFrameworks = []string{"batch/job", "pod", "deployment"}
+
+// kueueFinalizer is the finalizer Kueue's ClusterQueue webhook adds.
+const kueueFinalizer = "kueue.x-k8s.io/resource-in-use"
 
 var clusterQueues = schema.GroupVersionResource{Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "clusterqueues"}
 
@@ -114,14 +118,11 @@ func startKueue(ctx context.Context, apply *applier, client kubernetes.Interface
 	if err != nil {
 		return nil, fmt.Errorf("Kueue's webhook certificate: %w", err)
 	}
-	webhookPort, err := freePort()
+	ports, err := freePorts(2)
 	if err != nil {
 		return nil, err
 	}
-	healthPort, err := freePort()
-	if err != nil {
-		return nil, err
-	}
+	webhookPort, healthPort := ports[0], ports[1]
 	config := kueueConfig(webhookPort, healthPort, certDir)
 	configPath := filepath.Join(work, "kueue-config.yaml")
 	if err := os.WriteFile(configPath, []byte(config), 0o600); err != nil {
@@ -181,7 +182,8 @@ func startKueue(ctx context.Context, apply *applier, client kubernetes.Interface
 		return nil, err
 	}
 	// The API server loads new webhook configurations asynchronously: wait
-	// until a ClusterQueue is defaulted by Kueue's webhook (dry run).
+	// until Kueue's own defaulting webhook adds its finalizer to a
+	// ClusterQueue (dry run; the CRD's schema defaults other fields itself).
 	probe := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue",
 		"metadata": map[string]any{"name": "gpusched-playground-probe"},
@@ -192,8 +194,7 @@ func startKueue(ctx context.Context, apply *applier, client kubernetes.Interface
 		if err != nil {
 			return false, nil
 		}
-		_, defaulted, _ := unstructured.NestedString(got.Object, "spec", "queueingStrategy")
-		return defaulted, nil
+		return slices.Contains(got.GetFinalizers(), kueueFinalizer), nil
 	})
 	if err != nil {
 		m.stop()
@@ -203,6 +204,9 @@ func startKueue(ctx context.Context, apply *applier, client kubernetes.Interface
 }
 
 // stop ends the manager (SIGTERM, then SIGKILL after 10 s) and waits for it.
+// If the playground dies without calling it, dieWithParent has the kernel
+// end the manager (on Linux; the signal follows the OS thread that started
+// it, which the Go runtime keeps while the program runs).
 func (m *kueueManager) stop() {
 	if m == nil || m.cmd.Process == nil {
 		return
@@ -268,7 +272,9 @@ integrations:
 
 // webhooksAt rewrites Kueue's webhook configurations (YAML documents) to
 // call base (its path kept) instead of Kueue's Service, trusting caPEM, and
-// returns them as JSON documents.
+// returns them as JSON documents. Like Kueue's own installation, every
+// webhook leaves kube-system and Kueue's namespace alone (a selector that
+// cluster-scoped objects, Kueue's queues among them, always match).
 func webhooksAt(manifests []byte, base string, caPEM []byte) ([]byte, error) {
 	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(manifests), 4096)
 	var out bytes.Buffer
@@ -294,6 +300,10 @@ func webhooksAt(manifests []byte, base string, caPEM []byte) ([]byte, error) {
 				return nil, fmt.Errorf("webhook %v names no service path", hook["name"])
 			}
 			hook["clientConfig"] = map[string]any{"url": base + path, "caBundle": base64.StdEncoding.EncodeToString(caPEM)}
+			if _, ok := hook["namespaceSelector"]; !ok {
+				hook["namespaceSelector"] = map[string]any{"matchExpressions": []any{map[string]any{
+					"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": []any{"kube-system", KueueNamespace}}}}
+			}
 		}
 		data, err := json.Marshal(obj)
 		if err != nil {
@@ -304,12 +314,17 @@ func webhooksAt(manifests []byte, base string, caPEM []byte) ([]byte, error) {
 	}
 }
 
-// freePort is a TCP port on 127.0.0.1 that was free a moment ago.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
+// freePorts are n distinct TCP ports on 127.0.0.1 that were free a moment
+// ago (held together while chosen, so never the same one twice).
+func freePorts(n int) ([]int, error) {
+	var ports []int
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		defer l.Close()
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return ports, nil
 }

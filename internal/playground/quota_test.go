@@ -143,6 +143,14 @@ func checkShareQuotaPolicy(ctx context.Context, t *testing.T, client kubernetes.
 		!strings.Contains(err.Error(), "gpusched.io/gpu-memory-mib resource") {
 		t.Errorf("a share's memory by annotation in %s: %v; want refused, naming the resource", ns, err)
 	}
+	// nvidia.com/gpu: 0 is no whole GPU: the memory annotation would reserve
+	// memory for the 1-milli share that quota does not count.
+	zeroGPUs := inNS(demoPod("zero-gpus"), ns)
+	zeroGPUs.Spec.Containers[0].Resources.Limits = v1.ResourceList{gpu.ResourceGPU: resource.MustParse("0"), gpu.ResourceMilli: resource.MustParse("1")}
+	annotate(zeroGPUs, gpu.AnnotationMemory, "80Gi")
+	if _, err := client.CoreV1().Pods(ns).Create(ctx, zeroGPUs, dryRun); !apierrors.IsForbidden(err) {
+		t.Errorf("nvidia.com/gpu 0 with a 1-milli share and 80Gi by annotation in %s: %v; want refused", ns, err)
+	}
 	whole := inNS(demoPod("whole"), ns)
 	whole.Spec.Containers[0].Resources.Limits = v1.ResourceList{gpu.ResourceGPU: resource.MustParse("1")}
 	annotate(whole, gpu.AnnotationMemory, "40Gi")
@@ -177,6 +185,9 @@ func checkShareQuotaPolicy(ctx context.Context, t *testing.T, client kubernetes.
 	patch := []byte(`{"metadata":{"annotations":{"gpusched.io/gpu-milli":"500"}}}`)
 	if _, err := client.CoreV1().Pods(ns).Patch(ctx, "plain", types.MergePatchType, patch, metav1.PatchOptions{}); !apierrors.IsForbidden(err) {
 		t.Errorf("adding the share annotation to a pod in %s: %v; want refused", ns, err)
+	}
+	if _, err := client.CoreV1().Pods(ns).Patch(ctx, "plain", types.MergePatchType, patch, metav1.PatchOptions{}, "status"); !apierrors.IsForbidden(err) {
+		t.Errorf("adding the share annotation through pods/status in %s: %v; want refused", ns, err)
 	}
 }
 

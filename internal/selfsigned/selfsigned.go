@@ -18,7 +18,7 @@ import (
 
 // Write writes a serving certificate for 127.0.0.1 and localhost (tls.crt,
 // tls.key) into dir, creating it, signed by a CA made for it alone and valid
-// for a day, and returns the CA's certificate (PEM).
+// for a year, and returns the CA's certificate (PEM).
 func Write(dir string) ([]byte, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
@@ -32,7 +32,7 @@ func Write(dir string) ([]byte, error) {
 		SerialNumber:          big.NewInt(1),
 		Subject:               pkix.Name{CommonName: "gpusched self-signed CA"},
 		NotBefore:             now.Add(-time.Hour),
-		NotAfter:              now.Add(24 * time.Hour),
+		NotAfter:              now.Add(365 * 24 * time.Hour),
 		KeyUsage:              x509.KeyUsageCertSign,
 		BasicConstraintsValid: true,
 		IsCA:                  true,
@@ -53,7 +53,7 @@ func Write(dir string) ([]byte, error) {
 		SerialNumber: big.NewInt(2),
 		Subject:      pkix.Name{CommonName: "127.0.0.1"},
 		NotBefore:    now.Add(-time.Hour),
-		NotAfter:     now.Add(24 * time.Hour),
+		NotAfter:     now.Add(365 * 24 * time.Hour),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},

@@ -95,12 +95,12 @@ func (d *Demand) String() string {
 //     nvidia.com/gpu request, and when both are set they must agree;
 //   - memory per GPU from the gpusched.io/gpu-memory annotation, or for a
 //     share from the gpusched.io/gpu-memory-mib resource (ResourceMemoryMiB);
-//     when both are set they must agree;
+//     when both are set they must agree, and a share asked for as a
+//     resource asks for its memory as a resource too (else quota would count
+//     the share and not its memory);
 //   - allowed models from gpusched.io/gpu-models.
 //
-// A resource counts as Kubernetes computes a pod's request: the larger of
-// request and limit per container, the sum over the app containers and
-// sidecars or the largest init container, whichever is more. A pod with none
+// A resource counts as Kubernetes computes a pod's request (podRequest). A pod with none
 // of these has a zero Demand. Every malformed value is reported, each as an
 // *InvalidValueError, joined into one error; the Demand is then zero and must
 // not be used.
@@ -159,6 +159,12 @@ func DemandFromPod(pod *v1.Pod) (Demand, error) {
 	if raw, ok := annotations[AnnotationMemory]; ok {
 		mem, err := parseMemoryMiB(raw)
 		note(err)
+		if err == nil && resMilli > 0 && resMemory == 0 {
+			// Quota would count the share and not its memory.
+			note(invalid(AnnotationMemory, raw, fmt.Sprintf(
+				"a share asked for with the %s resource asks for its GPU memory with the %s resource (%d), which quota counts, not the annotation",
+				ResourceMilli, ResourceMemoryMiB, mem)))
+		}
 		if err == nil && resMemory > 0 && mem != resMemory {
 			note(invalid(AnnotationMemory, raw, fmt.Sprintf(
 				"is %d MiB and disagrees with the pod's %s resource request of %d: set the memory once, or both to the same amount",
@@ -192,10 +198,12 @@ func DemandFromPod(pod *v1.Pod) (Demand, error) {
 const maxMemoryMiB = 1 << 24
 
 // podRequest is the pod's effective request of an extended resource (whole
-// units of unit, at most limit per container), as Kubernetes computes it:
-// per container the larger of request and limit; the sum over the app
-// containers and restartable init containers (sidecars), or the largest
-// other init container, whichever is more.
+// units of unit, at most limit per container), as Kubernetes computes it
+// (and ResourceQuota counts it): per container the larger of request and
+// limit; the sum over the app containers and restartable init containers
+// (sidecars), or, if more, what an ordinary init container needs while it
+// runs: its own request plus the sidecars declared before it, which run
+// beside it.
 func podRequest(pod *v1.Pod, name v1.ResourceName, unit string, limit int64) (int64, error) {
 	containerRequest := func(c *v1.Container) (int64, error) {
 		q, ok := c.Resources.Limits[name]
@@ -212,7 +220,7 @@ func podRequest(pod *v1.Pod, name v1.ResourceName, unit string, limit int64) (in
 		}
 		return n, nil
 	}
-	var sum, initMax int64
+	var sum, sidecars, initMax int64
 	for i := range pod.Spec.Containers {
 		n, err := containerRequest(&pod.Spec.Containers[i])
 		if err != nil {
@@ -226,12 +234,12 @@ func podRequest(pod *v1.Pod, name v1.ResourceName, unit string, limit int64) (in
 			return 0, err
 		}
 		if c := &pod.Spec.InitContainers[i]; c.RestartPolicy != nil && *c.RestartPolicy == v1.ContainerRestartPolicyAlways {
-			sum += n // a sidecar runs beside the app containers
-		} else if n > initMax {
-			initMax = n
+			sidecars += n // runs beside the later init containers and the app containers
+		} else {
+			initMax = max(initMax, n+sidecars)
 		}
 	}
-	return max(sum, initMax), nil
+	return max(sum+sidecars, initMax), nil
 }
 
 // parseMemoryMiB accepts "20480" (MiB) or a quantity such as "20Gi", rounded

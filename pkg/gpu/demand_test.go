@@ -35,6 +35,19 @@ func TestDemandFromPod(t *testing.T) {
 		p.Spec.Containers = []v1.Container{c, d}
 		return p
 	}
+	// initAfterSidecar: a sidecar, then an ordinary init container, then the
+	// app container, each asking for a share as a resource.
+	initAfterSidecar := func(sidecar, init, app int64) *v1.Pod {
+		p := gt.MakeGPUPod("p").MilliResource(app).Obj()
+		limit := func(n int64) v1.ResourceRequirements {
+			return v1.ResourceRequirements{Limits: v1.ResourceList{gpu.ResourceMilli: *resource.NewQuantity(n, resource.DecimalSI)}}
+		}
+		p.Spec.InitContainers = []v1.Container{
+			{Name: "sidecar", RestartPolicy: &always, Resources: limit(sidecar)},
+			{Name: "init", Resources: limit(init)},
+		}
+		return p
+	}
 	tests := []struct {
 		name       string
 		pod        *v1.Pod
@@ -79,6 +92,13 @@ func TestDemandFromPod(t *testing.T) {
 		{name: "resource share with whole GPUs", pod: gt.MakeGPUPod("p").GPUs(1).MilliResource(500).Obj(), wantFields: []string{string(gpu.ResourceMilli)}},
 		{name: "memory resource on whole GPUs", pod: gt.MakeGPUPod("p").GPUs(1).MemoryResource(1024).Obj(), wantFields: []string{string(gpu.ResourceMemoryMiB)}},
 		{name: "memory resource without any GPU", pod: gt.MakeGPUPod("p").MemoryResource(1024).Obj(), wantFields: []string{string(gpu.ResourceMemoryMiB)}},
+		{name: "a resource share's memory by annotation", pod: gt.MakeGPUPod("p").MilliResource(250).GPUMemory("80Gi").Obj(),
+			wantFields: []string{gpu.AnnotationMemory}},
+		// An ordinary init container runs beside the sidecars declared
+		// before it: 400 + 500 = 900 > the app's 100 + 500 = 600.
+		{name: "an init container after a sidecar", pod: initAfterSidecar(500, 400, 100), want: gpu.Demand{Count: 1, Milli: 900}},
+		// 999 + 500 = 1499: more than one GPU, as quota counts it.
+		{name: "an init container after a sidecar past one GPU", pod: initAfterSidecar(500, 999, 100), wantFields: []string{string(gpu.ResourceMilli)}},
 		{name: "memory resource in milli-units", pod: func() *v1.Pod {
 			p := gt.MakeGPUPod("p").MilliResource(250).Obj()
 			p.Spec.Containers[0].Resources.Limits[gpu.ResourceMemoryMiB] = resource.MustParse("1500m")

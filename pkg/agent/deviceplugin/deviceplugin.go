@@ -277,7 +277,9 @@ func Devices(snap *discovery.Snapshot) []*pluginapi.Device {
 
 // MilliDevices converts a snapshot into the kubelet's gpusched.io/gpu-milli
 // device list (none for nil): gpu.MilliPerGPU units per inventory entry, IDs
-// "<UUID>/<unit>", every one Healthy and without NUMA node.
+// "<entry>-<unit>" (short, so that a node of gpu.MaxDevicesPerNode GPUs
+// lists well under the kubelet's 4 MiB message limit), every one Healthy and
+// without NUMA node.
 //
 // The units are a counter, not devices: the kubelet picks unit IDs without
 // knowing which GPU GPUPlacement gave the pod, so no unit stands for a
@@ -293,13 +295,10 @@ func MilliDevices(snap *discovery.Snapshot) []*pluginapi.Device {
 		return nil
 	}
 	out := make([]*pluginapi.Device, 0, len(snap.Devices)*gpu.MilliPerGPU)
-	for _, d := range snap.Devices {
-		id := d.UUID
-		if id == "" {
-			id = strconv.Itoa(d.Index)
-		}
+	for i := range snap.Devices {
+		entry := strconv.Itoa(i) + "-"
 		for unit := range gpu.MilliPerGPU {
-			out = append(out, &pluginapi.Device{ID: id + "/" + strconv.Itoa(unit), Health: pluginapi.Healthy})
+			out = append(out, &pluginapi.Device{ID: entry + strconv.Itoa(unit), Health: pluginapi.Healthy})
 		}
 	}
 	return out

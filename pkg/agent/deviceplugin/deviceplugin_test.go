@@ -11,6 +11,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/gpusched/gpusched/pkg/agent/deviceplugin"
@@ -270,12 +271,12 @@ func TestSharesPlugin(t *testing.T) {
 		}
 		ids[d.ID] = true
 	}
-	if !ids["GPU-1/0"] || !ids["GPU-3/999"] {
-		t.Errorf("unit IDs are not <UUID>/<unit>: GPU-1/0 %v, GPU-3/999 %v", ids["GPU-1/0"], ids["GPU-3/999"])
+	if !ids["1-0"] || !ids["3-999"] {
+		t.Errorf("unit IDs are not <entry>-<unit>: 1-0 %v, 3-999 %v", ids["1-0"], ids["3-999"])
 	}
 	units := make([]string, 250)
 	for i := range units {
-		units[i] = fmt.Sprintf("GPU-2/%d", i)
+		units[i] = fmt.Sprintf("2-%d", i)
 	}
 	alloc, err := client.Allocate(rctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: units}}})
 	if err != nil {
@@ -285,4 +286,23 @@ func TestSharesPlugin(t *testing.T) {
 	if len(r.Envs) != 1 || r.Envs[agentnri.EnvDevicePluginMilli] != "250" || len(r.Devices) != 0 || len(r.Mounts) != 0 {
 		t.Fatalf("Allocate answered %+v, want only %s=250", r, agentnri.EnvDevicePluginMilli)
 	}
+}
+
+// TestSharesListFits: the list of a node of gpu.MaxDevicesPerNode GPUs fits
+// well within the kubelet's default 4 MiB gRPC message limit.
+func TestSharesListFits(t *testing.T) {
+	devs := make([]gpu.Device, gpu.MaxDevicesPerNode)
+	for i := range devs {
+		devs[i] = gpu.Device{Index: i, UUID: fmt.Sprintf("GPU-%036d", i), Model: "NVIDIA-H100-80GB-HBM3", MemoryMiB: 81559}
+	}
+	snap, err := discovery.SnapshotOf(devs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	size := proto.Size(&pluginapi.ListAndWatchResponse{Devices: deviceplugin.MilliDevices(snap)})
+	const limit = 4 << 20
+	if size > limit/2 {
+		t.Fatalf("%d GPUs list in %d bytes, over half the kubelet's %d", len(devs), size, limit)
+	}
+	t.Logf("%d GPUs: %d units in %d bytes", len(devs), len(devs)*gpu.MilliPerGPU, size)
 }

@@ -27,6 +27,11 @@
 // reports that plugin's reason where it reported "Insufficient cpu". It
 // takes no args: a profile that makes NodeResourcesFit ignore other
 // resources as well keeps NodeResourcesFit.
+//
+// One check is added to NodeResourcesFit's: on a node whose kubelet
+// advertises gpusched.io/gpu-milli (the node agent's shares device plugin),
+// the pod's share asked for as that resource must fit the node's
+// allocatable, as the kubelet will check it (Advertised).
 package gpuresourcesfit
 
 import (
@@ -36,6 +41,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	resourcehelper "k8s.io/component-helpers/resource"
 	fwk "k8s.io/kube-scheduler/framework"
 	schedconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
@@ -113,9 +119,55 @@ func (p *GPUResourcesFit) PreFilter(ctx context.Context, state fwk.CycleState, p
 // PreFilterExtensions implements fwk.PreFilterPlugin: none, as NodeResourcesFit.
 func (p *GPUResourcesFit) PreFilterExtensions() fwk.PreFilterExtensions { return nil }
 
-// Filter is NodeResourcesFit's.
+// Filter is NodeResourcesFit's, then the kubelet's own check of the
+// shares a node advertises (Advertised).
 func (p *GPUResourcesFit) Filter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeInfo fwk.NodeInfo) *fwk.Status {
-	return p.fit.Filter(ctx, state, pod, nodeInfo)
+	if s := p.fit.Filter(ctx, state, pod, nodeInfo); !s.IsSuccess() {
+		return s
+	}
+	return advertisedFits(pod, nodeInfo)
+}
+
+// Advertised is the share resource a node's kubelet may count itself: the
+// node agent's shares device plugin advertises it, 1000 per GPU, and the
+// kubelet then refuses a pod whose share the node's allocatable no longer
+// covers. GPUPlacement's GPU-by-GPU accounting keeps the node's shares
+// within its GPUs, but allocatable drops to 0 while the plugin is
+// unregistered (an agent or kubelet restart), and a pod bound then would
+// fail at the kubelet for good.
+const Advertised = gpu.ResourceMilli
+
+// advertisedFits refuses a node that advertises Advertised when what its
+// pods request of it and the pod's request come to more than its
+// allocatable, with NodeResourcesFit's reason; a node that does not
+// advertise it is left to GPUPlacement alone.
+func advertisedFits(pod *v1.Pod, nodeInfo fwk.NodeInfo) *fwk.Status {
+	allocatable, ok := nodeInfo.GetAllocatable().GetScalarResources()[Advertised]
+	if !ok || !requests(pod, Advertised) {
+		return nil
+	}
+	want := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})[Advertised]
+	used := nodeInfo.GetRequested().GetScalarResources()[Advertised]
+	if used+want.Value() > allocatable {
+		return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("Insufficient %s", Advertised))
+	}
+	return nil
+}
+
+// requests reports whether a container of the pod asks for name.
+func requests(pod *v1.Pod, name v1.ResourceName) bool {
+	in := func(cs []v1.Container) bool {
+		for i := range cs {
+			if _, ok := cs[i].Resources.Limits[name]; ok {
+				return true
+			}
+			if _, ok := cs[i].Resources.Requests[name]; ok {
+				return true
+			}
+		}
+		return false
+	}
+	return in(pod.Spec.Containers) || in(pod.Spec.InitContainers)
 }
 
 // EventsToRegister is NodeResourcesFit's.

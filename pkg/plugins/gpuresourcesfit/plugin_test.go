@@ -19,6 +19,8 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/noderesources"
+
+	"github.com/gpusched/gpusched/pkg/gpu"
 )
 
 // handle is the part of a framework handle NodeResourcesFit reads: no DRA
@@ -105,6 +107,63 @@ func TestDecidesAsNodeResourcesFit(t *testing.T) {
 				t.Errorf("NodeResourcesFit checked the ignored %s: %v", ignored, outcomes)
 			}
 		}
+	}
+}
+
+// TestAdvertisedShares: on a node whose kubelet advertises
+// gpusched.io/gpu-milli, a share asked for as that resource must fit the
+// allocatable beside the node's pods, as the kubelet checks it; on a node
+// that does not advertise it, and for a share by annotation, only
+// NodeResourcesFit's checks apply (GPUPlacement accounts the GPUs).
+func TestAdvertisedShares(t *testing.T) {
+	ctx := context.Background()
+	p, err := newWithFeatures(ctx, handle{}, feature.NewSchedulerFeaturesFromGates(utilfeature.DefaultFeatureGate))
+	if err != nil {
+		t.Fatal(err)
+	}
+	share := func(name string, milli string) *v1.Pod {
+		pod := randomPodWith(map[v1.ResourceName]string{"cpu": "100m", gpu.ResourceMilli: milli})
+		pod.Name, pod.UID = name, types.UID(name)
+		return pod
+	}
+	node := func(advertised string) fwk.NodeInfo {
+		alloc := v1.ResourceList{v1.ResourceCPU: resource.MustParse("8"), v1.ResourceMemory: resource.MustParse("8Gi"), v1.ResourcePods: resource.MustParse("110")}
+		if advertised != "" {
+			alloc[gpu.ResourceMilli] = resource.MustParse(advertised)
+		}
+		ni := framework.NewNodeInfo()
+		ni.SetNode(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n"}, Status: v1.NodeStatus{Allocatable: alloc}})
+		bound := share("bound", "750")
+		bound.Spec.NodeName = "n"
+		pi, err := framework.NewPodInfo(bound)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ni.AddPodInfo(pi)
+		return ni
+	}
+	byAnnotation := randomPodWith(map[v1.ResourceName]string{"cpu": "100m"})
+	byAnnotation.Annotations = map[string]string{gpu.AnnotationMilli: "500"}
+	for _, tc := range []struct {
+		name       string
+		advertised string
+		pod        *v1.Pod
+		want       []string
+	}{
+		// 750 bound + 500 = 1250 > 1000.
+		{"past the allocatable", "1000", share("p", "500"), []string{"Insufficient gpusched.io/gpu-milli"}},
+		// 750 + 250 = 1000.
+		{"exactly the allocatable", "1000", share("p", "250"), nil},
+		// The agent's plugin restarting: allocatable 0.
+		{"while the plugin is away", "0", share("p", "1"), []string{"Insufficient gpusched.io/gpu-milli"}},
+		{"a node that does not advertise", "", share("p", "500"), nil},
+		{"a share by annotation", "0", byAnnotation, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := reasons(run(ctx, p, tc.pod, node(tc.advertised))); !slices.Equal(got, tc.want) {
+				t.Errorf("reasons %q, want %q", got, tc.want)
+			}
+		})
 	}
 }
 
