@@ -229,7 +229,9 @@ func optionsFromFlags(f flags) (Options, []workload, error) {
 	}
 	var nodes []*v1.Node
 	var workloads []workload
-	if f.shares != sharesAnnotation && f.shares != sharesResources {
+	switch f.shares {
+	case "", sharesAnnotation, sharesResources: // "" is the default, as the flag's
+	default:
 		return opts, nil, fmt.Errorf("--shares %q: want %s (the gpusched.io/gpu-milli annotation) or %s (the gpusched.io/gpu-milli resource)",
 			f.shares, sharesAnnotation, sharesResources)
 	}

@@ -47,6 +47,7 @@ func TestBadFlags(t *testing.T) {
 		{"missing file", flags{arrival: "fgd", seeds: "1", nodes: "/nonexistent/n.csv", pods: "p.csv"}, "/nonexistent/n.csv"},
 		{"config", flags{arrival: "fgd", seeds: "1", config: "/nonexistent/c.yaml"}, "/nonexistent/c.yaml"},
 		{"parallel", flags{arrival: "fgd", seeds: "1", parallel: -1}, "--parallel -1: want 0"},
+		{"shares", flags{arrival: "fgd", seeds: "1", shares: "labels"}, `--shares "labels": want annotation (the gpusched.io/gpu-milli annotation) or resources`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
