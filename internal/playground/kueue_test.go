@@ -138,10 +138,10 @@ func TestKueue(t *testing.T) {
 		t.Errorf("the 4 shares of 250 are on %d GPUs %v, want them sharing", len(sharesOn), perGPU)
 	}
 	dyn := dynamic.NewForConfigOrDie(config)
-	if total, _ := queueUsage(ctx, t, dyn, "team-a", "a100", gpu.ResourceMilli); total != 1000 {
+	if total, _ := queueUsage(ctx, t, dyn, "team-a", "a100", gpu.ResourceMilli, [2]int64{1000, 0}); total != 1000 {
 		t.Errorf("team-a's queue counts %d milli-GPU of shares, want 4 × 250", total)
 	}
-	if total, _ := queueUsage(ctx, t, dyn, "team-a", "a100", gpu.ResourceMemoryMiB); total != 4*4096 {
+	if total, _ := queueUsage(ctx, t, dyn, "team-a", "a100", gpu.ResourceMemoryMiB, [2]int64{4 * 4096, 0}); total != 4*4096 {
 		t.Errorf("team-a's queue counts %d MiB of share memory, want 4 × 4096", total)
 	}
 	for _, p := range waitIn(ctx, t, client, "team-b", "app.kubernetes.io/name=inference", 2, v1.PodRunning) {
@@ -192,7 +192,7 @@ func TestKueue(t *testing.T) {
 		t.Fatal(err)
 	}
 	onModel(waitIn(ctx, t, client, "team-a", "app.kubernetes.io/name=borrower", 1, v1.PodRunning)[0], a100)
-	if total, borrowed := queueUsage(ctx, t, dyn, "team-a", "a100", gpu.ResourceGPU); total != 8 || borrowed != 4 {
+	if total, borrowed := queueUsage(ctx, t, dyn, "team-a", "a100", gpu.ResourceGPU, [2]int64{8, 4}); total != 8 || borrowed != 4 {
 		t.Errorf("team-a's queue counts %d GPUs, %d borrowed; want 8, 4 of them borrowed from team-b", total, borrowed)
 	}
 	if _, err := client.BatchV1().Jobs("team-a").Create(ctx, gpuJob("waits", 2, "1s"), metav1.CreateOptions{}); err != nil {
@@ -218,9 +218,9 @@ func TestKueue(t *testing.T) {
 }
 
 // queueUsage is what ClusterQueue name counts of a resource in a flavor,
-// in total and borrowed, once its status has caught up (it is written
-// after admission): the last values read within 30 s of a nonzero total.
-func queueUsage(ctx context.Context, t *testing.T, dyn dynamic.Interface, name, flavor string, res v1.ResourceName) (total, borrowed int64) {
+// in total and borrowed: the first read that equals want (Kueue writes the
+// status some time after it admits), else the last within 30 s.
+func queueUsage(ctx context.Context, t *testing.T, dyn dynamic.Interface, name, flavor string, res v1.ResourceName, want [2]int64) (total, borrowed int64) {
 	t.Helper()
 	read := func() (int64, int64) {
 		cq, err := dyn.Resource(clusterQueues).Get(ctx, name, metav1.GetOptions{})
@@ -254,7 +254,7 @@ func queueUsage(ctx context.Context, t *testing.T, dyn dynamic.Interface, name, 
 	}
 	_ = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 		total, borrowed = read()
-		return total > 0, nil
+		return [2]int64{total, borrowed} == want, nil
 	})
 	return total, borrowed
 }
@@ -450,4 +450,125 @@ spec: {clusterQueue: burst}
 	slices.Sort(ratios)
 	t.Logf("medians over %d rounds: through Kueue %v, straight %v; ratio median %.2f (min %.2f, max %.2f)",
 		rounds, median(withKueue).Round(time.Millisecond), median(direct).Round(time.Millisecond), ratios[len(ratios)/2], ratios[0], ratios[len(ratios)-1])
+}
+
+// TestKueuePreemption: on one node of 8 A100s, team pa runs two Jobs of 4
+// GPUs, its own 4 and 4 borrowed from team pb; when pb asks for its 4 back,
+// Kueue preempts one of pa's Jobs (it suspends it, and the Job controller
+// deletes its pod), gpusched's ledger frees the pod's GPUs, and pb's Job is
+// placed on exactly those: no other GPU is free. Without the GPUs freed, pb's
+// pod would stay pending.
+func TestKueuePreemption(t *testing.T) {
+	dir := kueueDir(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	flags := NewFlags()
+	flags.Kueue = dir
+	flags.Nodes = "1xA100-80GB:8"
+	flags.Kubeconfig = filepath.Join(t.TempDir(), "kubeconfig")
+	opts, err := flags.Options()
+	if err != nil {
+		t.Fatal(err)
+	}
+	servePlayground(ctx, t, opts)
+	config, err := clientcmd.BuildConfigFromFlags("", flags.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := kubernetes.NewForConfigOrDie(config)
+	apply, err := newApplier(config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	queue := func(name, borrowing string) string {
+		return fmt.Sprintf(`apiVersion: v1
+kind: Namespace
+metadata: {name: %[1]s}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ClusterQueue
+metadata: {name: %[1]s}
+spec:
+  cohortName: preempt
+  namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: %[1]s}}
+  preemption: {reclaimWithinCohort: Any}
+  resourceGroups:
+  - coveredResources: [cpu, memory]
+    flavors:
+    - name: any-node
+      resources: [{name: cpu, nominalQuota: 32}, {name: memory, nominalQuota: 128Gi}]
+  - coveredResources: [nvidia.com/gpu]
+    flavors:
+    - name: a100
+      resources: [{name: nvidia.com/gpu, nominalQuota: 4%[2]s}]
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: LocalQueue
+metadata: {name: gpus, namespace: %[1]s}
+spec: {clusterQueue: %[1]s}
+`, name, borrowing)
+	}
+	flavors := `apiVersion: kueue.x-k8s.io/v1beta2
+kind: ResourceFlavor
+metadata: {name: any-node}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ResourceFlavor
+metadata: {name: a100}
+spec: {nodeLabels: {nvidia.com/gpu.product: NVIDIA-A100-SXM4-80GB}}
+`
+	if err := apply.create(ctx, "the preemption test's queues", []byte(flavors+"---\n"+queue("pa", ", borrowingLimit: 4")+"---\n"+queue("pb", ""))); err != nil {
+		t.Fatal(err)
+	}
+	job := func(ns, name string) *batchv1.Job {
+		return &batchv1.Job{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{"kueue.x-k8s.io/queue-name": "gpus"}},
+			Spec: batchv1.JobSpec{
+				Parallelism: ptr.To[int32](1), Completions: ptr.To[int32](1),
+				Template: v1.PodTemplateSpec{
+					ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app.kubernetes.io/name": name}},
+					Spec: v1.PodSpec{SchedulerName: "gpusched", RestartPolicy: v1.RestartPolicyNever, Containers: []v1.Container{{
+						Name: "main", Image: "registry.k8s.io/pause:3.10",
+						Resources: v1.ResourceRequirements{
+							Requests: v1.ResourceList{v1.ResourceCPU: resource.MustParse("100m")},
+							Limits:   v1.ResourceList{gpu.ResourceGPU: resource.MustParse("4")},
+						},
+					}}},
+				},
+			},
+		}
+	}
+	held := map[string]gpu.Assignment{}
+	for _, name := range []string{"first", "second"} {
+		if _, err := client.BatchV1().Jobs("pa").Create(ctx, job("pa", name), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		held[name] = assignmentOf(t, waitIn(ctx, t, client, "pa", "app.kubernetes.io/name="+name, 1, v1.PodRunning)[0])
+	}
+
+	if _, err := client.BatchV1().Jobs("pb").Create(ctx, job("pb", "reclaim"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	reclaim := assignmentOf(t, waitIn(ctx, t, client, "pb", "app.kubernetes.io/name=reclaim", 1, v1.PodRunning)[0])
+	// Kueue chose one of pa's Jobs to preempt; it is suspended, without pods.
+	var preempted []string
+	for name := range held {
+		j, err := client.BatchV1().Jobs("pa").Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ptr.Deref(j.Spec.Suspend, false) {
+			preempted = append(preempted, name)
+		}
+	}
+	if len(preempted) != 1 {
+		t.Fatalf("Kueue suspended pa's Jobs %v, want one of the two", preempted)
+	}
+	if got := podsIn(ctx, client, "pa", "app.kubernetes.io/name="+preempted[0]); len(got) != 0 {
+		t.Errorf("pa's preempted Job %s still has %d pods", preempted[0], len(got))
+	}
+	freed := held[preempted[0]].Devices
+	if !slices.Equal(slices.Sorted(slices.Values(reclaim.Devices)), slices.Sorted(slices.Values(freed))) {
+		t.Errorf("pb's Job got GPUs %v, want the %v pa's preempted Job %s held (the only ones free)", reclaim.Devices, freed, preempted[0])
+	}
 }
