@@ -100,10 +100,10 @@ func (d *Demand) String() string {
 //     the share and not its memory);
 //   - allowed models from gpusched.io/gpu-models.
 //
-// A resource counts as Kubernetes computes a pod's request (podRequest). A pod with none
-// of these has a zero Demand. Every malformed value is reported, each as an
-// *InvalidValueError, joined into one error; the Demand is then zero and must
-// not be used.
+// A resource counts as Kubernetes computes a pod's request (podRequest). A
+// pod with none of these has a zero Demand. Every malformed value is
+// reported, each as an *InvalidValueError, joined into one error; the Demand
+// is then zero and must not be used.
 func DemandFromPod(pod *v1.Pod) (Demand, error) {
 	var errs []error
 	note := func(err error) {
