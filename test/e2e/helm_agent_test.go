@@ -2,11 +2,13 @@ package e2e
 
 import (
 	"context"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	admissionv1 "k8s.io/api/admissionregistration/v1"
 	v1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -50,6 +52,13 @@ func TestHelmChartAgentAdmission(t *testing.T) {
 	assertAccess(t, kubectl, kc, chartAgentServiceAccount, agentNeeds, agentMustNot)
 	command(t, admissionOnly(t, objs), kubectl, kc, "apply", "-f", "-")
 	checkAdmission(t, c, writers{schedulerServiceAccount, extenderServiceAccount, chartAgentServiceAccount})
+	// The chart's share-quota policy is deploy/admission's, rule for rule.
+	var chartQuota, deployQuota admissionv1.ValidatingAdmissionPolicy
+	findObject(t, objs, "ValidatingAdmissionPolicy", "gpusched-share-quota", &chartQuota)
+	findObject(t, decodeObjects(t, readRepoFile(t, "deploy", "admission", "share-quota.yaml")), "ValidatingAdmissionPolicy", "gpusched-share-quota", &deployQuota)
+	if !reflect.DeepEqual(chartQuota.Spec, deployQuota.Spec) {
+		t.Errorf("the chart's share-quota policy differs from deploy/admission/share-quota.yaml's:\nchart  %+v\ndeploy %+v", chartQuota.Spec, deployQuota.Spec)
+	}
 	checkUnrestricted(t, c, chartAgentServiceAccount, "gpusched-agent-unrestricted")
 
 	// agentNodeNameRequired=false: a request of the agent without a node
