@@ -21,6 +21,11 @@ const (
 	// it; unlike the annotation it is counted by ResourceQuota, LimitRange
 	// and Kueue (docs/quotas.md). The two names are the same string: one is
 	// a resource, the other an annotation.
+	//
+	// It is also the one share resource a node's kubelet may count itself:
+	// the node agent advertises it (1000 per GPU), and the scheduler then
+	// checks it against the node's allocatable as the kubelet will
+	// (GPUResourcesFit, what-if).
 	ResourceMilli v1.ResourceName = "gpusched.io/gpu-milli"
 	// ResourceMemoryMiB is the extended resource through which a share asks
 	// for GPU memory in MiB, as AnnotationMemory does; quota counts it.

@@ -81,7 +81,8 @@ func doNotSchedule(t *v1.Taint) bool {
 // node lacks, for the resources the pod requests, and the pod count;
 // the resources GPUPlacement accounts (gpu.DemandResources) are ignored,
 // as GPUResourcesFit and the profile's NodeResourcesFit args
-// (ignoredResources) have it.
+// (ignoredResources) have it, except gpu.ResourceMilli on a node that
+// advertises it, which GPUResourcesFit checks as the kubelet will.
 func insufficient(req *resources, n *nodeState) []string {
 	var out []string
 	if n.pods+1 > n.alloc.pods {
@@ -98,7 +99,9 @@ func insufficient(req *resources, n *nodeState) []string {
 		out = append(out, "Insufficient ephemeral-storage")
 	}
 	for name, q := range req.scalar {
-		if q > 0 && !slices.Contains(gpu.DemandResources, name) && q > free(n.alloc.scalar[name], n.used.scalar[name]) {
+		_, advertised := n.alloc.scalar[name]
+		checked := !slices.Contains(gpu.DemandResources, name) || (name == gpu.ResourceMilli && advertised)
+		if q > 0 && checked && q > free(n.alloc.scalar[name], n.used.scalar[name]) {
 			out = append(out, fmt.Sprintf("Insufficient %s", name))
 		}
 	}

@@ -113,6 +113,13 @@ func outcome(p Placement) string {
 	return p.Node + ":" + strings.Join(gpus, ",")
 }
 
+// advertising is node with its kubelet advertising allocatable of
+// gpusched.io/gpu-milli, as the node agent's shares device plugin makes it.
+func advertising(node *v1.Node, allocatable string) *v1.Node {
+	node.Status.Allocatable[gpu.ResourceMilli] = resource.MustParse(allocatable)
+	return node
+}
+
 func TestWhatIfPlacements(t *testing.T) {
 	tests := []struct {
 		name   string
@@ -190,6 +197,16 @@ func TestWhatIfPlacements(t *testing.T) {
 			NewPods: []*v1.Pod{gt.MakeGPUPod("big").GPUs(1).CPU("30").Obj(), gt.MakeGPUPod("fits").GPUs(1).CPU("24").Obj()},
 		},
 		want: []string{"!0/1 nodes are available: 1 Insufficient cpu.", "a:1"},
+	}, {
+		// Shares as a resource: a's kubelet advertises gpusched.io/gpu-milli
+		// with none allocatable (the agent's plugin restarting), so both go
+		// to b, which does not advertise it, as GPUResourcesFit decides.
+		name: "shares kept off a node whose kubelet would refuse them", policy: "BestFit", seed: DefaultSeed,
+		in: Input{
+			Nodes:   []*v1.Node{advertising(a100("a", 1).Obj(), "0"), a100("b", 1).Obj()},
+			NewPods: []*v1.Pod{gt.MakeGPUPod("s").MilliResource(300).Obj(), gt.MakeGPUPod("t").MilliResource(300).Obj()},
+		},
+		want: []string{"b:0", "b:0"},
 	}, {
 		// A share goes beside a live share: a's GPU 0 has 500 free, the
 		// tightest fitting GPU; b is idle. BestFit a = 10⁶×(500+300)/1000.

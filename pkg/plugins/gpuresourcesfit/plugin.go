@@ -134,7 +134,7 @@ func (p *GPUResourcesFit) Filter(ctx context.Context, state fwk.CycleState, pod 
 // covers. GPUPlacement's GPU-by-GPU accounting keeps the node's shares
 // within its GPUs, but allocatable drops to 0 while the plugin is
 // unregistered (an agent or kubelet restart), and a pod bound then would
-// fail at the kubelet for good.
+// fail at the kubelet for good. (What-if checks it alike.)
 const Advertised = gpu.ResourceMilli
 
 // advertisedFits refuses a node that advertises Advertised when what its
