@@ -38,7 +38,7 @@ fi
 metrics_certs=/etc/kueue/metrics/certs
 if [ ! -f "$metrics_certs/tls.crt" ]; then
   if [ "$(id -u)" = 0 ]; then
-    go run ./hack/selfsigned "$metrics_certs"
+    go run ./cmd/gpusched-extender certificates --dir "$metrics_certs" --server-name 127.0.0.1
     # Kueue runs as whoever runs the playground; the placeholder guards
     # nothing (metrics are off).
     chmod -R a+rX /etc/kueue

@@ -41,8 +41,8 @@ func TestDashboardShowsThePlayground(t *testing.T) {
 	chromium := chromiumtest.Path(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	_, opts, config := serveDefaultPlayground(ctx, t)
-	client := kubernetes.NewForConfigOrDie(config)
+	pg := serve(ctx, t, nil)
+	opts, config, client := pg.opts, pg.config, pg.client
 
 	broken := gt.MakeGPUNode("broken-gpus").Annotation(gpu.AnnotationDevices, "[{not json").AllocatableGPUs(8).Obj()
 	if _, err := client.CoreV1().Nodes().Create(ctx, broken, metav1.CreateOptions{}); err != nil {

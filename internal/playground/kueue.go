@@ -28,7 +28,7 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/gpusched/gpusched/internal/selfsigned"
+	"github.com/gpusched/gpusched/pkg/extender"
 )
 
 // KueueNamespace is the namespace Kueue's manager runs for (its
@@ -113,8 +113,15 @@ func startKueue(ctx context.Context, apply *applier, client kubernetes.Interface
 		return nil, err
 	}
 
+	// The extender's certificate writer makes the same CA and serving pair
+	// (tls.crt, tls.key) that Kueue's webhook server reads.
 	certDir := filepath.Join(work, "certs")
-	caPEM, err := selfsigned.Write(certDir)
+	err = extender.WriteCertificates(certDir, extender.CertificateRequest{
+		ServerNames: []string{"127.0.0.1", "localhost"}, ClientName: extender.DefaultClient, ValidFor: 365 * 24 * time.Hour})
+	if err != nil {
+		return nil, fmt.Errorf("Kueue's webhook certificate: %w", err)
+	}
+	caPEM, err := os.ReadFile(filepath.Join(certDir, extender.CAFile))
 	if err != nil {
 		return nil, fmt.Errorf("Kueue's webhook certificate: %w", err)
 	}

@@ -20,7 +20,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 
 	"github.com/gpusched/gpusched/pkg/gpu"
@@ -81,32 +80,14 @@ func TestKueue(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	flags := NewFlags()
-	flags.Kueue = dir
-	flags.Kubeconfig = filepath.Join(t.TempDir(), "kubeconfig")
-	opts, err := flags.Options()
-	if err != nil {
-		t.Fatal(err)
-	}
 	start := time.Now()
-	out := servePlayground(ctx, t, opts)
+	pg := serve(ctx, t, func(f *Flags) { f.Kueue = dir })
 	t.Logf("the playground with Kueue up in %v", time.Since(start).Round(time.Millisecond))
-	if !strings.Contains(out.String(), "Kueue's manager") {
-		t.Fatalf("the playground does not say Kueue runs:\n%s", out.String())
+	if !strings.Contains(pg.out.String(), "Kueue's manager") {
+		t.Fatalf("the playground does not say Kueue runs:\n%s", pg.out.String())
 	}
-	config, err := clientcmd.BuildConfigFromFlags("", flags.Kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	client := kubernetes.NewForConfigOrDie(config)
-	kubectl := func(args ...string) {
-		t.Helper()
-		cmd := exec.CommandContext(ctx, "kubectl", args...)
-		cmd.Env = append(os.Environ(), "KUBECONFIG="+flags.Kubeconfig)
-		if b, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, b)
-		}
-	}
+	config, client := pg.config, pg.client
+	kubectl := func(args ...string) { t.Helper(); pg.kubectl(ctx, t, args...) }
 	example := func(name string) string { return filepath.Join("..", "..", "examples", "kueue", name) }
 	kubectl("apply", "-f", example("queues.yaml"))
 	kubectl("apply", "-f", example("shares-job.yaml"))
@@ -169,33 +150,14 @@ func TestKueue(t *testing.T) {
 
 	// team-a holds its 4 nominal A100s (the gang); 4 more come from team-b's
 	// idle quota (borrowingLimit 4), and nothing beyond.
-	gpuJob := func(name string, gpus int64, runTime string) *batchv1.Job {
-		return &batchv1.Job{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "team-a", Labels: map[string]string{"kueue.x-k8s.io/queue-name": "gpus"}},
-			Spec: batchv1.JobSpec{
-				Parallelism: ptr.To[int32](1), Completions: ptr.To[int32](1),
-				Template: v1.PodTemplateSpec{
-					ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app.kubernetes.io/name": name},
-						Annotations: map[string]string{AnnotationRunTime: runTime}},
-					Spec: v1.PodSpec{SchedulerName: "gpusched", RestartPolicy: v1.RestartPolicyNever, Containers: []v1.Container{{
-						Name: "main", Image: "registry.k8s.io/pause:3.10",
-						Resources: v1.ResourceRequirements{
-							Requests: v1.ResourceList{v1.ResourceCPU: resource.MustParse("100m")},
-							Limits:   v1.ResourceList{gpu.ResourceGPU: *resource.NewQuantity(gpus, resource.DecimalSI)},
-						},
-					}}},
-				},
-			},
-		}
-	}
-	if _, err := client.BatchV1().Jobs("team-a").Create(ctx, gpuJob("borrower", 4, "40s"), metav1.CreateOptions{}); err != nil {
+	if _, err := client.BatchV1().Jobs("team-a").Create(ctx, queuedJob("team-a", "borrower", "gpus", gpuLimit("4"), "40s"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	onModel(waitIn(ctx, t, client, "team-a", "app.kubernetes.io/name=borrower", 1, v1.PodRunning)[0], a100)
 	if total, borrowed := queueUsage(ctx, t, dyn, "team-a", "a100", gpu.ResourceGPU, [2]int64{8, 4}); total != 8 || borrowed != 4 {
 		t.Errorf("team-a's queue counts %d GPUs, %d borrowed; want 8, 4 of them borrowed from team-b", total, borrowed)
 	}
-	if _, err := client.BatchV1().Jobs("team-a").Create(ctx, gpuJob("waits", 2, "1s"), metav1.CreateOptions{}); err != nil {
+	if _, err := client.BatchV1().Jobs("team-a").Create(ctx, queuedJob("team-a", "waits", "gpus", gpuLimit("2"), "1s"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	// While the gang and the borrower run, "waits" stays suspended by Kueue:
@@ -257,6 +219,41 @@ func queueUsage(ctx context.Context, t *testing.T, dyn dynamic.Interface, name, 
 		return [2]int64{total, borrowed} == want, nil
 	})
 	return total, borrowed
+}
+
+// queuedJob is a one-pod Job of ns for the LocalQueue queue (Kueue leaves
+// it alone when queue is ""), placed by gpusched: its pod, labelled
+// app.kubernetes.io/name=name, asks for 100m CPU and limits, and runs
+// runTime in the playground (until deleted when "").
+func queuedJob(ns, name, queue string, limits v1.ResourceList, runTime string) *batchv1.Job {
+	job := &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: batchv1.JobSpec{
+			Parallelism: ptr.To[int32](1), Completions: ptr.To[int32](1),
+			Template: v1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app.kubernetes.io/name": name}},
+				Spec: v1.PodSpec{SchedulerName: "gpusched", RestartPolicy: v1.RestartPolicyNever, Containers: []v1.Container{{
+					Name: "main", Image: "registry.k8s.io/pause:3.10",
+					Resources: v1.ResourceRequirements{
+						Requests: v1.ResourceList{v1.ResourceCPU: resource.MustParse("100m")},
+						Limits:   limits,
+					},
+				}}},
+			},
+		},
+	}
+	if queue != "" {
+		job.Labels = map[string]string{"kueue.x-k8s.io/queue-name": queue}
+	}
+	if runTime != "" {
+		job.Spec.Template.Annotations = map[string]string{AnnotationRunTime: runTime}
+	}
+	return job
+}
+
+// gpuLimit is a limit of n whole GPUs.
+func gpuLimit(n string) v1.ResourceList {
+	return v1.ResourceList{gpu.ResourceGPU: resource.MustParse(n)}
 }
 
 // waitIn waits until n pods of ns match selector, each in one of phases.
@@ -324,18 +321,7 @@ func TestKueueBurst(t *testing.T) {
 	dir := kueueDir(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
-	flags := NewFlags()
-	flags.Kueue = dir
-	flags.Kubeconfig = filepath.Join(t.TempDir(), "kubeconfig")
-	opts, err := flags.Options()
-	if err != nil {
-		t.Fatal(err)
-	}
-	servePlayground(ctx, t, opts)
-	config, err := clientcmd.BuildConfigFromFlags("", flags.Kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
+	config := serve(ctx, t, func(f *Flags) { f.Kueue = dir }).config
 	config.QPS, config.Burst = 500, 1000
 	client := kubernetes.NewForConfigOrDie(config)
 	apply, err := newApplier(config)
@@ -374,30 +360,17 @@ spec: {clusterQueue: burst}
 	}
 	const jobs = 200
 	burst := func(round int, kueue bool) time.Duration {
-		name := fmt.Sprintf("r%d-direct", round)
-		labels := map[string]string{}
+		name, queue := fmt.Sprintf("r%d-direct", round), ""
 		if kueue {
-			name = fmt.Sprintf("r%d-kueue", round)
-			labels["kueue.x-k8s.io/queue-name"] = "burst"
+			name, queue = fmt.Sprintf("r%d-kueue", round), "burst"
 		}
+		share := v1.ResourceList{gpu.ResourceMilli: resource.MustParse("50")}
 		start := time.Now()
 		for i := range jobs {
-			job := &batchv1.Job{
-				ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%03d", name, i), Namespace: "burst", Labels: labels},
-				Spec: batchv1.JobSpec{
-					Parallelism: ptr.To[int32](1), Completions: ptr.To[int32](1),
-					Template: v1.PodTemplateSpec{
-						ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"round": name}},
-						Spec: v1.PodSpec{SchedulerName: "gpusched", RestartPolicy: v1.RestartPolicyNever, Containers: []v1.Container{{
-							Name: "main", Image: "registry.k8s.io/pause:3.10",
-							Resources: v1.ResourceRequirements{
-								Requests: v1.ResourceList{v1.ResourceCPU: resource.MustParse("10m"), v1.ResourceMemory: resource.MustParse("16Mi")},
-								Limits:   v1.ResourceList{gpu.ResourceMilli: resource.MustParse("50")},
-							},
-						}}},
-					},
-				},
-			}
+			job := queuedJob("burst", fmt.Sprintf("%s-%03d", name, i), queue, share, "")
+			job.Spec.Template.Labels["round"] = name
+			job.Spec.Template.Spec.Containers[0].Resources.Requests = v1.ResourceList{
+				v1.ResourceCPU: resource.MustParse("10m"), v1.ResourceMemory: resource.MustParse("16Mi")}
 			if _, err := client.BatchV1().Jobs("burst").Create(ctx, job, metav1.CreateOptions{}); err != nil {
 				t.Fatal(err)
 			}
@@ -462,21 +435,9 @@ func TestKueuePreemption(t *testing.T) {
 	dir := kueueDir(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	flags := NewFlags()
-	flags.Kueue = dir
-	flags.Nodes = "1xA100-80GB:8"
-	flags.Kubeconfig = filepath.Join(t.TempDir(), "kubeconfig")
-	opts, err := flags.Options()
-	if err != nil {
-		t.Fatal(err)
-	}
-	servePlayground(ctx, t, opts)
-	config, err := clientcmd.BuildConfigFromFlags("", flags.Kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	client := kubernetes.NewForConfigOrDie(config)
-	apply, err := newApplier(config)
+	pg := serve(ctx, t, func(f *Flags) { f.Kueue = dir; f.Nodes = "1xA100-80GB:8" })
+	client := pg.client
+	apply, err := newApplier(pg.config)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -520,33 +481,15 @@ spec: {nodeLabels: {nvidia.com/gpu.product: NVIDIA-A100-SXM4-80GB}}
 	if err := apply.create(ctx, "the preemption test's queues", []byte(flavors+"---\n"+queue("pa", ", borrowingLimit: 4")+"---\n"+queue("pb", ""))); err != nil {
 		t.Fatal(err)
 	}
-	job := func(ns, name string) *batchv1.Job {
-		return &batchv1.Job{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{"kueue.x-k8s.io/queue-name": "gpus"}},
-			Spec: batchv1.JobSpec{
-				Parallelism: ptr.To[int32](1), Completions: ptr.To[int32](1),
-				Template: v1.PodTemplateSpec{
-					ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app.kubernetes.io/name": name}},
-					Spec: v1.PodSpec{SchedulerName: "gpusched", RestartPolicy: v1.RestartPolicyNever, Containers: []v1.Container{{
-						Name: "main", Image: "registry.k8s.io/pause:3.10",
-						Resources: v1.ResourceRequirements{
-							Requests: v1.ResourceList{v1.ResourceCPU: resource.MustParse("100m")},
-							Limits:   v1.ResourceList{gpu.ResourceGPU: resource.MustParse("4")},
-						},
-					}}},
-				},
-			},
-		}
-	}
 	held := map[string]gpu.Assignment{}
 	for _, name := range []string{"first", "second"} {
-		if _, err := client.BatchV1().Jobs("pa").Create(ctx, job("pa", name), metav1.CreateOptions{}); err != nil {
+		if _, err := client.BatchV1().Jobs("pa").Create(ctx, queuedJob("pa", name, "gpus", gpuLimit("4"), ""), metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		held[name] = assignmentOf(t, waitIn(ctx, t, client, "pa", "app.kubernetes.io/name="+name, 1, v1.PodRunning)[0])
 	}
 
-	if _, err := client.BatchV1().Jobs("pb").Create(ctx, job("pb", "reclaim"), metav1.CreateOptions{}); err != nil {
+	if _, err := client.BatchV1().Jobs("pb").Create(ctx, queuedJob("pb", "reclaim", "gpus", gpuLimit("4"), ""), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	reclaim := assignmentOf(t, waitIn(ctx, t, client, "pb", "app.kubernetes.io/name=reclaim", 1, v1.PodRunning)[0])

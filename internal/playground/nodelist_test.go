@@ -13,8 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/gpusched/gpusched/pkg/gpu"
 	"github.com/gpusched/gpusched/pkg/simulator"
@@ -175,15 +173,9 @@ func TestNodesFromTrace(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	flags := NewFlags()
-	flags.NodesFrom = traceNodeList
-	flags.Kubeconfig = filepath.Join(t.TempDir(), "kubeconfig")
-	opts, err := flags.Options()
-	if err != nil {
-		t.Fatal(err)
-	}
 	start := time.Now()
-	out := servePlayground(ctx, t, opts)
+	pg := serve(ctx, t, func(f *Flags) { f.NodesFrom = traceNodeList })
+	out := pg.out
 	t.Logf("up after %s:\n%s", time.Since(start).Round(10*time.Millisecond), out.String())
 	for _, want := range []string{
 		"1213 simulated nodes from " + traceNodeList + " (549xG2:8,387xT4:2,131xP100:2,39xG3:8,",
@@ -193,11 +185,7 @@ func TestNodesFromTrace(t *testing.T) {
 			t.Errorf("the output does not say %q", want)
 		}
 	}
-	config, err := clientcmd.BuildConfigFromFlags("", flags.Kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	client := kubernetes.NewForConfigOrDie(config)
+	client := pg.client
 	nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)

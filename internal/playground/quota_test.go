@@ -18,7 +18,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/gpusched/gpusched/pkg/gpu"
 )
@@ -36,7 +35,7 @@ import (
 func TestShareQuota(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	client := serveNodes(ctx, t, "1xA100-80GB:4")
+	client := serve(ctx, t, func(f *Flags) { f.Nodes = "1xA100-80GB:4" }).client
 	const ns = "team-a"
 	if _, err := client.CoreV1().Namespaces().Create(ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -216,25 +215,6 @@ func applyPolicy(ctx context.Context, t *testing.T, client kubernetes.Interface,
 			t.Fatalf("%s: %v", path, err)
 		}
 	}
-}
-
-// serveNodes serves the playground on the given node shapes (as --nodes)
-// until the test ends, and returns a client of its API server.
-func serveNodes(ctx context.Context, t *testing.T, nodes string) kubernetes.Interface {
-	t.Helper()
-	flags := NewFlags()
-	flags.Nodes = nodes
-	flags.Kubeconfig = filepath.Join(t.TempDir(), "kubeconfig")
-	opts, err := flags.Options()
-	if err != nil {
-		t.Fatal(err)
-	}
-	servePlayground(ctx, t, opts)
-	config, err := clientcmd.BuildConfigFromFlags("", flags.Kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return kubernetes.NewForConfigOrDie(config)
 }
 
 func waitQuota(ctx context.Context, t *testing.T, client kubernetes.Interface, ns, name string, done func(*v1.ResourceQuota) bool) {

@@ -7,13 +7,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
-	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -34,16 +32,9 @@ func TestKubectlWorkloads(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	flags, _, config := serveDefaultPlayground(ctx, t)
-	client := kubernetes.NewForConfigOrDie(config)
-	kubectl := func(args ...string) {
-		t.Helper()
-		cmd := exec.CommandContext(ctx, "kubectl", args...)
-		cmd.Env = append(os.Environ(), "KUBECONFIG="+flags.Kubeconfig)
-		if b, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, b)
-		}
-	}
+	pg := serve(ctx, t, nil)
+	client := pg.client
+	kubectl := func(args ...string) { t.Helper(); pg.kubectl(ctx, t, args...) }
 	file := func(name string) string { return filepath.Join("..", "..", "examples", "workloads", name) }
 
 	kubectl("apply", "-f", file("shares-job.yaml"))
@@ -92,35 +83,11 @@ func TestKubectlWorkloads(t *testing.T) {
 // waitFor polls until n pods match selector, all in phase, and returns them.
 func waitFor(ctx context.Context, t *testing.T, client kubernetes.Interface, selector string, n int, phases ...v1.PodPhase) []v1.Pod {
 	t.Helper()
-	var got []v1.Pod
-	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 90*time.Second, true, func(ctx context.Context) (bool, error) {
-		got = pods(ctx, t, client, selector)
-		if len(got) != n {
-			return false, nil
-		}
-		for _, p := range got {
-			if !slices.Contains(phases, p.Status.Phase) {
-				return false, nil
-			}
-		}
-		return true, nil
-	})
-	if err != nil {
-		var state []string
-		for _, p := range got {
-			state = append(state, p.Name+"="+string(p.Status.Phase)+"@"+p.Spec.NodeName)
-		}
-		t.Fatalf("%s: want %d pods %v: %v; have %v", selector, n, phases, err, state)
-	}
-	return got
+	return waitIn(ctx, t, client, DemoNamespace, selector, n, phases...)
 }
 
-func pods(ctx context.Context, t *testing.T, client kubernetes.Interface, selector string) []v1.Pod {
-	list, err := client.CoreV1().Pods(DemoNamespace).List(ctx, metav1.ListOptions{LabelSelector: selector})
-	if err != nil {
-		return nil
-	}
-	return list.Items
+func pods(ctx context.Context, _ *testing.T, client kubernetes.Interface, selector string) []v1.Pod {
+	return podsIn(ctx, client, DemoNamespace, selector)
 }
 
 func podCondition(p *v1.Pod, typ v1.PodConditionType) *v1.PodCondition {
@@ -178,23 +145,45 @@ func TestGangProfiles(t *testing.T) {
 	}
 }
 
-// serveDefaultPlayground serves the playground with its default flags and
-// a kubeconfig in a temporary directory, and returns the flags, the
-// options they gave and a client configuration for it.
-func serveDefaultPlayground(ctx context.Context, t *testing.T) (*Flags, Options, *rest.Config) {
+// served is a playground a test serves.
+type served struct {
+	flags  *Flags
+	opts   Options
+	out    *syncBuffer // what it printed
+	config *rest.Config
+	client kubernetes.Interface
+}
+
+// serve serves the playground with its default flags, changed by set when
+// not nil, and a kubeconfig in a temporary directory, until the test ends.
+func serve(ctx context.Context, t *testing.T, set func(*Flags)) *served {
 	t.Helper()
-	flags := NewFlags()
-	flags.Kubeconfig = filepath.Join(t.TempDir(), "kubeconfig")
-	opts, err := flags.Options()
-	if err != nil {
+	s := &served{flags: NewFlags()}
+	s.flags.Kubeconfig = filepath.Join(t.TempDir(), "kubeconfig")
+	if set != nil {
+		set(s.flags)
+	}
+	var err error
+	if s.opts, err = s.flags.Options(); err != nil {
 		t.Fatal(err)
 	}
-	servePlayground(ctx, t, opts)
-	config, err := clientcmd.BuildConfigFromFlags("", flags.Kubeconfig)
-	if err != nil {
+	s.out = servePlayground(ctx, t, s.opts)
+	if s.config, err = clientcmd.BuildConfigFromFlags("", s.flags.Kubeconfig); err != nil {
 		t.Fatal(err)
 	}
-	return flags, opts, config
+	s.client = kubernetes.NewForConfigOrDie(s.config)
+	return s
+}
+
+// kubectl runs kubectl against the playground, as a user would; a failure
+// fails the test.
+func (s *served) kubectl(ctx context.Context, t *testing.T, args ...string) {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, "kubectl", args...)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+s.flags.Kubeconfig)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, b)
+	}
 }
 
 // servePlayground runs the playground (without --demo) until the test ends,

@@ -66,12 +66,49 @@ func setDevices(t *testing.T, store *discovery.Store, unhealthy map[int]string) 
 
 func runPlugin(t *testing.T, cfg deviceplugin.Config, store *discovery.Store) (done chan struct{}, stop func()) {
 	t.Helper()
+	return run(t, deviceplugin.New(cfg, store))
+}
+
+// run runs p until the test ends or stop is called.
+func run(t *testing.T, p *deviceplugin.Plugin) (done chan struct{}, stop func()) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done = make(chan struct{})
-	go func() { _ = deviceplugin.New(cfg, store).Run(ctx); close(done) }()
+	go func() { _ = p.Run(ctx); close(done) }()
 	stop = func() { cancel(); <-done }
 	t.Cleanup(stop)
 	return done, stop
+}
+
+// listenAsNVIDIA listens on dir/nvidia-gpu.sock, as NVIDIA's device plugin
+// does, until the test ends or the listener is closed.
+func listenAsNVIDIA(t *testing.T, dir string) net.Listener {
+	t.Helper()
+	lis, err := net.Listen("unix", filepath.Join(dir, "nvidia-gpu.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lis.Close() })
+	return lis
+}
+
+// registered waits for a plugin's registration with the kubelet k (5 s at
+// most) and returns it with a client of the plugin's socket in dir, closed
+// when the test ends.
+func registered(t *testing.T, k *kubelet, dir string) (*pluginapi.RegisterRequest, pluginapi.DevicePluginClient) {
+	t.Helper()
+	var req *pluginapi.RegisterRequest
+	select {
+	case req = <-k.registered:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the plugin did not register within 5s")
+	}
+	conn, err := grpc.NewClient("unix://"+filepath.Join(dir, req.Endpoint), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return req, pluginapi.NewDevicePluginClient(conn)
 }
 
 // TestDevicePluginListAndWatch: the plugin registers nvidia.com/gpu with
@@ -84,21 +121,10 @@ func TestDevicePluginListAndWatch(t *testing.T) {
 	setDevices(t, store, nil)
 	runPlugin(t, deviceplugin.Config{Dir: dir, CheckInterval: 20 * time.Millisecond}, store)
 
-	var req *pluginapi.RegisterRequest
-	select {
-	case req = <-k.registered:
-	case <-time.After(5 * time.Second):
-		t.Fatal("the plugin did not register within 5s")
-	}
+	req, client := registered(t, k, dir)
 	if req.ResourceName != "nvidia.com/gpu" || req.Version != pluginapi.Version || req.Endpoint != "gpusched-gpu.sock" {
 		t.Fatalf("registered %+v", req)
 	}
-	conn, err := grpc.NewClient("unix://"+filepath.Join(dir, req.Endpoint), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	client := pluginapi.NewDevicePluginClient(conn)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	stream, err := client.ListAndWatch(ctx, &pluginapi.Empty{})
@@ -168,11 +194,7 @@ func TestDevicePluginReregistersAfterKubeletRestart(t *testing.T) {
 func TestDevicePluginStepsAsideForNVIDIA(t *testing.T) {
 	dir := t.TempDir()
 	k := startKubelet(t, dir)
-	lis, err := net.Listen("unix", filepath.Join(dir, "nvidia-gpu.sock"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lis.Close()
+	lis := listenAsNVIDIA(t, dir)
 	if got := deviceplugin.NVIDIAPlugin(dir); got != filepath.Join(dir, "nvidia-gpu.sock") {
 		t.Fatalf("NVIDIAPlugin = %q", got)
 	}
@@ -220,36 +242,14 @@ func TestDevicePluginEnvMatchesNRI(t *testing.T) {
 func TestSharesPlugin(t *testing.T) {
 	dir := t.TempDir()
 	k := startKubelet(t, dir)
-	lis, err := net.Listen("unix", filepath.Join(dir, "nvidia-gpu.sock"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lis.Close()
+	listenAsNVIDIA(t, dir) // registers beside it all the same
 	store := &discovery.Store{}
 	setDevices(t, store, map[int]string{1: "XID 79 at 2026-11-24T10:02:11Z"})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		_ = deviceplugin.NewShares(deviceplugin.Config{Dir: dir, CheckInterval: 20 * time.Millisecond}, store).Run(ctx)
-		close(done)
-	}()
-	t.Cleanup(func() { cancel(); <-done })
-
-	var req *pluginapi.RegisterRequest
-	select {
-	case req = <-k.registered:
-	case <-time.After(5 * time.Second):
-		t.Fatal("the shares plugin did not register within 5s")
-	}
+	run(t, deviceplugin.NewShares(deviceplugin.Config{Dir: dir, CheckInterval: 20 * time.Millisecond}, store))
+	req, client := registered(t, k, dir)
 	if req.ResourceName != "gpusched.io/gpu-milli" || req.Endpoint != "gpusched-gpu-milli.sock" {
 		t.Fatalf("registered %+v", req)
 	}
-	conn, err := grpc.NewClient("unix://"+filepath.Join(dir, req.Endpoint), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	client := pluginapi.NewDevicePluginClient(conn)
 	rctx, rcancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer rcancel()
 	stream, err := client.ListAndWatch(rctx, &pluginapi.Empty{})

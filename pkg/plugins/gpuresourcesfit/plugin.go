@@ -112,7 +112,12 @@ func newWithFeatures(ctx context.Context, h fwk.Handle, fts feature.Features) (*
 func (p *GPUResourcesFit) Name() string { return Name }
 
 // PreFilter is NodeResourcesFit's, on the pod without the Ignored resources.
+// It also notes, once per cycle, what the pod requests of Advertised.
 func (p *GPUResourcesFit) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
+	if requests(pod, Advertised) {
+		want := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})[Advertised]
+		state.Write(advertisedKey, advertisedRequest(want.Value()))
+	}
 	return p.fit.PreFilter(ctx, state, withoutIgnored(pod), nodes)
 }
 
@@ -125,7 +130,7 @@ func (p *GPUResourcesFit) Filter(ctx context.Context, state fwk.CycleState, pod 
 	if s := p.fit.Filter(ctx, state, pod, nodeInfo); !s.IsSuccess() {
 		return s
 	}
-	return advertisedFits(pod, nodeInfo)
+	return advertisedFits(state, nodeInfo)
 }
 
 // Advertised is the share resource a node's kubelet may count itself: the
@@ -137,18 +142,32 @@ func (p *GPUResourcesFit) Filter(ctx context.Context, state fwk.CycleState, pod 
 // fail at the kubelet for good. (What-if checks it alike.)
 const Advertised = gpu.ResourceMilli
 
+// advertisedKey holds the pod's request of Advertised in the cycle state,
+// when it has one.
+const advertisedKey fwk.StateKey = Name + "/advertised"
+
+// advertisedRequest is what the pod requests of Advertised.
+type advertisedRequest int64
+
+// Clone implements fwk.StateData; the value never changes.
+func (r advertisedRequest) Clone() fwk.StateData { return r }
+
 // advertisedFits refuses a node that advertises Advertised when what its
-// pods request of it and the pod's request come to more than its
-// allocatable, with NodeResourcesFit's reason; a node that does not
-// advertise it is left to GPUPlacement alone.
-func advertisedFits(pod *v1.Pod, nodeInfo fwk.NodeInfo) *fwk.Status {
+// pods request of it and the pod's request (noted by PreFilter) come to
+// more than its allocatable, with NodeResourcesFit's reason; a node that
+// does not advertise it is left to GPUPlacement alone.
+func advertisedFits(state fwk.CycleState, nodeInfo fwk.NodeInfo) *fwk.Status {
 	allocatable, ok := nodeInfo.GetAllocatable().GetScalarResources()[Advertised]
-	if !ok || !requests(pod, Advertised) {
+	if !ok {
 		return nil
 	}
-	want := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})[Advertised]
+	data, err := state.Read(advertisedKey)
+	if err != nil {
+		return nil // the pod asks for none
+	}
+	want, _ := data.(advertisedRequest)
 	used := nodeInfo.GetRequested().GetScalarResources()[Advertised]
-	if used+want.Value() > allocatable {
+	if used+int64(want) > allocatable {
 		return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("Insufficient %s", Advertised))
 	}
 	return nil
