@@ -91,21 +91,41 @@ func startKueue(ctx context.Context, apply *applier, client kubernetes.Interface
 	if err != nil || len(crds) == 0 {
 		return nil, fmt.Errorf("--kueue %s: no CRDs in %s; install Kueue with: bash hack/install-kueue.sh", dir, filepath.Join(dir, kueueCRDs))
 	}
+	var names []string
 	for _, path := range crds {
 		data, err := os.ReadFile(path)
 		if err != nil {
 			return nil, err
 		}
+		var crd struct {
+			Metadata struct{ Name string } `json:"metadata"`
+		}
+		if err := utilyaml.Unmarshal(data, &crd); err != nil || crd.Metadata.Name == "" {
+			return nil, fmt.Errorf("%s: not a CRD with a name (%v)", path, err)
+		}
+		names = append(names, crd.Metadata.Name)
 		if err := apply.create(ctx, path, data); err != nil && !apierrors.IsAlreadyExists(err) {
 			return nil, err
 		}
 	}
-	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		_, err := apply.dyn.Resource(clusterQueues).List(ctx, metav1.ListOptions{})
-		return err == nil, nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("Kueue's CRDs were not established: %w", err)
+	// Kueue's manager exits if any of its kinds is not served yet.
+	for _, name := range names {
+		err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			crd, err := apply.dyn.Resource(crdResource).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return false, nil
+			}
+			conditions, _, _ := unstructured.NestedSlice(crd.Object, "status", "conditions")
+			for _, c := range conditions {
+				if cm, _ := c.(map[string]any); cm["type"] == "Established" && cm["status"] == "True" {
+					return true, nil
+				}
+			}
+			return false, nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("Kueue's CRD %s was not established: %w", name, err)
+		}
 	}
 	apply.mapper.Reset()
 	ns := &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: KueueNamespace}}
