@@ -17,7 +17,11 @@
 //     assignments of bound pods, plus pods assumed in flight;
 //   - fit (fit.go): whether a demand fits a node, on which GPUs, and if not,
 //     why (one Reason per cause);
-//   - policies (policy.go): how a node is scored and its GPUs chosen.
+//   - policies (policy.go): how a node is scored and its GPUs chosen;
+//   - victims (victims.go): the cheapest pods whose eviction lets a pod fit
+//     a node, for preemption;
+//   - migrations (migrate.go): the few moves of running pods after which a
+//     pod that fits nowhere fits, each move checked by the fit check.
 //
 // Malformed input never panics: every parse returns a *InvalidValueError that
 // names the field, the value and what is allowed.

@@ -98,6 +98,11 @@ func (n *NodeGPUs) FragmentWithMemory(freeMilliCPU, freeMemoryMiB int64, typical
 // checked against them.
 type hostFree struct{ milliCPU, memoryMiB int64 }
 
+// takes reports whether d's CPU and memory fit hf.
+func (hf hostFree) takes(d *Demand) bool {
+	return d.MilliCPU <= hf.milliCPU && d.HostMemoryMiB <= hf.memoryMiB
+}
+
 // unlimited stands for a resource that is not checked.
 const unlimited = math.MaxInt64 / 4
 
@@ -119,7 +124,7 @@ func (n *NodeGPUs) fragmentOf(free []int64, hf hostFree, typical []TypicalPod) f
 
 // fragmentFor is the free milli-GPU one pod shape could not use on the node.
 func (n *NodeGPUs) fragmentFor(free []int64, hf hostFree, d *Demand, total int64) int64 {
-	if d.IsZero() || d.MilliCPU > hf.milliCPU || d.HostMemoryMiB > hf.memoryMiB || !n.allowsAny(d) {
+	if d.IsZero() || !hf.takes(d) || !n.allowsAny(d) {
 		return total
 	}
 	var fitting int

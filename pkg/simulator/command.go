@@ -28,6 +28,7 @@ type flags struct {
 	dra                 bool
 	noTimings           bool
 	placements          bool
+	migrations          string
 	// shard, shards and out run one shard of the sweep (parseShard).
 	shard  string
 	shards int
@@ -78,6 +79,7 @@ write. See docs/simulator.md.`,
 	fs.BoolVar(&f.quiet, "quiet", false, "no progress bar on stderr")
 	fs.StringVar(&f.shares, "shares", sharesAnnotation, "how the workload's pods ask for shares of a GPU: annotation (gpusched.io/gpu-milli annotation) or resources (the gpusched.io/gpu-milli resource, which quota counts); placements are the same either way")
 	fs.BoolVar(&f.dra, "dra", false, "the DRA path: GPUs published as DRA devices, GPU requests as ResourceClaims that DynamicResources allocates first fit, the policy ranking nodes on its predicted allocation (docs/dra.md)")
+	fs.StringVar(&f.migrations, "migrations", "", "also run each policy moving pods to make room for pods that fit nowhere, once per budget: comma-separated fractions of placed pods (\"0.5%,2%\") or, with --arrival replay, moves per hour (\"30/h\"); docs/defragmentation.md")
 	fs.BoolVar(&f.placements, "placements", false, "record every submitted pod's outcome (its node and GPUs, or why it was refused) in each run of the JSON report")
 	fs.BoolVar(&f.noTimings, "no-timings", false, "report every wall time as 0, so that reports of the same sweep are equal byte for byte")
 	fs.IntVar(&f.shards, "shards", 0, "run one of N shards of the sweep, the one "+ShardIndexEnv+" names (as an Indexed Job sets it); needs --out")
@@ -263,6 +265,9 @@ func optionsFromFlags(f flags) (Options, []workload, error) {
 	}
 	profiles, err := ProfilesFor(cfg, policies)
 	if err != nil {
+		return opts, nil, err
+	}
+	if profiles, err = withMigrations(profiles, f.migrations); err != nil {
 		return opts, nil, err
 	}
 	if f.parallel < 0 {

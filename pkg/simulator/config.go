@@ -75,6 +75,10 @@ type Profile struct {
 	Profile *schedconfig.KubeSchedulerProfile
 	// PercentageOfNodesToScore is the configuration's, when the profile sets none.
 	PercentageOfNodesToScore *int32
+	// Migrations is how many pods the runs of the profile may move to make
+	// room for pods that fit nowhere (docs/defragmentation.md); the zero
+	// budget moves none.
+	Migrations MigrationBudget
 }
 
 // ProfilesFor returns what to simulate: one profile per policy when policies

@@ -93,33 +93,38 @@ func round2(x float64) float64 { return math.RoundToEven(x*100) / 100 }
 type fragTracker struct {
 	typical []gpu.TypicalPod
 	nodes   map[string]*trackedNode
-	total   float64
+	// order is the nodes' names in the cluster's order.
+	order []string
+	total float64
 	// reasons holds the screen's rejection reasons as strings (reasonStrings).
 	reasons map[gpu.Reasons][]string
 }
 
 type trackedNode struct {
-	freeCPU int64
-	frag    float64
-	view    *gpu.NodeGPUs
+	freeCPU       int64
+	freeMemoryMiB int64
+	frag          float64
+	view          *gpu.NodeGPUs
 }
 
 func newFragTracker(nodes []*v1.Node, typical []gpu.TypicalPod) *fragTracker {
 	t := &fragTracker{typical: typical, nodes: map[string]*trackedNode{}}
 	for _, n := range nodes {
-		tn := &trackedNode{freeCPU: n.Status.Allocatable.Cpu().MilliValue(), view: gpu.EmptyNodeGPUs(n)}
+		tn := &trackedNode{freeCPU: n.Status.Allocatable.Cpu().MilliValue(),
+			freeMemoryMiB: n.Status.Allocatable.Memory().Value() >> 20, view: gpu.EmptyNodeGPUs(n)}
 		t.nodes[n.Name] = tn
+		t.order = append(t.order, n.Name)
 		t.refresh(tn)
 	}
 	return t
 }
 
 // bind and unbind move a bound pod (with its assignment annotation) on or
-// off its node; cpu is its CPU request.
-func (t *fragTracker) bind(pod *v1.Pod, cpu int64)   { t.move(pod, cpu, true) }
-func (t *fragTracker) unbind(pod *v1.Pod, cpu int64) { t.move(pod, cpu, false) }
+// off its node.
+func (t *fragTracker) bind(pod *v1.Pod)   { t.move(pod, true) }
+func (t *fragTracker) unbind(pod *v1.Pod) { t.move(pod, false) }
 
-func (t *fragTracker) move(pod *v1.Pod, cpu int64, on bool) {
+func (t *fragTracker) move(pod *v1.Pod, on bool) {
 	tn := t.nodes[pod.Spec.NodeName]
 	if tn == nil {
 		return
@@ -132,10 +137,14 @@ func (t *fragTracker) move(pod *v1.Pod, cpu int64, on bool) {
 	case hasGPUs:
 		tn.view = tn.view.Without(&a)
 	}
+	cpu, memoryBytes := gpu.PodRequests(pod)
+	memory := memoryBytes >> 20
 	if on {
 		tn.freeCPU -= cpu
+		tn.freeMemoryMiB -= memory
 	} else {
 		tn.freeCPU += cpu
+		tn.freeMemoryMiB += memory
 	}
 	t.refresh(tn)
 }

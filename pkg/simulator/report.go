@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strings"
 	"text/tabwriter"
 )
@@ -23,6 +24,18 @@ type Summary struct {
 	FailedPods          Stat    `json:"failed_pods"`
 	WallSeconds         Stat    `json:"wall_seconds"`
 	Curve               []Point `json:"curve"`
+	// Migrations summarizes the runs' migrations; nil for a profile that
+	// moves no pod.
+	Migrations *MigrationSummary `json:"migrations,omitempty"`
+}
+
+// MigrationSummary is a profile's migrations over its seeds.
+type MigrationSummary struct {
+	Budget string `json:"budget"`
+	// MovedPct is pods moved per 100 placed, MovesPerGPU pods moved per GPU
+	// placed by the plans.
+	MovedPct    Stat `json:"moved_pct"`
+	MovesPerGPU Stat `json:"moves_per_gpu"`
 }
 
 // Report is everything a simulation of one workload measured.
@@ -119,8 +132,14 @@ type FloorSummary struct {
 
 func summarize(policy string, runs []Run) Summary {
 	s := Summary{Policy: policy, Seeds: len(runs)}
-	var unalloc, failed, wall []float64
+	var unalloc, failed, wall, moved, perGPU []float64
 	for _, run := range runs {
+		if m := run.Migrations; m != nil {
+			if s.Migrations == nil {
+				s.Migrations = &MigrationSummary{Budget: m.Budget}
+			}
+			moved, perGPU = append(moved, m.MovedPct), append(perGPU, m.MovesPerGPU)
+		}
 		if run.UnallocatedPctAt100 != nil {
 			unalloc = append(unalloc, *run.UnallocatedPctAt100)
 		}
@@ -132,6 +151,9 @@ func summarize(policy string, runs []Run) Summary {
 		s.UnallocatedPctAt100 = &st
 	}
 	s.FailedPods, s.WallSeconds = stat(failed), stat(wall)
+	if s.Migrations != nil {
+		s.Migrations.MovedPct, s.Migrations.MovesPerGPU = stat(moved), stat(perGPU)
+	}
 	s.Curve = meanCurve(runs)
 	return s
 }
@@ -206,13 +228,25 @@ func (r *Report) writeBody(w io.Writer) error {
 	}
 	fmt.Fprintf(w, "%d nodes, %d GPUs, %d pods, arrival %s, tie-break %s\n\n", r.Nodes, r.GPUs, r.Pods, r.Arrival, r.TieBreak)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "POLICY\tUNALLOCATED GPU % @ ARRIVED 100%\tFAILED PODS\tSEEDS\tWALL s/RUN")
+	moves := slices.ContainsFunc(r.Summary, func(s Summary) bool { return s.Migrations != nil })
+	header := "POLICY\tUNALLOCATED GPU % @ ARRIVED 100%\tFAILED PODS\tSEEDS\tWALL s/RUN"
+	if moves {
+		header += "\tMOVED % OF PLACED\tMOVES PER GPU PLACED"
+	}
+	fmt.Fprintln(tw, header)
 	for _, s := range r.Summary {
 		unalloc := "n/a (workload below capacity)"
 		if s.UnallocatedPctAt100 != nil {
 			unalloc = fmt.Sprintf("%.2f ± %.2f", s.UnallocatedPctAt100.Mean, s.UnallocatedPctAt100.SD)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%.0f ± %.0f\t%d\t%.1f\n", s.Policy, unalloc, s.FailedPods.Mean, s.FailedPods.SD, s.Seeds, s.WallSeconds.Mean)
+		fmt.Fprintf(tw, "%s\t%s\t%.0f ± %.0f\t%d\t%.1f", s.Policy, unalloc, s.FailedPods.Mean, s.FailedPods.SD, s.Seeds, s.WallSeconds.Mean)
+		switch m := s.Migrations; {
+		case m != nil:
+			fmt.Fprintf(tw, "\t%.2f ± %.2f\t%.2f ± %.2f", m.MovedPct.Mean, m.MovedPct.SD, m.MovesPerGPU.Mean, m.MovesPerGPU.SD)
+		case moves:
+			fmt.Fprint(tw, "\t-\t-")
+		}
+		fmt.Fprintln(tw)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

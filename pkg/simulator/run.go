@@ -13,6 +13,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gpusched/gpusched/pkg/apis/config"
 	"github.com/gpusched/gpusched/pkg/gpu"
@@ -90,15 +91,21 @@ type Run struct {
 	// Placements is every submitted pod's outcome, in submission order,
 	// when Options.RecordPlacements is set.
 	Placements []PodPlacement `json:"placements,omitempty"`
+	// Migrations is what the profile's migrations did (Profile.Migrations);
+	// nil for a profile that moves no pod.
+	Migrations *MigrationStats `json:"migrations,omitempty"`
 }
 
 // PodPlacement is where one pod went: its node and GPUs (the assignment's
 // device indices), or nowhere, with the reason.
+// A pod moved to make room for another (Profile.Migrations) is where it
+// moved last, with the number of its moves.
 type PodPlacement struct {
 	Pod    string `json:"pod"`
 	Node   string `json:"node,omitempty"`
 	GPUs   []int  `json:"gpus,omitempty"`
 	Reason string `json:"reason,omitempty"`
+	Moves  int    `json:"moves,omitempty"`
 }
 
 // Simulate runs every profile with every seed (those opts.Select selects),
@@ -108,6 +115,9 @@ func Simulate(ctx context.Context, opts Options) ([]Run, error) {
 		return nil, fmt.Errorf("a simulation needs nodes, pods, profiles and seeds")
 	}
 	if err := checkArrivalTimes(opts); err != nil {
+		return nil, err
+	}
+	if err := checkMigrations(opts); err != nil {
 		return nil, err
 	}
 	parallel := cmp.Or(opts.Parallel, runtime.GOMAXPROCS(0))
@@ -244,6 +254,9 @@ type episode struct {
 	placedMilli           map[int]int64
 	out                   Run
 	schedTime, metricTime time.Duration
+	// migrator moves pods to make room for pods that fit nowhere; nil
+	// when the profile's budget moves none.
+	migrator *migrator
 	// pending is the decision advance returned, until place; pendingPod
 	// and pendingDemand are its pod's index in pods and its GPU request.
 	pending       *decision
@@ -283,6 +296,12 @@ func (r *runner) newEpisode(ctx context.Context) (*episode, error) {
 		e.sched.filterMemo = newFilterMemo(filterNames(e.sched.fw), r.opts.DRA, r.opts.Telemetry != nil)
 	}
 	e.curve = newCurve(r.capacity)
+	if !r.profile.Migrations.IsZero() {
+		if e.migrator, err = newRunMigrator(r.profile, r.opts.Nodes); err != nil {
+			e.close()
+			return nil, err
+		}
+	}
 	e.pods = r.opts.Pods
 	if r.opts.Arrival == ArrivalReplay {
 		e.events = replayEvents(e.pods)
@@ -291,6 +310,15 @@ func (r *runner) newEpisode(ctx context.Context) (*episode, error) {
 		e.events = make([]event, len(e.pods))
 		for i := range e.pods {
 			e.events[i] = event{pod: i}
+		}
+	}
+	if e.migrator != nil {
+		e.migrator.index = make(map[types.UID]int, len(e.pods))
+		for i := range e.pods {
+			e.migrator.index[e.pods[i].Pod.UID] = i
+		}
+		if len(e.events) > 0 {
+			e.migrator.firstSec = e.events[0].time
 		}
 	}
 	return e, nil
@@ -321,14 +349,17 @@ func (e *episode) advance() (*decision, error) {
 		}
 		pod := e.pods[ev.pod].Pod
 		if ev.depart {
-			if bound := e.sched.measured(string(pod.UID)); bound != nil {
-				t0 := time.Now()
-				e.sched.remove(string(pod.UID))
-				e.schedTime += time.Since(t0)
-				e.used -= e.placedMilli[ev.pod]
-				t1 := time.Now()
-				e.frag.unbind(bound, gpu.PodMilliCPU(pod))
-				e.metricTime += time.Since(t1)
+			uid := string(pod.UID)
+			if e.migrator != nil {
+				if moved := e.migrator.current[ev.pod]; moved != nil {
+					uid = string(moved.UID)
+				}
+			}
+			t0 := time.Now()
+			e.unbind(ev.pod, uid)
+			e.schedTime += time.Since(t0)
+			if e.migrator != nil {
+				e.migrator.changed()
 			}
 			continue
 		}
@@ -351,6 +382,9 @@ func (e *episode) advance() (*decision, error) {
 		}
 		t0 := time.Now()
 		d, failed := e.sched.decide(e.ctx, pod)
+		if d == nil && e.migrator != nil {
+			d = e.migrator.makeRoom(e, pod)
+		}
 		e.schedTime += time.Since(t0)
 		if d != nil {
 			e.pending, e.pendingPod, e.pendingDemand = d, ev.pod, demand
@@ -376,6 +410,9 @@ func (e *episode) place(node string) placement {
 // record counts one arrival's outcome and adds it to the measurements.
 func (e *episode) record(pod *v1.Pod, p placement, podIndex int, demand int64) {
 	if e.r.opts.RecordPlacements {
+		if e.migrator != nil {
+			e.migrator.placement[podIndex] = len(e.out.Placements)
+		}
 		e.out.Placements = append(e.out.Placements, PodPlacement{Pod: pod.Name, Node: p.node, GPUs: p.assignment.Devices, Reason: p.reason})
 	}
 	t1 := time.Now()
@@ -390,11 +427,52 @@ func (e *episode) record(pod *v1.Pod, p placement, podIndex int, demand int64) {
 			e.placedMilli[podIndex] = m
 			e.used += m
 		}
-		e.frag.bind(e.sched.measured(string(pod.UID)), gpu.PodMilliCPU(pod))
+		e.frag.bind(e.sched.measured(string(pod.UID)))
 	}
 	e.curve.record(e.arrived, e.used, e.frag.total)
 	e.metricTime += time.Since(t1)
 	e.r.tick()
+}
+
+// unbind takes the bound pod of uid, pods[podIndex], off its node, as it
+// departs or moves; nothing when it is not bound.
+func (e *episode) unbind(podIndex int, uid string) {
+	bound := e.sched.measured(uid)
+	if bound == nil {
+		return
+	}
+	e.sched.remove(uid)
+	e.used -= e.placedMilli[podIndex]
+	delete(e.placedMilli, podIndex)
+	e.frag.unbind(bound)
+}
+
+// lose counts pods[podIndex], taken off its node to move and placed
+// nowhere, as failed.
+func (e *episode) lose(podIndex int) {
+	e.out.Placed--
+	e.out.Failed++
+	if k, recorded := e.migrator.placement[podIndex]; recorded && e.r.opts.RecordPlacements {
+		e.out.Placements[k] = PodPlacement{Pod: e.out.Placements[k].Pod, Reason: "taken off its node to move and placed nowhere", Moves: e.out.Placements[k].Moves + 1}
+	}
+}
+
+// bind counts pod, pods[podIndex], just committed to a node again (a moved
+// pod's replacement), in the measurements and its recorded placement.
+func (e *episode) bind(podIndex int, pod *v1.Pod) {
+	bound := e.sched.measured(string(pod.UID))
+	a, ok := gpu.AssignmentOf(bound)
+	if ok {
+		m := a.Milli * int64(len(a.Devices))
+		e.placedMilli[podIndex] = m
+		e.used += m
+	}
+	e.frag.bind(bound)
+	if k, recorded := e.migrator.placement[podIndex]; recorded && e.r.opts.RecordPlacements {
+		pl := &e.out.Placements[k]
+		pl.Node, pl.GPUs = bound.Spec.NodeName, a.Devices
+		pl.Moves++
+	}
 }
 
 // result is the run's outcome, once advance has returned nil.
@@ -409,6 +487,9 @@ func (e *episode) result() Run {
 	out.WallSeconds = time.Since(e.start).Seconds()
 	out.SchedulingSeconds = e.schedTime.Seconds()
 	out.MetricsSeconds = e.metricTime.Seconds()
+	if e.migrator != nil {
+		out.Migrations = e.migrator.result(out.Placed)
+	}
 	return out
 }
 

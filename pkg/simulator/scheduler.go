@@ -211,11 +211,8 @@ type decision struct {
 // decide runs the cycle for pod up to the choice of a node. A nil decision
 // means the pod fits nowhere, with the reason in the placement.
 func (s *scheduler) decide(ctx context.Context, pod *v1.Pod) (*decision, placement) {
-	if s.dirty {
-		if err := s.cache.UpdateSnapshot(s.logger, s.snapshot); err != nil {
-			return nil, placement{reason: err.Error()}
-		}
-		s.dirty = false
+	if err := s.refresh(); err != nil {
+		return nil, placement{reason: err.Error()}
 	}
 	state := framework.NewCycleState()
 	preRes, status, _ := s.fw.RunPreFilterPlugins(ctx, state, pod)
@@ -263,6 +260,18 @@ func (s *scheduler) decide(ctx context.Context, pod *v1.Pod) (*decision, placeme
 		d.scores, d.node = scores, s.selectHost(scores)
 	}
 	return d, placement{}
+}
+
+// refresh brings the snapshot up to date with the cache, once pods were
+// bound or removed since it was taken.
+func (s *scheduler) refresh() error {
+	if s.dirty {
+		if err := s.cache.UpdateSnapshot(s.logger, s.snapshot); err != nil {
+			return err
+		}
+		s.dirty = false
+	}
+	return nil
 }
 
 // commit ends the decision's cycle on node, one the Filter plugins accept:

@@ -1,0 +1,269 @@
+package gpu
+
+import (
+	"cmp"
+	"slices"
+)
+
+// PlanNode is one node as the migration planner sees it: its GPUs and what
+// they hold, its free CPU and memory, and the pods bound on it.
+type PlanNode struct {
+	GPUs *NodeGPUs
+	// Host is the node's CPU and memory (Host.Known set when the front end
+	// knows them; the zero Host is taken as unlimited, as by the policies).
+	Host Host
+	// Pods are the node's bound pods: those holding GPUs there, and those
+	// without GPUs that may move to free CPU and memory.
+	Pods []PlanPod
+}
+
+// PlanPod is a bound pod as the planner sees it.
+type PlanPod struct {
+	// ID names the pod to the front end (its UID); the planner only copies it
+	// into moves.
+	ID string
+	// Demand is what the pod asks for, with its CPU and memory requests as
+	// the node's free CPU and memory count them: its replacement asks the
+	// same.
+	Demand Demand
+	// Held is the pod's assignment on its node.
+	Held Assignment
+	// Priority is the pod's priority: a pod is never moved for a pending pod
+	// of lower priority.
+	Priority int32
+	// Movable is the front end's verdict on whether the pod may be moved at
+	// all: owned by a controller that recreates it, opted in, not in a gang,
+	// within its disruption budget (docs/defragmentation.md). The planner
+	// adds only the priority rule.
+	Movable bool
+}
+
+// Move is one migration: a pod leaves its node (From, the plan's Node) for
+// To (To.Node names the destination).
+type Move struct {
+	Pod  string
+	From string
+	To   Assignment
+}
+
+// Plan makes room for a pending pod: after Moves, the pod fits Node on
+// Assignment's GPUs. Every move leaves Node for another node.
+type Plan struct {
+	Node       string
+	Assignment Assignment
+	Moves      []Move
+}
+
+// Planner finds migrations that make room for pods that fit nowhere.
+type Planner struct {
+	// Policy places the pending pod on the node made room on and chooses
+	// each moved pod's destination, as it would place the pod were it
+	// submitted again: the same GPUs the scheduler would choose.
+	Policy *Policy
+	// MaxMoves bounds the pods one plan moves; 0 means 1.
+	MaxMoves int
+}
+
+// maxPlanTries bounds the nodes whose plans are worked out in full (their
+// moved pods given destinations), cheapest first. Plans of equal cost
+// mostly fail or succeed alike (the cluster lacks room for their pods
+// elsewhere, or not), so trying more mostly costs time.
+const maxPlanTries = 16
+
+// MakeRoom finds a plan of few moves after which pending, of priority, fits
+// a node, its moved pods all fitting other nodes at once; ok is false when
+// no plan within MaxMoves exists (or none is found among the cheapest
+// maxPlanTries nodes). The plan is checked as a whole by the engine's own
+// fit check on the nodes as they would be after it: the pending pod on its
+// node once the moved pods are gone, and each moved pod on its destination
+// with every move before it made, never on a GPU given twice and never past
+// a node's free CPU or memory.
+//
+// On a node, the pods to move are the fewest whose removal lets the pending
+// pod's GPUs fit (ChooseVictims, counting pods alike whatever their
+// priority), then, while the node's CPU or memory is short of the pending
+// pod's, the pods that free most of what is short: only movable pods of a
+// priority no higher than the pending pod's, each of which fits some node
+// as the cluster is now. Among nodes, fewer moves win, then less GPU moved
+// (milli-GPU), then the node listed first. Each moved pod goes where Policy
+// scores it highest, larger pods placed first; a pod never moves to the
+// node it leaves.
+func (p *Planner) MakeRoom(nodes []PlanNode, pending *Demand, priority int32) (plan Plan, ok bool) {
+	maxMoves := max(1, p.MaxMoves)
+	type candidate struct {
+		node   int
+		moves  []PlanPod
+		milli  int64
+		before *NodeGPUs // the node with the moved pods gone
+	}
+	var cands []candidate
+	req := &Request{Demand: pending}
+	elsewhere := placeable{nodes: nodes, fits: map[DemandKey]bool{}}
+	for i := range nodes {
+		n := &nodes[i]
+		if n.GPUs == nil || n.GPUs.Inventory == nil || n.GPUs.Len() < pending.Count {
+			continue
+		}
+		var movable []PlanPod
+		var victims []Victim
+		for _, pod := range n.Pods {
+			if pod.Movable && pod.Priority <= priority && elsewhere.fitsSomewhere(&pod.Demand) {
+				movable = append(movable, pod)
+				// Priority 0 for all: a move costs one pod, whatever its
+				// priority (the rule above keeps the pods of higher priority).
+				victims = append(victims, Victim{Pods: 1, Held: []Assignment{pod.Held}})
+			}
+		}
+		chosen, fits := ChooseVictims(n.GPUs, req, victims)
+		if !fits || len(chosen) > maxMoves {
+			continue
+		}
+		moves := make([]PlanPod, 0, len(chosen))
+		for _, k := range chosen {
+			moves = append(moves, movable[k])
+		}
+		if moves, fits = forHost(n.Host, pending, moves, movable, maxMoves); !fits || len(moves) == 0 {
+			continue
+		}
+		c := candidate{node: i, moves: moves, before: n.GPUs}
+		for _, pod := range moves {
+			c.milli += pod.Demand.TotalMilli()
+			if len(pod.Held.Devices) > 0 {
+				c.before = c.before.Without(&pod.Held)
+			}
+		}
+		cands = append(cands, c)
+	}
+	slices.SortStableFunc(cands, func(a, b candidate) int {
+		return cmp.Or(cmp.Compare(len(a.moves), len(b.moves)), cmp.Compare(a.milli, b.milli))
+	})
+	for _, c := range cands[:min(len(cands), maxPlanTries)] {
+		if plan, ok := p.complete(nodes, c.node, c.before, c.moves, pending); ok {
+			return plan, true
+		}
+	}
+	return Plan{}, false
+}
+
+// forHost adds to moves, from movable, the pods that free most of the CPU
+// and memory still short for pending on a node of host once moves are gone,
+// until pending fits it; fits is false when it cannot within maxMoves.
+func forHost(host Host, pending *Demand, moves, movable []PlanPod, maxMoves int) (_ []PlanPod, fits bool) {
+	h := freed(host, moves, 1)
+	for !hostFits(h, pending) {
+		if len(moves) == maxMoves {
+			return moves, false
+		}
+		shortCPU, shortMemory := max(0, pending.MilliCPU-h.FreeMilliCPU), max(0, pending.HostMemoryMiB-h.FreeMemoryMiB)
+		best, bestGain := -1, 0.0
+		for k := range movable {
+			if slices.ContainsFunc(moves, func(m PlanPod) bool { return m.ID == movable[k].ID }) {
+				continue
+			}
+			var gain float64
+			if shortCPU > 0 {
+				gain += float64(min(movable[k].Demand.MilliCPU, shortCPU)) / float64(shortCPU)
+			}
+			if shortMemory > 0 {
+				gain += float64(min(movable[k].Demand.HostMemoryMiB, shortMemory)) / float64(shortMemory)
+			}
+			if gain > bestGain {
+				best, bestGain = k, gain
+			}
+		}
+		if best < 0 {
+			return moves, false
+		}
+		moves = append(moves, movable[best])
+		h = freed(h, movable[best:best+1], 1)
+	}
+	return moves, true
+}
+
+// placeable remembers, per demand, whether it fits some node as the nodes
+// are (its own included): a pod that fits none cannot be moved, whatever
+// the plan.
+type placeable struct {
+	nodes []PlanNode
+	fits  map[DemandKey]bool
+}
+
+func (p *placeable) fitsSomewhere(d *Demand) bool {
+	k := d.Key()
+	fits, ok := p.fits[k]
+	if !ok {
+		req := &Request{Demand: d}
+		for i := range p.nodes {
+			n := &p.nodes[i]
+			if n.GPUs != nil && hostFits(n.Host, d) && (d.IsZero() || n.GPUs.Inventory != nil && Check(n.GPUs, req).OK()) {
+				fits = true
+				break
+			}
+		}
+		p.fits[k] = fits
+	}
+	return fits
+}
+
+// complete gives each of moves a destination on nodes other than
+// nodes[target], whose GPUs without the moved pods are before, and places
+// pending there; ok is false when a moved pod fits nowhere.
+func (p *Planner) complete(nodes []PlanNode, target int, before *NodeGPUs, moves []PlanPod, pending *Demand) (Plan, bool) {
+	n := &nodes[target]
+	host := freed(n.Host, moves, 1)
+	chosen, fit := p.Policy.Place(before, &Request{Demand: pending, Host: host})
+	if !fit.OK() {
+		return Plan{}, false
+	}
+	plan := Plan{Node: n.GPUs.Name, Assignment: NewAssignment(before, pending, chosen)}
+	// Every node's view and host as the plan changes them.
+	views := make([]*NodeGPUs, len(nodes))
+	hosts := make([]Host, len(nodes))
+	for i := range nodes {
+		views[i], hosts[i] = nodes[i].GPUs, nodes[i].Host
+	}
+	order := slices.Clone(moves)
+	slices.SortStableFunc(order, func(a, b PlanPod) int {
+		return cmp.Compare(b.Demand.TotalMilli(), a.Demand.TotalMilli())
+	})
+	for _, pod := range order {
+		best, bestScore := -1, int64(-1)
+		var bestChosen DeviceSet
+		for i := range nodes {
+			if i == target || views[i] == nil || views[i].Inventory == nil || !hostFits(hosts[i], &pod.Demand) {
+				continue
+			}
+			chosen, fit, score := p.Policy.PlaceAndScore(views[i], &Request{Demand: &pod.Demand, Host: hosts[i]})
+			if fit.OK() && score > bestScore {
+				best, bestScore, bestChosen = i, score, chosen
+			}
+		}
+		if best < 0 {
+			return Plan{}, false
+		}
+		a := NewAssignment(views[best], &pod.Demand, bestChosen)
+		if !pod.Demand.IsZero() {
+			views[best] = views[best].With(&a)
+		}
+		hosts[best] = freed(hosts[best], []PlanPod{pod}, -1)
+		plan.Moves = append(plan.Moves, Move{Pod: pod.ID, From: n.GPUs.Name, To: a})
+	}
+	return plan, true
+}
+
+// freed is h with the CPU and memory of pods given back (sign 1) or taken
+// (sign -1); an unknown host stays unknown.
+func freed(h Host, pods []PlanPod, sign int64) Host {
+	if !h.Known {
+		return h
+	}
+	for _, pod := range pods {
+		h.FreeMilliCPU += sign * pod.Demand.MilliCPU
+		h.FreeMemoryMiB += sign * pod.Demand.HostMemoryMiB
+	}
+	return h
+}
+
+// hostFits reports whether d's CPU and memory fit h; an unknown host takes
+// anything.
+func hostFits(h Host, d *Demand) bool { return h.free().takes(d) }
