@@ -58,7 +58,8 @@ type Plan struct {
 type Planner struct {
 	// Policy places the pending pod on the node made room on and chooses
 	// each moved pod's destination, as it would place the pod were it
-	// submitted again: the same GPUs the scheduler would choose.
+	// submitted again; a front end gives the policy its scheduler places
+	// with, so that the plan's GPUs are the ones the scheduler would choose.
 	Policy *Policy
 	// MaxMoves bounds the pods one plan moves; 0 means 1.
 	MaxMoves int
