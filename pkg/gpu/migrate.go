@@ -92,10 +92,9 @@ const maxPlanTries = 16
 func (p *Planner) MakeRoom(nodes []PlanNode, pending *Demand, priority int32) (plan Plan, ok bool) {
 	maxMoves := max(1, p.MaxMoves)
 	type candidate struct {
-		node   int
-		moves  []PlanPod
-		milli  int64
-		before *NodeGPUs // the node with the moved pods gone
+		node  int
+		moves []PlanPod
+		milli int64
 	}
 	var cands []candidate
 	req := &Request{Demand: pending}
@@ -126,12 +125,9 @@ func (p *Planner) MakeRoom(nodes []PlanNode, pending *Demand, priority int32) (p
 		if moves, fits = forHost(n.Host, pending, moves, movable, maxMoves); !fits || len(moves) == 0 {
 			continue
 		}
-		c := candidate{node: i, moves: moves, before: n.GPUs}
+		c := candidate{node: i, moves: moves}
 		for _, pod := range moves {
 			c.milli += pod.Demand.TotalMilli()
-			if len(pod.Held.Devices) > 0 {
-				c.before = c.before.Without(&pod.Held)
-			}
 		}
 		cands = append(cands, c)
 	}
@@ -139,7 +135,13 @@ func (p *Planner) MakeRoom(nodes []PlanNode, pending *Demand, priority int32) (p
 		return cmp.Or(cmp.Compare(len(a.moves), len(b.moves)), cmp.Compare(a.milli, b.milli))
 	})
 	for _, c := range cands[:min(len(cands), maxPlanTries)] {
-		if plan, ok := p.complete(nodes, c.node, c.before, c.moves, pending); ok {
+		before := nodes[c.node].GPUs // the node with the moved pods gone
+		for _, pod := range c.moves {
+			if len(pod.Held.Devices) > 0 {
+				before = before.Without(&pod.Held)
+			}
+		}
+		if plan, ok := p.complete(nodes, c.node, before, c.moves, pending); ok {
 			return plan, true
 		}
 	}

@@ -123,10 +123,14 @@ type migrator struct {
 	generation int
 	// placement is the index of pods[i]'s entry in Run.Placements.
 	placement map[int]int
-	maxCPU    int64
-	maxGPUs   int
-	firstSec  int64
-	stats     MigrationStats
+	// demands are the bound pods' demands (planDemand) by UID, read once:
+	// a pod's spec never changes, and a moved pod's replacement has a UID
+	// of its own.
+	demands  map[string]gpu.Demand
+	maxCPU   int64
+	maxGPUs  int
+	firstSec int64
+	stats    MigrationStats
 }
 
 // newRunMigrator is the migrator of a run of profile on nodes: its planner
@@ -157,7 +161,7 @@ func (c census) GPUsByModel() gpu.ModelGPUs { return gpu.ModelGPUs(c) }
 
 func newMigrator(budget MigrationBudget, policy *gpu.Policy, nodes []*v1.Node) *migrator {
 	m := &migrator{budget: budget, planner: gpu.Planner{Policy: policy}, noPlan: map[planKey]int{}, current: map[int]*v1.Pod{},
-		placement: map[int]int{}, firstSec: -1}
+		placement: map[int]int{}, demands: map[string]gpu.Demand{}, firstSec: -1}
 	m.stats.Budget = budget.String()
 	for _, n := range nodes {
 		m.maxCPU = max(m.maxCPU, n.Status.Allocatable.Cpu().MilliValue())
@@ -279,9 +283,13 @@ func (m *migrator) planNodes(e *episode) []gpu.PlanNode {
 		if ok && a.Node != bound.Spec.NodeName {
 			continue // held nowhere the ledger counts it
 		}
-		d, err := planDemand(m.planner.Policy, bound)
-		if err != nil {
-			continue
+		d, ok := m.demands[uid]
+		if !ok {
+			var err error
+			if d, err = planDemand(m.planner.Policy, bound); err != nil {
+				continue
+			}
+			m.demands[uid] = d
 		}
 		nodes[k].Pods = append(nodes[k].Pods, gpu.PlanPod{ID: uid, Demand: d, Held: a, Priority: podPriority(bound), Movable: true})
 	}
