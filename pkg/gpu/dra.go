@@ -27,8 +27,12 @@ const (
 	draAttrUUID       resourceapi.QualifiedName = "uuid"
 	draAttrProduct    resourceapi.QualifiedName = "productName"
 	draAttrParentUUID resourceapi.QualifiedName = "parentUUID"
-	draCapMemory      resourceapi.QualifiedName = "memory"
+	draCapMemory      resourceapi.QualifiedName = DRACapacityMemory
 )
+
+// DRACapacityMemory is the device capacity that holds a GPU's memory, in
+// bytes; a request for part of it shares the GPU (consumable capacity).
+const DRACapacityMemory resourceapi.QualifiedName = "memory"
 
 // Values of the "type" attribute: a whole GPU, or a partition of one (MIG,
 // static or dynamic). A device without the attribute is a whole GPU.

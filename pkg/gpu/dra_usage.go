@@ -126,6 +126,32 @@ func DRADeferReasons(inv *Inventory, d *Demand) Reasons {
 	return rs
 }
 
+// DemandOf is a DRA request of count devices as the engine places it on
+// the node of d, among the eligible GPUs, with base's CPU and memory: a
+// share of one GPU when the request consumes memoryMiB of the device's
+// memory capacity and that is less than the smallest eligible GPU has (its
+// part of that GPU, as PlacementOf counts an allocation), else count whole
+// GPUs. ok is false when a share's GPUs have no known memory.
+func (d *DRAInventory) DemandOf(count int, memoryMiB int64, eligible DeviceSet, base Demand) (demand Demand, ok bool) {
+	demand = Demand{Count: count, Milli: MilliPerGPU, MilliCPU: base.MilliCPU, HostMemoryMiB: base.HostMemoryMiB}
+	if memoryMiB == 0 || count != 1 {
+		return demand, true
+	}
+	smallest := int64(0)
+	for pos := range d.Inventory.Devices {
+		if m := d.Inventory.Devices[pos].MemoryMiB; eligible.Has(pos) && m > 0 && (smallest == 0 || m < smallest) {
+			smallest = m
+		}
+	}
+	if smallest <= 0 {
+		return Demand{}, false
+	}
+	if memoryMiB < smallest {
+		demand.Milli, demand.MemoryMiB = partOf(memoryMiB, smallest), memoryMiB
+	}
+	return demand, true
+}
+
 // DRAPicked is one device a DRA allocation result names, with the memory
 // the allocation consumes of it when it is shared (consumable capacity).
 type DRAPicked struct {

@@ -158,3 +158,41 @@ func TestDRAResourceClaimPlacementOf(t *testing.T) {
 		})
 	}
 }
+
+// TestDRADemandOf: a DRA request as the engine places it, on fourH100
+// (81920 MiB GPUs). A share is memory's part of the smallest eligible GPU,
+// ceil(1000 × memory / 81920); the host part comes from base.
+func TestDRADemandOf(t *testing.T) {
+	d := fourH100(t)
+	base := gpu.Demand{MilliCPU: 4000, HostMemoryMiB: 8192}
+	all := gpu.DeviceSet(0b1111)
+	tests := []struct {
+		name      string
+		count     int
+		memoryMiB int64
+		eligible  gpu.DeviceSet
+		want      gpu.Demand
+		ok        bool
+	}{
+		{name: "two devices without capacity: two whole GPUs", count: 2, eligible: all,
+			want: gpu.Demand{Count: 2, Milli: 1000, MilliCPU: 4000, HostMemoryMiB: 8192}, ok: true},
+		{name: "one device, 20480 MiB: ceil(1000 × 20480 / 81920) = 250", count: 1, memoryMiB: 20480, eligible: all,
+			want: gpu.Demand{Count: 1, Milli: 250, MemoryMiB: 20480, MilliCPU: 4000, HostMemoryMiB: 8192}, ok: true},
+		{name: "one device, 10000 MiB: ceil(1000 × 10000 / 81920) = ceil(122.07) = 123", count: 1, memoryMiB: 10000, eligible: 0b0010,
+			want: gpu.Demand{Count: 1, Milli: 123, MemoryMiB: 10000, MilliCPU: 4000, HostMemoryMiB: 8192}, ok: true},
+		{name: "all of a GPU's memory is the whole GPU", count: 1, memoryMiB: 81920, eligible: all,
+			want: gpu.Demand{Count: 1, Milli: 1000, MilliCPU: 4000, HostMemoryMiB: 8192}, ok: true},
+		{name: "memory on each of two devices: whole GPUs", count: 2, memoryMiB: 81920, eligible: all,
+			want: gpu.Demand{Count: 2, Milli: 1000, MilliCPU: 4000, HostMemoryMiB: 8192}, ok: true},
+		{name: "a share with no eligible GPU of known memory", count: 1, memoryMiB: 20480, eligible: 0, ok: false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, ok := d.DemandOf(tt.count, tt.memoryMiB, tt.eligible, base)
+			if ok != tt.ok || (ok && (got.Count != tt.want.Count || got.Milli != tt.want.Milli || got.MemoryMiB != tt.want.MemoryMiB ||
+				got.MilliCPU != tt.want.MilliCPU || got.HostMemoryMiB != tt.want.HostMemoryMiB)) {
+				t.Errorf("got %+v %v, want %+v %v", got, ok, tt.want, tt.ok)
+			}
+		})
+	}
+}

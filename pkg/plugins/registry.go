@@ -9,6 +9,7 @@ import (
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 
 	_ "github.com/gpusched/gpusched/pkg/apis/config/scheme" // the plugins' args in the configuration scheme
+	"github.com/gpusched/gpusched/pkg/plugins/gpudra"
 	"github.com/gpusched/gpusched/pkg/plugins/gpugang"
 	"github.com/gpusched/gpusched/pkg/plugins/gpuplacement"
 	"github.com/gpusched/gpusched/pkg/plugins/gpupreemption"
@@ -30,6 +31,7 @@ func All() []Plugin {
 		{gpugang.Name, gpugang.New},
 		{gpupreemption.Name, gpupreemption.New},
 		{gpuresourcesfit.Name, gpuresourcesfit.New},
+		{gpudra.Name, gpudra.New},
 	}
 }
 

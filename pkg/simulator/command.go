@@ -25,7 +25,7 @@ type flags struct {
 	shares              string
 	parallel            int
 	quiet               bool
-	dra                 bool
+	dra, draFirstFit    bool
 	noTimings           bool
 	placements          bool
 	migrations          string
@@ -78,7 +78,8 @@ write. See docs/simulator.md.`,
 	fs.IntVar(&f.parallel, "parallel", 0, "runs at once; default one per CPU")
 	fs.BoolVar(&f.quiet, "quiet", false, "no progress bar on stderr")
 	fs.StringVar(&f.shares, "shares", sharesAnnotation, "how the workload's pods ask for shares of a GPU: annotation (gpusched.io/gpu-milli annotation) or resources (the gpusched.io/gpu-milli resource, which quota counts); placements are the same either way")
-	fs.BoolVar(&f.dra, "dra", false, "the DRA path: GPUs published as DRA devices, GPU requests as ResourceClaims that DynamicResources allocates first fit, the policy ranking nodes on its predicted allocation (docs/dra.md)")
+	fs.BoolVar(&f.dra, "dra", false, "the DRA path: GPUs published as DRA devices, GPU requests as ResourceClaims, allocated by DynamicResources with the devices the policy chooses first (GPUDynamicResources; docs/dra.md)")
+	fs.BoolVar(&f.draFirstFit, "dra-first-fit", false, "with --dra: DynamicResources' own first fit, the policy ranking nodes on its predicted allocation")
 	fs.StringVar(&f.migrations, "migrations", "", "also run each policy moving pods to make room for pods that fit nowhere, once per budget: comma-separated fractions of placed pods (\"0.5%,2%\") or, with --arrival replay, moves per hour (\"30/h\"); docs/defragmentation.md")
 	fs.BoolVar(&f.placements, "placements", false, "record every submitted pod's outcome (its node and GPUs, or why it was refused) in each run of the JSON report")
 	fs.BoolVar(&f.noTimings, "no-timings", false, "report every wall time as 0, so that reports of the same sweep are equal byte for byte")
@@ -273,7 +274,10 @@ func optionsFromFlags(f flags) (Options, []workload, error) {
 	if f.parallel < 0 {
 		return opts, nil, fmt.Errorf("--parallel %d: want 0 (one run per CPU) or more", f.parallel)
 	}
-	opts = Options{Nodes: nodes, Profiles: profiles, Seeds: seeds, Arrival: arrival, TieBreak: tieBreak, Parallel: f.parallel, DRA: f.dra, RecordPlacements: f.placements}
+	if f.draFirstFit && !f.dra {
+		return opts, nil, fmt.Errorf("--dra-first-fit: applies to the DRA path only; add --dra")
+	}
+	opts = Options{Nodes: nodes, Profiles: profiles, Seeds: seeds, Arrival: arrival, TieBreak: tieBreak, Parallel: f.parallel, DRA: f.dra, DRAFirstFit: f.draFirstFit, RecordPlacements: f.placements}
 	if f.telemetry != "" {
 		if opts.Telemetry, err = LoadTelemetry(f.telemetry); err != nil {
 			return opts, nil, err

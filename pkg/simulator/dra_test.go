@@ -201,3 +201,47 @@ func TestDRAAssignment(t *testing.T) {
 		})
 	}
 }
+
+// TestDRAPathPlacesAsTheAnnotationPath: with GPUDynamicResources, the
+// claims of the DRA path get the GPUs the policy chooses, so every pod
+// lands where the annotation path places it, on the same GPUs; with
+// DynamicResources' first fit (DRAFirstFit) they do not.
+func TestDRAPathPlacesAsTheAnnotationPath(t *testing.T) {
+	nodes, pods := Synthetic(SyntheticOptions{Nodes: 30, Seed: 5})
+	run := func(dra, firstFit bool) Run {
+		opts := Options{Nodes: nodes, Pods: pods, Profiles: defaultProfiles(t, "PairFit"), Seeds: []int64{3},
+			Arrival: ArrivalFGD, RecordPlacements: true, DRA: dra, DRAFirstFit: firstFit}
+		runs, err := Simulate(context.Background(), opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return runs[0]
+	}
+	differ := func(a, b Run) (n int, first string) {
+		for i := range a.Placements {
+			pa, pb := a.Placements[i], b.Placements[i]
+			if pa.Pod != pb.Pod {
+				t.Fatalf("placement %d is of pod %s in one run and %s in the other", i, pa.Pod, pb.Pod)
+			}
+			if pa.Node != pb.Node || fmt.Sprint(pa.GPUs) != fmt.Sprint(pb.GPUs) {
+				if n == 0 {
+					first = fmt.Sprintf("%s: %s %v and %s %v", pa.Pod, pa.Node, pa.GPUs, pb.Node, pb.GPUs)
+				}
+				n++
+			}
+		}
+		return n, first
+	}
+	annotation, policy, firstFit := run(false, false), run(true, false), run(true, true)
+	if len(annotation.Placements) == 0 || len(annotation.Placements) != len(policy.Placements) {
+		t.Fatalf("%d placements on the annotation path, %d on the DRA path", len(annotation.Placements), len(policy.Placements))
+	}
+	if n, first := differ(annotation, policy); n > 0 {
+		t.Errorf("%d of %d pods placed differently on the DRA path, first %s", n, len(annotation.Placements), first)
+	}
+	if n, _ := differ(annotation, firstFit); n == 0 {
+		t.Errorf("DynamicResources' first fit placed every pod as the policy does: the case does not tell the two apart")
+	}
+	t.Logf("unallocated at 100%%: annotation %v, DRA with the policy's devices %v, DRA first fit %v",
+		*annotation.UnallocatedPctAt100, *policy.UnallocatedPctAt100, *firstFit.UnallocatedPctAt100)
+}

@@ -56,9 +56,15 @@ type Options struct {
 	// pod's arrival time (LoadTelemetry); nil leaves it without telemetry.
 	Telemetry *telemetry.Replay
 	// DRA runs the DRA path (dra.go): the nodes' GPUs are DRA devices, the
-	// pods' GPU requests ResourceClaims, and DynamicResources allocates
-	// them first fit while the profile's plugins rank the nodes.
+	// pods' GPU requests ResourceClaims that DynamicResources allocates.
+	// In a profile with GPUPlacement, GPUDynamicResources takes
+	// DynamicResources' place, so that the claims get the devices the
+	// policy chooses, unless DRAFirstFit is set.
 	DRA bool
+	// DRAFirstFit keeps DynamicResources on the DRA path: claims get the
+	// first devices that fit, in the order the slices list them, while
+	// the profile's plugins rank the nodes.
+	DRAFirstFit bool
 }
 
 // Run is the result of one (profile, seed) run.
@@ -281,7 +287,11 @@ func (r *runner) newEpisode(ctx context.Context) (*episode, error) {
 		nodes, published = draNodes(nodes)
 		e.dra = newDRAManager(published)
 	}
-	if e.sched, err = newScheduler(e.ctx, registry, r.profile, nodes, r.seed, r.parallelism, tieBreak, e.dra); err != nil {
+	profile := r.profile
+	if r.opts.DRA {
+		profile = withDRAAllocator(profile, !r.opts.DRAFirstFit)
+	}
+	if e.sched, err = newScheduler(e.ctx, registry, profile, nodes, r.seed, r.parallelism, tieBreak, e.dra); err != nil {
 		e.cancel()
 		return nil, err
 	}

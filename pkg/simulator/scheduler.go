@@ -24,6 +24,7 @@ import (
 
 	"github.com/gpusched/gpusched/pkg/gpu"
 	gpuplugins "github.com/gpusched/gpusched/pkg/plugins"
+	"github.com/gpusched/gpusched/pkg/plugins/gpudra"
 	"github.com/gpusched/gpusched/pkg/plugins/gpugang"
 	"github.com/gpusched/gpusched/pkg/plugins/gpuplacement"
 	"github.com/gpusched/gpusched/pkg/plugins/gpupreemption"
@@ -42,19 +43,52 @@ func Registry() frameworkruntime.Registry {
 }
 
 // unsupportedPlugins need what the simulator does not model: resource claims
-// (DynamicResources), preemption (DefaultPreemption, GPUPreemption: a pod
+// (DynamicResources, GPUDynamicResources; but for the DRA path), preemption (DefaultPreemption, GPUPreemption: a pod
 // that fits nowhere is dropped, as the FGD protocol measures, and nothing
 // is evicted),
 // PodGroups (GPUGang: pods of a gang are placed one by one, as pods without
 // one). They are removed from simulated profiles, and with them the queue
 // sort GPUGang gives a profile, which the simulator, placing pods in
 // arrival order, does not use.
-var unsupportedPlugins = []string{dynamicResources, "DefaultPreemption", gpupreemption.Name, gpugang.Name}
+var unsupportedPlugins = []string{dynamicResources, gpudra.Name, "DefaultPreemption", gpupreemption.Name, gpugang.Name}
 
 // dynamicResources is the in-tree plugin that allocates ResourceClaims. A
 // run on the DRA path (Options.DRA) keeps it, with the run's draManager as
 // the scheduler's DRA manager.
 const dynamicResources = "DynamicResources"
+
+// withDRAAllocator is the profile with the plugin that allocates claims on
+// the DRA path: GPUDynamicResources in DynamicResources' place when the
+// policy chooses the devices (policyDevices), last at each extension point
+// (after GPUPlacement, whose PreFilter writes the device order it reads);
+// DynamicResources in GPUDynamicResources' place for first fit. The args go
+// with the plugin. A profile without GPUPlacement, which chooses the
+// devices, keeps DynamicResources.
+func withDRAAllocator(p Profile, policyDevices bool) Profile {
+	from, to := gpudra.Name, dynamicResources
+	if policyDevices && usesGPUPlacement(p.Profile) {
+		from, to = dynamicResources, gpudra.Name
+	}
+	profile := p.Profile.DeepCopy()
+	points := reflect.ValueOf(profile.Plugins).Elem()
+	for i := range points.NumField() {
+		set, ok := points.Field(i).Addr().Interface().(*schedconfig.PluginSet)
+		if !ok {
+			continue
+		}
+		if at := slices.IndexFunc(set.Enabled, func(pl schedconfig.Plugin) bool { return pl.Name == from }); at >= 0 {
+			weight := set.Enabled[at].Weight
+			set.Enabled = append(slices.Delete(set.Enabled, at, at+1), schedconfig.Plugin{Name: to, Weight: weight})
+		}
+	}
+	for i := range profile.PluginConfig {
+		if profile.PluginConfig[i].Name == from {
+			profile.PluginConfig[i].Name = to
+		}
+	}
+	p.Profile = profile
+	return p
+}
 
 // scheduler places pods one at a time through one profile's framework, the
 // way kube-scheduler's scheduling cycle does: PreFilter, Filter on every
@@ -99,7 +133,7 @@ func newScheduler(ctx context.Context, registry frameworkruntime.Registry, p Pro
 	profile := p.Profile.DeepCopy()
 	unsupported := unsupportedPlugins
 	if dra != nil {
-		unsupported = slices.DeleteFunc(slices.Clone(unsupported), func(name string) bool { return name == dynamicResources })
+		unsupported = slices.DeleteFunc(slices.Clone(unsupported), func(name string) bool { return name == dynamicResources || name == gpudra.Name })
 	}
 	stripUnsupported(profile, unsupported)
 	snapshot := internalcache.NewEmptySnapshot()

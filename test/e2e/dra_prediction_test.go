@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
@@ -37,7 +38,7 @@ fragmentation:
 `
 
 // predictConfig runs GPUPlacement with predictArgs beside the default
-// plugins, as the example configuration does.
+// plugins, DynamicResources among them: DRA allocates first fit.
 var predictConfig = `
 profiles:
 - schedulerName: gpusched
@@ -54,9 +55,19 @@ profiles:
     args:
 ` + indent(predictArgs, "      ")
 
-// TestDRAPredictedAllocationRanksNodes checks that a claim pod's nodes are
-// ranked by the devices DRA's allocator will take, not by the devices
-// gpusched would have chosen. Two nodes publish two shareable H100s
+// chooseConfig is predictConfig with GPUDynamicResources in
+// DynamicResources' place, as the example configuration has it: DRA
+// allocates the devices GPUPlacement chooses.
+var chooseConfig = strings.Replace(predictConfig, `
+    bind:`, `
+      - name: GPUDynamicResources
+        weight: 2
+      disabled:
+      - name: DynamicResources
+    bind:`, 1)
+
+// The DRA cluster of TestDRAPredictedAllocationRanksNodes and
+// TestDRADevicesArePolicyChoice. Two nodes publish two shareable H100s
 // (consumable memory, KEP-5075); 32000 MiB of one GPU on each is held by a
 // claim: GPU 1 on "a" (16 cores), GPU 0 on "b" (64 cores). A pod then
 // claims a 49000 MiB share of any GPU. The typical pod is a whole GPU
@@ -69,12 +80,42 @@ profiles:
 // On "b" that fills the held GPU and keeps GPU 1 whole: F 607 → 6, level
 // int(100 × sigmoid(0.601)) = 64. On "a" it splits the free whole GPU:
 // F 607 → 1006 (no whole GPU left), level int(100 × sigmoid(−0.399)) = 40.
-// So FragFit ranks "b" first.
-// Had gpusched scored its own choice, "a" would win: there FragFit would
-// take GPU 1, leaving the same whole GPU as on "b" (level 64 on both), and
-// its best-fit term prefers "a", whose CPU is fuller. The premise is checked with the engine
-// before the pod is created; the pod must land on "b".
+// So with first fit FragFit ranks "b" first.
+// gpusched's own choice on "a" is GPU 1, which leaves the same whole GPU as
+// on "b" (level 64 on both), and its best-fit term prefers "a", whose CPU
+// is fuller: with its choice "a" wins. The premise is checked with the
+// engine before the pod is created.
+
+// TestDRAPredictedAllocationRanksNodes: with DynamicResources in the
+// profile, a claim pod's nodes are ranked by the devices DRA's allocator
+// will take (first fit), not by the devices gpusched would have chosen: the
+// pod lands on "b".
 func TestDRAPredictedAllocationRanksNodes(t *testing.T) {
+	got := runPredictionCluster(t, predictConfig)
+	if got.node != "b" || got.device != "gpu-0" {
+		t.Errorf("share pod on %s with %s, want b with gpu-0: the node ranking did not follow DRA's first-fit allocation", got.node, got.device)
+	}
+}
+
+// TestDRADevicesArePolicyChoice: with GPUDynamicResources in the profile,
+// the claim gets the device gpusched's policy chooses, and the node is
+// ranked by it: the pod lands on "a" with GPU 1, which DynamicResources'
+// first fit would not give it there (GPU 0).
+func TestDRADevicesArePolicyChoice(t *testing.T) {
+	got := runPredictionCluster(t, chooseConfig)
+	if got.node != "a" || got.device != "gpu-1" {
+		t.Errorf("share pod on %s with %s, want a with gpu-1: the policy's choice", got.node, got.device)
+	}
+}
+
+// sharePlacement is where the share pod landed and the device its claim got.
+type sharePlacement struct{ node, device string }
+
+// runPredictionCluster builds the cluster described above with the
+// scheduler configuration config, places the holders and then the share
+// pod, checks that no device is given beyond its memory, and returns where
+// the share went.
+func runPredictionCluster(t *testing.T, config string) sharePlacement {
 	ctx := context.Background()
 	c := testcluster.Start(t)
 	held := map[string]int{"a": 1, "b": 0} // node → GPU whose memory a claim holds
@@ -99,7 +140,7 @@ func TestDRAPredictedAllocationRanksNodes(t *testing.T) {
 
 	checkPredictionPremise(t, slices, held, cpus)
 
-	c.StartScheduler(ctx, t, predictConfig, plugins.CommandOptions()...)
+	c.StartScheduler(ctx, t, config, plugins.CommandOptions()...)
 	var holders []*v1.Pod
 	for node, i := range held {
 		name := "hold-" + node
@@ -115,14 +156,20 @@ func TestDRAPredictedAllocationRanksNodes(t *testing.T) {
 	pod := withClaim(gt.MakeGPUPod("share").CPU("1").Obj(), "share")
 	createPod(ctx, t, c, pod)
 	waitBound(ctx, t, c, []*v1.Pod{pod})
+	assertDRAPlacement(ctx, t, c)
 	got, err := c.Client.CoreV1().Pods("default").Get(ctx, "share", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Spec.NodeName != "b" {
-		t.Errorf("share pod bound to %q, want b: the node ranking did not follow DRA's first-fit allocation", got.Spec.NodeName)
+	claim, err := c.Client.ResourceV1().ResourceClaims("default").Get(ctx, "share", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
 	}
-	assertDRAPlacement(ctx, t, c)
+	out := sharePlacement{node: got.Spec.NodeName}
+	if results := claim.Status.Allocation.Devices.Results; len(results) == 1 {
+		out.device = results[0].Device
+	}
+	return out
 }
 
 // checkPredictionPremise asserts, with the engine, what the test relies on:

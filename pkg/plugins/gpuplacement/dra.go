@@ -48,6 +48,9 @@ type draCycle struct {
 	// gpuMapped: a DeviceClass maps nvidia.com/gpu (KEP-5004), so nodes
 	// without allocatable nvidia.com/gpu serve it through DRA.
 	gpuMapped bool
+	// held is the nodes where claims hold GPUs of the driver (heldByDRA),
+	// read for pods that ask for GPUs by annotation; nil otherwise.
+	held sets.Set[string]
 }
 
 // Clone implements fwk.StateData; draCycle is never modified.
@@ -64,8 +67,12 @@ type draReader struct {
 	// last is the last listing's grouping (see published).
 	last atomic.Pointer[publishedGPUs]
 	// classes maps "node/class" to the node's last *classDevices.
-	classes  sync.Map
-	recorder func(slice *resourceapi.ResourceSlice, message string)
+	classes sync.Map
+	// selections maps node, class and selectors to the node's last
+	// *selectedDevices (drachoice.go); selectionCount bounds it.
+	selections     sync.Map
+	selectionCount atomic.Int64
+	recorder       func(slice *resourceapi.ResourceSlice, message string)
 	// features and celCache configure the structured allocator exactly as
 	// the DynamicResources plugin configures its own, from the feature
 	// gates, so that predictions use the same implementation.
@@ -113,17 +120,24 @@ func newDRAReader(args config.DRA, h fwk.Handle) *draReader {
 }
 
 // read is the cycle's view of DRA; nil when no node publishes GPUs of the
-// driver, so that clusters without them pay one listing per GPU pod.
-func (r *draReader) read(ctx context.Context) (*draCycle, error) {
+// driver (and, withHeld, no claim holds GPUs of the driver on any node), so
+// that clusters without them pay one listing (two withHeld) per GPU pod.
+func (r *draReader) read(ctx context.Context, withHeld bool) (*draCycle, error) {
 	all, err := r.manager.ResourceSlices().ListWithDeviceTaintRules()
 	if err != nil {
 		return nil, fmt.Errorf("listing ResourceSlices: %w", err)
 	}
 	pub := r.published(ctx, all)
-	if len(pub.nodes) == 0 {
+	var held sets.Set[string]
+	if withHeld {
+		if held, err = r.heldByDRA(); err != nil {
+			return nil, err
+		}
+	}
+	if len(pub.nodes) == 0 && held.Len() == 0 {
 		return nil, nil
 	}
-	cycle := &draCycle{nodes: pub.nodes, devices: pub.devices, onNode: pub.onNode, nonLocalSlices: pub.nonLocalSlices, slices: all}
+	cycle := &draCycle{nodes: pub.nodes, devices: pub.devices, onNode: pub.onNode, nonLocalSlices: pub.nonLocalSlices, slices: all, held: held}
 	if cycle.allocated, err = r.gather(ctx); err != nil {
 		return nil, err
 	}

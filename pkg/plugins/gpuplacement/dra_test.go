@@ -29,7 +29,9 @@ const h100Product = "NVIDIA H100 80GB HBM3"
 // fakeDRA is an in-memory fwk.SharedDRAManager: slices, an allocated
 // state, and whether a DeviceClass maps nvidia.com/gpu.
 type fakeDRA struct {
-	claims    map[string]*resourceapi.ResourceClaim
+	claims map[string]*resourceapi.ResourceClaim
+	// listed is what the tracker lists: the allocated claims.
+	listed    []*resourceapi.ResourceClaim
 	slices    []*resourceapi.ResourceSlice
 	allocated structured.AllocatedState
 	gpuClass  *resourceapi.DeviceClass
@@ -54,7 +56,7 @@ func (f *fakeDRA) ListWithDeviceTaintRules() ([]*resourceapi.ResourceSlice, erro
 // fakeClaims serves the allocated state; the rest of the tracker is unused.
 type fakeClaims struct{ f *fakeDRA }
 
-func (c fakeClaims) List() ([]*resourceapi.ResourceClaim, error) { return nil, nil }
+func (c fakeClaims) List() ([]*resourceapi.ResourceClaim, error) { return c.f.listed, nil }
 func (c fakeClaims) Get(_, name string) (*resourceapi.ResourceClaim, error) {
 	if claim, ok := c.f.claims[name]; ok {
 		return claim, nil
@@ -417,4 +419,76 @@ func TestDRADeferredPredictionFollowsTheClass(t *testing.T) {
 	if want := map[string]int64{"dra": 0, "dp": 100, "dual": 0}; !equalScores(scoreAll(t, c, pod), want) {
 		t.Errorf("scores %v, want %v", scoreAll(t, c, pod), want)
 	}
+}
+
+// TestDRANeverTwice: a node's GPUs are handed out either by annotation or by
+// DRA claims, never both, also around the edges of the DRA-managed rule.
+//
+//   - "upgrading" has a device plugin (4 A100s) and no slices now: its DRA
+//     driver is being upgraded, and a claim allocated before still holds
+//     gpu-0 there. An annotation pod is refused there while the claim names
+//     the node, and accepted once no claim does.
+//   - "dra" publishes 4 H100s; a pod there holds gpu-0 by annotation (placed
+//     before the driver published). A pod with a claim for GPUs of the
+//     driver, and a pod whose nvidia.com/gpu DRA serves there, are refused
+//     there while that pod is on the node, and accepted when it is on "dp"
+//     instead; "dp" (a device-plugin node) takes the claim pod either way.
+func TestDRANeverTwice(t *testing.T) {
+	const (
+		ok         = "Success: "
+		draManaged = "UnschedulableAndUnresolvable: node GPUs allocated by DRA"
+		waits      = "Unschedulable: " + gpuplacement.ReasonAnnotationHolders
+	)
+	args := &config.GPUPlacementArgs{ScoringStrategy: config.ScoringStrategy{Type: gpu.PolicyBestFit, Resources: []config.ResourceSpec{{Name: config.ResourceGPU, Weight: 1}}},
+		DRA: config.DRA{Enabled: true, Driver: gpu.DefaultDRADriver}}
+	t.Run("a node whose slices are gone while a claim holds its GPUs", func(t *testing.T) {
+		holding := gpuClaim("held", 1)
+		holding.Status.Allocation = &resourceapi.AllocationResult{
+			Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{{
+				Request: "gpus", Driver: gpu.DefaultDRADriver, Pool: "upgrading", Device: "gpu-0"}}},
+			NodeSelector: &v1.NodeSelector{NodeSelectorTerms: []v1.NodeSelectorTerm{{MatchFields: []v1.NodeSelectorRequirement{{
+				Key: "metadata.name", Operator: v1.NodeSelectorOpIn, Values: []string{"upgrading"}}}}}},
+		}
+		nodes := []*v1.Node{gt.MakeGPUNode("upgrading").GFD(a100, 4, 81920).Obj(), gt.MakeGPUNode("dp").GFD(a100, 4, 81920).Obj()}
+		for _, tt := range []struct {
+			name   string
+			listed []*resourceapi.ResourceClaim
+			want   string
+		}{
+			{name: "the claim holds gpu-0", listed: []*resourceapi.ResourceClaim{holding}, want: draManaged},
+			{name: "no claim names the node", want: ok},
+		} {
+			t.Run(tt.name, func(t *testing.T) {
+				dra := &fakeDRA{gpuClass: gpuClass, listed: tt.listed}
+				c := newClusterBinding(t, args, nodes, nil, false, frameworkruntime.WithSharedDRAManager(dra))
+				got, status := filter(t, c, gt.MakeGPUPod("p").GPUs(1).Obj())
+				if status != nil || got["upgrading"] != tt.want || got["dp"] != ok {
+					t.Errorf("status %v, filter %v, want upgrading %q", status, got, tt.want)
+				}
+			})
+		}
+	})
+	t.Run("a DRA pod on a node where a pod holds GPUs by annotation", func(t *testing.T) {
+		nodes, slices := draNodes()
+		for _, tt := range []struct {
+			name, holderOn string
+			pod            *v1.Pod
+			want           string
+		}{
+			{name: "a claim pod, the holder on the DRA node", holderOn: "dra", pod: claimPod("p", "one"), want: waits},
+			{name: "a claim pod, the holder elsewhere", holderOn: "dp", pod: claimPod("p", "one"), want: ok},
+			{name: "nvidia.com/gpu served by DRA, the holder on the DRA node", holderOn: "dra", pod: gt.MakeGPUPod("p").GPUs(1).Obj(), want: waits},
+			{name: "nvidia.com/gpu served by DRA, the holder elsewhere", holderOn: "dp", pod: gt.MakeGPUPod("p").GPUs(1).Obj(), want: ok},
+		} {
+			t.Run(tt.name, func(t *testing.T) {
+				holder := gt.MakeGPUPod("old").Node(tt.holderOn).Assigned(gpu.Assignment{Node: tt.holderOn, Devices: []int{0}, Milli: 1000}).Obj()
+				dra := &fakeDRA{slices: slices, gpuClass: gpuClass, claims: map[string]*resourceapi.ResourceClaim{"one": gpuClaim("one", 1)}}
+				c := newClusterBinding(t, args, nodes, []*v1.Pod{holder}, false, frameworkruntime.WithSharedDRAManager(dra))
+				got, status := filter(t, c, tt.pod)
+				if status != nil || got["dra"] != tt.want {
+					t.Errorf("status %v, filter %v, want dra %q", status, got, tt.want)
+				}
+			})
+		}
+	})
 }

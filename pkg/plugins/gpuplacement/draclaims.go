@@ -7,7 +7,6 @@ import (
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/dynamic-resource-allocation/resourceclaim"
 	"k8s.io/dynamic-resource-allocation/structured"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -49,24 +48,9 @@ func hasClaims(pod *v1.Pod) bool { return len(pod.Spec.ResourceClaims) > 0 }
 // It prepares nothing when there is nothing to allocate or a claim cannot
 // be read; the pod is then not scored by GPUPlacement.
 func (p *GPUPlacement) preScoreClaims(ctx context.Context, state fwk.CycleState, pod *v1.Pod, cycle *draCycle) {
-	tracker := p.dra.manager.ResourceClaims()
-	var claims []*resourceapi.ResourceClaim
-	for i := range pod.Spec.ResourceClaims {
-		name, _, err := resourceclaim.Name(pod, &pod.Spec.ResourceClaims[i])
-		if err != nil || name == nil {
-			continue
-		}
-		claim, err := tracker.Get(pod.Namespace, *name)
-		if err != nil {
-			logger(ctx).V(4).Info("Not predicting DRA devices: claim unreadable", "pod", klog.KObj(pod), "claim", *name, "err", err)
-			return
-		}
-		if claim.Status.Allocation != nil || tracker.GetPendingAllocation(claim.UID) != nil {
-			continue
-		}
-		claims = append(claims, claim)
+	if claims, ok := p.claimsToAllocate(ctx, pod); ok {
+		p.predictWith(ctx, state, pod, cycle, claims)
 	}
-	p.predictWith(ctx, state, pod, cycle, claims)
 }
 
 // preScoreDeferred prepares the prediction of the devices DRA takes for

@@ -54,6 +54,10 @@ type GPUPlacement struct {
 	// bind plugin, read once the framework is complete (see bindsFirst).
 	bindOrder sync.Once
 	binds     bool
+	// draOrder guards ordersDRA: whether GPUDynamicResources follows this
+	// plugin at PreFilter, read once the framework is complete.
+	draOrder  sync.Once
+	ordersDRA bool
 	// lastMaxima is the last result of maxima.
 	lastMaxima atomic.Pointer[nodeMaxima]
 	// twiceReported maps a node name to the resourceVersion of it whose GPUs
@@ -159,7 +163,7 @@ func (s *podState) Clone() fwk.StateData { return s }
 // message, which names the annotation, the value and what is allowed; it
 // reaches the user in the FailedScheduling event, and the pod is retried when
 // it is updated.
-func (p *GPUPlacement) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
+func (p *GPUPlacement) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
 	demand, err := p.policy.Demand(pod)
 	if err != nil {
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
@@ -168,23 +172,35 @@ func (p *GPUPlacement) PreFilter(ctx context.Context, state fwk.CycleState, pod 
 	if demand.IsZero() {
 		// No GPU to filter for; the pod is still scored when the policy
 		// weighs CPU, or when its own ResourceClaims may take DRA GPUs.
-		scored := p.policy.Info().HostAware
-		if p.dra != nil && hasClaims(pod) {
-			found, status := p.readDRA(ctx, state)
+		// A host-aware policy scores every pod with the node's GPUs, which
+		// on a DRA node are the DRA inventory and allocations.
+		scored, filtered := p.policy.Info().HostAware, false
+		if p.dra != nil && (scored || hasClaims(pod)) {
+			found, status := p.readDRA(ctx, state, false)
 			if status != nil {
 				return nil, status
 			}
 			scored = scored || found
+			if found && hasClaims(pod) {
+				filtered = p.preFilterClaims(ctx, state, pod, nodes, &demand)
+			}
 		}
-		if scored {
+		if scored || filtered {
 			state.Write(stateKey, &podState{demand: demand})
+		}
+		if filtered {
+			return nil, nil
 		}
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
 	state.Write(stateKey, &podState{demand: demand})
 	if p.dra != nil {
-		if _, status := p.readDRA(ctx, state); status != nil {
+		found, status := p.readDRA(ctx, state, true)
+		if status != nil {
 			return nil, status
+		}
+		if found {
+			p.chooseForDeferred(ctx, state, nodes, &demand)
 		}
 	}
 	return nil, nil
@@ -192,8 +208,8 @@ func (p *GPUPlacement) PreFilter(ctx context.Context, state fwk.CycleState, pod 
 
 // readDRA leaves the cycle's view of DRA in the state; found is false when
 // no node publishes GPUs of the driver.
-func (p *GPUPlacement) readDRA(ctx context.Context, state fwk.CycleState) (found bool, status *fwk.Status) {
-	cycle, err := p.dra.read(ctx)
+func (p *GPUPlacement) readDRA(ctx context.Context, state fwk.CycleState, withHeld bool) (found bool, status *fwk.Status) {
+	cycle, err := p.dra.read(ctx, withHeld)
 	if err != nil {
 		return false, fwk.AsStatus(fmt.Errorf("%s: %w", Name, err))
 	}
@@ -241,11 +257,23 @@ func (p *GPUPlacement) Filter(ctx context.Context, state fwk.CycleState, pod *v1
 	if status != nil {
 		return status
 	}
+	if demand.IsZero() { // a pod with claims (preFilterClaims)
+		return p.filterClaims(ctx, state, nodeInfo)
+	}
 	if cycle, d, _ := draNode(state, nodeInfo.Node().Name); d != nil {
 		if nodeInfo.GetAllocatable().GetScalarResources()[gpu.ResourceGPU] > 0 {
 			p.reportPublishedTwice(nodeInfo.Node())
 		}
-		return filterDRA(cycle, d, demand, nodeInfo)
+		if status := filterDRA(cycle, d, demand, nodeInfo); status != nil {
+			return status
+		}
+		if holdsByAnnotation(nodeInfo) { // deferred whole GPUs are DRA's too
+			return fwk.NewStatus(fwk.Unschedulable, ReasonAnnotationHolders)
+		}
+		return nil
+	}
+	if status := filterHeld(draCycleOf(state), nodeInfo.Node().Name); status != nil {
+		return status
 	}
 	n := p.nodeGPUs(nodeInfo)
 	fit := gpu.Check(n, &gpu.Request{Demand: demand, Exclude: gpuhealth.Read(state)})
@@ -310,18 +338,24 @@ func (p *GPUPlacement) PreScore(ctx context.Context, state fwk.CycleState, pod *
 		if err != nil {
 			return fwk.AsStatus(fmt.Errorf("%s: listing nodes: %w", Name, err))
 		}
-		host := p.maxima(nodes)
-		if cycle := draCycleOf(state); cycle != nil {
-			for _, d := range cycle.nodes {
-				host.MaxGPUs = max(host.MaxGPUs, d.Inventory.Len())
-			}
-		}
-		state.Write(hostKey, &hostState{host: host})
+		state.Write(hostKey, &hostState{host: p.clusterHost(nodes, draCycleOf(state))})
 	}
 	if p.external != nil {
 		p.preScoreExternal(ctx, state, pod, feasible)
 	}
 	return nil
+}
+
+// clusterHost is the cluster's largest capacities as host-aware policies
+// normalize by: the nodes' maxima, with the GPUs DRA nodes publish.
+func (p *GPUPlacement) clusterHost(nodes []fwk.NodeInfo, cycle *draCycle) gpu.Host {
+	host := p.maxima(nodes)
+	if cycle != nil {
+		for _, d := range cycle.nodes {
+			host.MaxGPUs = max(host.MaxGPUs, d.Inventory.Len())
+		}
+	}
+	return host
 }
 
 // maxima is the largest allocatable CPU and GPU inventory of the nodes. They
@@ -381,6 +415,11 @@ func (p *GPUPlacement) Score(ctx context.Context, state fwk.CycleState, pod *v1.
 		return ext.scores[nodeInfo.Node().Name], nil
 	}
 	if _, d, view := draNode(state, nodeInfo.Node().Name); view != nil {
+		if choice := draChoiceOf(state); choice != nil {
+			if c, ok := choice.nodes[nodeInfo.Node().Name]; ok {
+				return p.policy.Score(view, &gpu.Request{Demand: &c.demand, Host: hostOf(state, nodeInfo)}, c.chosen), nil
+			}
+		}
 		if pred := claimPredictionOf(state); pred != nil {
 			return p.scoreClaims(ctx, state, pod, nodeInfo, demand, pred, d, view), nil
 		}

@@ -1,0 +1,255 @@
+package gpudra
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/dynamic-resource-allocation/cel"
+	"k8s.io/dynamic-resource-allocation/structured"
+	"k8s.io/utils/ptr"
+)
+
+const testDriver = "gpu.example.com"
+
+// slice is a ResourceSlice of node's pool with the named devices, each with
+// an int attribute "index" (its number in the name) and 80 GiB of memory.
+func slice(name, node, pool string, count int64, devices ...string) *resourceapi.ResourceSlice {
+	s := &resourceapi.ResourceSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: resourceapi.ResourceSliceSpec{
+			Driver: testDriver, NodeName: ptr.To(node),
+			Pool: resourceapi.ResourcePool{Name: pool, ResourceSliceCount: count},
+		},
+	}
+	for _, d := range devices {
+		var index int64
+		fmt.Sscanf(strings.TrimPrefix(d, "g"), "%d", &index)
+		s.Spec.Devices = append(s.Spec.Devices, resourceapi.Device{
+			Name:       d,
+			Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{"index": {IntValue: ptr.To(index)}},
+			Capacity:   map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{"memory": {Value: resource.MustParse("80Gi")}},
+		})
+	}
+	return s
+}
+
+// listing is the slices as "name:device,device" in listed order.
+func listing(all []*resourceapi.ResourceSlice) string {
+	var out []string
+	for _, s := range all {
+		var names []string
+		for _, d := range s.Spec.Devices {
+			names = append(names, d.Name)
+		}
+		out = append(out, s.Name+":"+strings.Join(names, ","))
+	}
+	return strings.Join(out, " ")
+}
+
+func names(node string, devices ...string) []DeviceName {
+	out := make([]DeviceName, len(devices))
+	for i, d := range devices {
+		out[i] = DeviceName{Driver: testDriver, Pool: node, Device: d}
+	}
+	return out
+}
+
+func TestReorder(t *testing.T) {
+	nonLocal := slice("shared", "", "shared", 1, "g0")
+	nonLocal.Spec.NodeName, nonLocal.Spec.AllNodes = nil, ptr.To(true)
+	tests := []struct {
+		name  string
+		all   []*resourceapi.ResourceSlice
+		order Order
+		want  string
+		// same lists the positions whose slice must be the listed object.
+		same []int
+	}{{
+		name:  "the preferred devices first, in the order's sequence; the rest in published order",
+		all:   []*resourceapi.ResourceSlice{slice("a", "a", "a", 1, "g0", "g1", "g2", "g3")},
+		order: Order{"a": names("a", "g2", "g0")},
+		want:  "a:g2,g0,g1,g3",
+	}, {
+		name:  "nodes the order does not list, and slices of no one node, are the listed objects",
+		all:   []*resourceapi.ResourceSlice{nonLocal, slice("b", "b", "b", 1, "g0", "g1"), slice("a", "a", "a", 1, "g0", "g1")},
+		order: Order{"a": names("a", "g1")},
+		want:  "shared:g0 b:g0,g1 a:g1,g0",
+		same:  []int{0, 1},
+	}, {
+		name:  "a slice already in the preferred order is the listed object",
+		all:   []*resourceapi.ResourceSlice{slice("a", "a", "a", 1, "g0", "g1", "g2")},
+		order: Order{"a": names("a", "g0", "g1")},
+		want:  "a:g0,g1,g2",
+		same:  []int{0},
+	}, {
+		name:  "devices of another pool or driver are not the order's",
+		all:   []*resourceapi.ResourceSlice{slice("a", "a", "other", 1, "g0", "g1")},
+		order: Order{"a": names("a", "g1")},
+		want:  "a:g0,g1",
+		same:  []int{0},
+	}, {
+		name: "a node's slices of one pool: the one with the most preferred device takes the first of their places; other slices stay",
+		all: []*resourceapi.ResourceSlice{
+			slice("a-1", "a", "a", 2, "g0", "g1"), slice("b", "b", "b", 1, "g0"), slice("a-2", "a", "a", 2, "g2", "g3"),
+		},
+		order: Order{"a": names("a", "g3", "g1")},
+		want:  "a-2:g3,g2 b:g0 a-1:g1,g0",
+		same:  []int{1},
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before := listing(tt.all)
+			listed := slices.Clone(tt.all)
+			got := Reorder(tt.all, tt.order)
+			if listing(got) != tt.want {
+				t.Errorf("got %s, want %s", listing(got), tt.want)
+			}
+			if listing(tt.all) != before || !slices.Equal(listed, tt.all) {
+				t.Errorf("the listing changed to %s", listing(tt.all))
+			}
+			for _, i := range tt.same {
+				if got[i] != tt.all[i] {
+					t.Errorf("slice %d is a copy, want the listed object", i)
+				}
+			}
+		})
+	}
+}
+
+// classes is a DeviceClassLister over fixed classes.
+type classes []*resourceapi.DeviceClass
+
+func (c classes) List() ([]*resourceapi.DeviceClass, error) { return c, nil }
+func (c classes) Get(name string) (*resourceapi.DeviceClass, error) {
+	for _, dc := range c {
+		if dc.Name == name {
+			return dc, nil
+		}
+	}
+	return nil, fmt.Errorf("no class %s", name)
+}
+
+// TestAllocatorFollowsTheOrder runs each implementation of the structured
+// allocator compiled into the scheduler (stable, incubating,
+// experimental) on slices in a policy's order: its first fit is the
+// preferred devices when they satisfy the claim, and the next ones the
+// claim allows when they do not; the claim's selectors and the devices
+// already allocated count as without an order.
+//
+// Node n has GPUs g0..g3 in one slice; g1 is allocated.
+func TestAllocatorFollowsTheOrder(t *testing.T) {
+	class := &resourceapi.DeviceClass{
+		ObjectMeta: metav1.ObjectMeta{Name: "gpu"},
+		Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
+			Expression: fmt.Sprintf("device.driver == %q", testDriver)}}}},
+	}
+	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n"}}
+	claim := func(count int64, selector string) *resourceapi.ResourceClaim {
+		req := &resourceapi.ExactDeviceRequest{DeviceClassName: "gpu", AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: count}
+		if selector != "" {
+			req.Selectors = []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: selector}}}
+		}
+		return &resourceapi.ResourceClaim{
+			ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: "ns", UID: types.UID("c")},
+			Spec:       resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "gpus", Exactly: req}}}},
+		}
+	}
+	tests := []struct {
+		name  string
+		claim *resourceapi.ResourceClaim
+		order Order
+		want  string
+	}{
+		{name: "no order: first fit, g1 is taken", claim: claim(2, ""), want: "g0,g2"},
+		{name: "the policy's two GPUs", claim: claim(2, ""), order: Order{"n": names("n", "g3", "g2")}, want: "g2,g3"},
+		{name: "a preferred GPU that is allocated is passed over", claim: claim(1, ""), order: Order{"n": names("n", "g1", "g3")}, want: "g3"},
+		{name: "a preferred GPU the selector rejects is passed over for the next in order",
+			claim: claim(2, "device.attributes['gpu.example.com'].index != 3"), order: Order{"n": names("n", "g3", "g2")}, want: "g0,g2"},
+	}
+	for _, impl := range []string{"stable", "incubating", "experimental"} {
+		t.Run(impl, func(t *testing.T) {
+			structured.EnableAllocators(impl)
+			defer structured.EnableAllocators()
+			for _, tt := range tests {
+				t.Run(tt.name, func(t *testing.T) {
+					all := []*resourceapi.ResourceSlice{slice("n", "n", "n", 1, "g0", "g1", "g2", "g3")}
+					if tt.order != nil {
+						all = Reorder(all, tt.order)
+					}
+					allocated := structured.AllocatedState{
+						AllocatedDevices:         sets.New(structured.MakeDeviceID(testDriver, "n", "g1")),
+						AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](),
+						AggregatedCapacity:       structured.NewConsumedCapacityCollection(),
+					}
+					allocator, err := structured.NewAllocator(context.Background(), structured.Features{}, allocated, classes{class}, all, cel.NewCache(10, cel.Features{}))
+					if err != nil {
+						t.Fatal(err)
+					}
+					results, err := allocator.Allocate(context.Background(), node, []*resourceapi.ResourceClaim{tt.claim})
+					if err != nil || len(results) != 1 {
+						t.Fatalf("allocate: %v, %d results", err, len(results))
+					}
+					var got []string
+					for _, r := range results[0].Devices.Results {
+						got = append(got, r.Device)
+					}
+					slices.Sort(got)
+					if strings.Join(got, ",") != tt.want {
+						t.Errorf("allocated %v, want %s", got, tt.want)
+					}
+				})
+			}
+		})
+	}
+}
+
+// TestAllocatorSharesThePreferredGPU: with consumable capacity (KEP-5075),
+// which only the newer allocators implement, a claim for part of a GPU's
+// memory shares the preferred GPU.
+func TestAllocatorSharesThePreferredGPU(t *testing.T) {
+	class := &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: "gpu"}}
+	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n"}}
+	share := &resourceapi.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: "ns", UID: types.UID("c")},
+		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "share", Exactly: &resourceapi.ExactDeviceRequest{
+			DeviceClassName: "gpu", AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1,
+			Capacity: &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{"memory": resource.MustParse("10Gi")}},
+		}}}}},
+	}
+	for _, impl := range []string{"incubating", "experimental"} {
+		t.Run(impl, func(t *testing.T) {
+			structured.EnableAllocators(impl)
+			defer structured.EnableAllocators()
+			s := slice("n", "n", "n", 1, "g0", "g1", "g2")
+			for i := range s.Spec.Devices {
+				s.Spec.Devices[i].AllowMultipleAllocations = ptr.To(true)
+			}
+			all := Reorder([]*resourceapi.ResourceSlice{s}, Order{"n": names("n", "g2")})
+			empty := structured.AllocatedState{
+				AllocatedDevices:         sets.New[structured.DeviceID](),
+				AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](),
+				AggregatedCapacity:       structured.NewConsumedCapacityCollection(),
+			}
+			allocator, err := structured.NewAllocator(context.Background(), structured.Features{ConsumableCapacity: true}, empty, classes{class}, all, cel.NewCache(10, cel.Features{EnableConsumableCapacity: true}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			results, err := allocator.Allocate(context.Background(), node, []*resourceapi.ResourceClaim{share})
+			if err != nil || len(results) != 1 || len(results[0].Devices.Results) != 1 {
+				t.Fatalf("allocate: %v, %v", err, results)
+			}
+			if r := results[0].Devices.Results[0]; r.Device != "g2" || r.ShareID == nil {
+				t.Errorf("allocated %s (share %v), want a share of g2", r.Device, r.ShareID)
+			}
+		})
+	}
+}

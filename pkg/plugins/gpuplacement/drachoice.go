@@ -1,0 +1,354 @@
+package gpuplacement
+
+import (
+	"context"
+	"slices"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/dynamic-resource-allocation/cel"
+	"k8s.io/dynamic-resource-allocation/resourceclaim"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+	schedconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
+	"k8s.io/utils/ptr"
+
+	"github.com/gpusched/gpusched/pkg/gpu"
+	"github.com/gpusched/gpusched/pkg/plugins/gpudra"
+)
+
+// draChoiceKey is where PreFilter leaves the policy's choice of DRA devices
+// for the pod, for Score.
+const draChoiceKey fwk.StateKey = "DRAChoice" + Name
+
+// draAsk is what a pod's GPU claim asks of each node, as the policy places
+// it: count devices of a class, each selected by the class's and the
+// request's selectors, consuming memoryMiB of a device's memory capacity
+// when set (a share when it is less than the GPU's memory).
+type draAsk struct {
+	class     string
+	count     int
+	memoryMiB int64
+	selectors []resourceapi.DeviceSelector
+}
+
+// askOf is the pod's claims as a draAsk, or nil when the policy does not
+// read them: more than one claim to allocate, several requests,
+// firstAvailable, allocation mode All, admin access, derived attributes,
+// tolerations, constraints (matchAttribute: the engine's choice could break
+// one, and Score would rank the node on an allocation that does not
+// happen), or a capacity other than memory.
+func askOf(claims []*resourceapi.ResourceClaim, driver string) *draAsk {
+	if len(claims) != 1 {
+		return nil
+	}
+	spec := claims[0].Spec.Devices
+	if len(spec.Requests) != 1 || len(spec.Constraints) > 0 {
+		return nil
+	}
+	r := spec.Requests[0].Exactly
+	if r == nil || r.AllocationMode != resourceapi.DeviceAllocationModeExactCount || r.Count < 1 || r.Count > gpu.MaxDevicesPerNode ||
+		ptr.Deref(r.AdminAccess, false) || len(r.DerivedAttributes) > 0 || len(r.Tolerations) > 0 {
+		return nil
+	}
+	ask := &draAsk{class: r.DeviceClassName, count: int(r.Count), selectors: r.Selectors}
+	if r.Capacity != nil {
+		for name, q := range r.Capacity.Requests {
+			if name != gpu.DRACapacityMemory && string(name) != driver+"/"+string(gpu.DRACapacityMemory) {
+				return nil
+			}
+			ask.memoryMiB = ceilMiB(&q)
+		}
+	}
+	return ask
+}
+
+// draChoice is the policy's choice of devices for the pod on each node that
+// publishes GPUs of the driver and takes the ask: the demand as the engine
+// places it there and the GPUs chosen. Immutable.
+type draChoice struct {
+	nodes map[string]nodeChoice
+}
+
+type nodeChoice struct {
+	demand gpu.Demand
+	chosen gpu.DeviceSet
+}
+
+// Clone implements fwk.StateData.
+func (c *draChoice) Clone() fwk.StateData { return c }
+
+// draChoiceOf is the cycle's choice, or nil.
+func draChoiceOf(state fwk.CycleState) *draChoice {
+	data, err := state.Read(draChoiceKey)
+	if err != nil {
+		return nil
+	}
+	return data.(*draChoice)
+}
+
+// choosesDRADevices reports whether the profile allocates claims with the
+// devices GPUPlacement chooses: GPUDynamicResources comes after it at
+// PreFilter (and so reads the order it writes). Otherwise DynamicResources
+// allocates first fit, and Score scores that prediction (draclaims.go).
+func (p *GPUPlacement) choosesDRADevices() bool {
+	p.draOrder.Do(func() {
+		lister, ok := p.handle.(interface{ ListPlugins() *schedconfig.Plugins })
+		if !ok {
+			return
+		}
+		plugins := lister.ListPlugins()
+		if plugins == nil {
+			return
+		}
+		names := make([]string, len(plugins.PreFilter.Enabled))
+		for i, pl := range plugins.PreFilter.Enabled {
+			names[i] = pl.Name
+		}
+		self, dra := slices.Index(names, Name), slices.Index(names, gpudra.Name)
+		p.ordersDRA = self >= 0 && dra > self
+		if dra >= 0 && dra < self {
+			klog.Background().Info("GPUDynamicResources runs before GPUPlacement at PreFilter, so DRA allocates first fit: list it after GPUPlacement (docs/dra.md)")
+		}
+	})
+	return p.ordersDRA
+}
+
+// preFilterClaims prepares a pod with claims of its own: the classes its
+// unallocated claims ask for, for Filter (filterClaims), and the policy's
+// choice of their devices when it reads them (askOf). filter is false when
+// the pod has no claim to allocate: Filter has nothing to check.
+func (p *GPUPlacement) preFilterClaims(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo, base *gpu.Demand) (filter bool) {
+	claims, ok := p.claimsToAllocate(ctx, pod)
+	if !ok || len(claims) == 0 {
+		return false
+	}
+	classes := classesOf(claims)
+	state.Write(claimClassesKey, classes)
+	if !p.choosesDRADevices() {
+		return len(classes) > 0
+	}
+	if ask := askOf(claims, p.dra.src.Driver); ask != nil {
+		p.chooseDRADevices(ctx, state, draCycleOf(state), nodes, ask, *base, nil)
+	}
+	return len(classes) > 0
+}
+
+// chooseForDeferred chooses the devices DRA allocates for whole GPUs asked
+// for as nvidia.com/gpu on nodes that serve it through DRA (KEP-5004): the
+// claim DynamicResources makes, count devices of the class that maps the
+// resource. Filter decides the pod's models and memory minimum on such
+// nodes (filterDRA).
+func (p *GPUPlacement) chooseForDeferred(ctx context.Context, state fwk.CycleState, nodes []fwk.NodeInfo, demand *gpu.Demand) {
+	if !p.choosesDRADevices() {
+		return
+	}
+	cycle := draCycleOf(state)
+	resolver := p.dra.manager.DeviceClassResolver()
+	if demand.IsShare() || !cycle.gpuMapped || resolver == nil {
+		return
+	}
+	class := resolver.GetDeviceClass(gpu.ResourceGPU)
+	if class == nil {
+		return
+	}
+	p.chooseDRADevices(ctx, state, cycle, nodes, &draAsk{class: class.Name, count: demand.Count}, *demand, cycle.servesGPUsByDRA)
+}
+
+// chooseDRADevices places the ask on every node that publishes GPUs of the
+// driver, with the policy and the request Score uses (the node's host, the
+// cluster's maxima), among the GPUs the ask's class and selectors select;
+// and leaves the choice for Score and the device order for
+// GPUDynamicResources (gpudra.WriteOrder), so that DRA allocates what the
+// policy chose. Nodes where the policy finds no fit get no order: DRA
+// decides there alone, first fit. base is the pod's demand without GPUs
+// (its CPU and memory); only, when set, limits the nodes chosen on.
+func (p *GPUPlacement) chooseDRADevices(ctx context.Context, state fwk.CycleState, cycle *draCycle, nodes []fwk.NodeInfo, ask *draAsk, base gpu.Demand, only func(fwk.NodeInfo) bool) {
+	var host gpu.Host // the maxima Score's request has (PreScore, hostOf)
+	if p.policy.Info().HostAware {
+		host = p.clusterHost(nodes, cycle)
+	}
+	type result struct {
+		node   string
+		choice nodeChoice
+		order  []gpudra.DeviceName
+	}
+	results := make([]*result, len(nodes))
+	p.handle.Parallelizer().Until(ctx, len(nodes), func(i int) {
+		nodeInfo := nodes[i]
+		name := nodeInfo.Node().Name
+		d := cycle.nodes[name]
+		if d == nil || (only != nil && !only(nodeInfo)) {
+			return
+		}
+		sel := p.dra.selected(ctx, cycle, name, d, ask)
+		if !sel.ok || sel.partitions || sel.gpus == 0 {
+			return // the allocator decides alone: first fit
+		}
+		eligible := sel.gpus
+		demand, ok := d.DemandOf(ask.count, ask.memoryMiB, eligible, base)
+		if !ok {
+			return
+		}
+		if demand.IsShare() {
+			eligible &= sel.shareable // a share needs a device that allows several allocations
+		}
+		view := gpu.EmptyDRANodeGPUs(name, d).WithDRA(d, cycle.allocatedOn(name))
+		req := gpu.Request{Demand: &demand, Host: nodeHost(host, nodeInfo), Exclude: onlyAmong(eligible)}
+		chosen, fit := p.policy.Place(view, &req)
+		if !fit.OK() {
+			return
+		}
+		results[i] = &result{node: name, choice: nodeChoice{demand: demand, chosen: chosen}, order: cycle.devicesAt(name, d, chosen)}
+	}, Name)
+	choice := &draChoice{nodes: map[string]nodeChoice{}}
+	order := gpudra.Order{}
+	for _, r := range results {
+		if r != nil {
+			choice.nodes[r.node] = r.choice
+			order[r.node] = r.order
+		}
+	}
+	state.Write(draChoiceKey, choice)
+	gpudra.WriteOrder(state, order)
+}
+
+// onlyAmong excludes every GPU outside a set: those the claim cannot take.
+type onlyAmong gpu.DeviceSet
+
+// Excluded implements gpu.Excluder.
+func (s onlyAmong) Excluded(_ string, inv *gpu.Inventory) (gpu.DeviceSet, string) {
+	out := (gpu.DeviceSet(1)<<uint(inv.Len()) - 1) &^ gpu.DeviceSet(s)
+	if out == 0 {
+		return 0, ""
+	}
+	return out, "not selected by the claim's device class or selectors"
+}
+
+// devicesAt names the driver's devices at the chosen positions of a node,
+// in published order: each chosen GPU and its partitions.
+func (c *draCycle) devicesAt(node string, d *gpu.DRAInventory, chosen gpu.DeviceSet) []gpudra.DeviceName {
+	var out []gpudra.DeviceName
+	for _, dev := range c.devices[node] {
+		if pos, _, found := d.Position(dev.id); found && chosen.Has(pos) {
+			out = append(out, gpudra.DeviceName{Driver: dev.id.Driver, Pool: dev.id.Pool, Device: dev.id.Device})
+		}
+	}
+	return out
+}
+
+// selectedDevices is which devices of the driver on a node a class and
+// selectors select, with what they were computed from: whole GPUs (by
+// inventory position), those of them that allow several allocations
+// (consumable capacity), and whether any partition (MIG) is selected. ok is
+// false when the selection could not be evaluated.
+type selectedDevices struct {
+	slices     []*resourceapi.ResourceSlice
+	class      *resourceapi.DeviceClass
+	gpus       gpu.DeviceSet
+	shareable  gpu.DeviceSet
+	partitions bool
+	ok         bool
+}
+
+// maxSelections bounds the selections kept: claims with selectors of their
+// own (a UUID pin) add one per node.
+const maxSelections = 1 << 14
+
+// selected is the devices of the driver on the node that the ask's class
+// and request selectors select, evaluated with DRA's CEL library and the
+// scheduler's CEL features, and kept until the node's slices or the class
+// change. It is not ok when a selector does not compile or the class cannot
+// be read: the allocator then decides alone.
+func (r *draReader) selected(ctx context.Context, cycle *draCycle, node string, d *gpu.DRAInventory, ask *draAsk) *selectedDevices {
+	class, err := r.manager.DeviceClasses().Get(ask.class)
+	if err != nil {
+		return &selectedDevices{}
+	}
+	exprs := make([]string, 0, len(class.Spec.Selectors)+len(ask.selectors))
+	for _, sel := range slices.Concat(class.Spec.Selectors, ask.selectors) {
+		if sel.CEL != nil {
+			exprs = append(exprs, sel.CEL.Expression)
+		}
+	}
+	nodeSlices := cycle.onNode[node]
+	key := node + "\x00" + ask.class + "\x00" + strings.Join(exprs, "\x00")
+	if c, ok := r.selections.Load(key); ok {
+		if sd := c.(*selectedDevices); sd.class == class && slices.Equal(sd.slices, nodeSlices) {
+			return sd
+		}
+	}
+	sd := r.evaluate(ctx, node, d, nodeSlices, exprs)
+	sd.slices, sd.class = nodeSlices, class
+	if r.selectionCount.Add(1) > maxSelections {
+		r.selections.Clear()
+		r.selectionCount.Store(0)
+	}
+	r.selections.Store(key, sd)
+	return sd
+}
+
+// evaluate runs the selectors on each device of the driver on the node.
+func (r *draReader) evaluate(ctx context.Context, node string, d *gpu.DRAInventory, nodeSlices []*resourceapi.ResourceSlice, exprs []string) *selectedDevices {
+	programs := make([]cel.CompilationResult, len(exprs))
+	for i, expr := range exprs {
+		if programs[i] = r.celCache.GetOrCompile(expr); programs[i].Error != nil {
+			logger(ctx).V(4).Info("Not choosing DRA devices: a selector does not compile", "node", node, "expression", expr, "err", programs[i].Error)
+			return &selectedDevices{}
+		}
+	}
+	sd := &selectedDevices{ok: true}
+	for _, s := range nodeSlices {
+		if s.Spec.Driver != r.src.Driver {
+			continue
+		}
+	devices:
+		for i := range s.Spec.Devices {
+			dev := &s.Spec.Devices[i]
+			pos, partition, found := d.Position(gpu.DRADeviceID{Driver: s.Spec.Driver, Pool: s.Spec.Pool.Name, Device: dev.Name})
+			if !found {
+				continue
+			}
+			input := cel.Device{Driver: s.Spec.Driver, AllowMultipleAllocations: dev.AllowMultipleAllocations, Attributes: dev.Attributes, Capacity: dev.Capacity}
+			for _, program := range programs {
+				if match, _, err := program.DeviceMatches(ctx, input); err != nil || !match {
+					continue devices
+				}
+			}
+			switch {
+			case partition:
+				sd.partitions = true
+			default:
+				sd.gpus |= 1 << uint(pos)
+				if ptr.Deref(dev.AllowMultipleAllocations, false) {
+					sd.shareable |= 1 << uint(pos)
+				}
+			}
+		}
+	}
+	return sd
+}
+
+// claimsToAllocate is the pod's claims that DRA has yet to allocate
+// (neither allocated nor pending for another pod), in the pod's order; ok
+// is false when a claim cannot be read (it may not exist yet).
+func (p *GPUPlacement) claimsToAllocate(ctx context.Context, pod *v1.Pod) (claims []*resourceapi.ResourceClaim, ok bool) {
+	tracker := p.dra.manager.ResourceClaims()
+	for i := range pod.Spec.ResourceClaims {
+		name, _, err := resourceclaim.Name(pod, &pod.Spec.ResourceClaims[i])
+		if err != nil || name == nil {
+			continue
+		}
+		claim, err := tracker.Get(pod.Namespace, *name)
+		if err != nil {
+			logger(ctx).V(4).Info("Not reading DRA claims: claim unreadable", "pod", klog.KObj(pod), "claim", *name, "err", err)
+			return nil, false
+		}
+		if claim.Status.Allocation != nil || tracker.GetPendingAllocation(claim.UID) != nil {
+			continue
+		}
+		claims = append(claims, claim)
+	}
+	return claims, true
+}

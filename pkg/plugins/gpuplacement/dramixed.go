@@ -1,0 +1,159 @@
+package gpuplacement
+
+import (
+	"context"
+	"fmt"
+
+	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/utils/ptr"
+
+	"github.com/gpusched/gpusched/pkg/gpu"
+)
+
+// The two ways of handing out a node's GPUs — gpusched's annotation and a
+// DRA driver's claims — must never both hold GPUs of one node, since
+// neither sees the other's. Nodes that publish GPUs of the driver refuse
+// annotation placement (filterDRA); the rules here close the gaps around
+// that one:
+//
+//   - A node whose slices are gone while claims allocated there still hold
+//     its GPUs (a driver upgrade deletes and re-creates its slices) stays
+//     DRA-managed: heldByDRA.
+//   - A pod with claims for the driver's GPUs is refused on a node that
+//     publishes them while a live pod there holds GPUs by annotation (one
+//     placed before the driver published, or by another gpusched replica
+//     with DRA disabled): filterClaims.
+
+// heldByDRA is the nodes that allocated claims (as the tracker lists them:
+// written, or assumed after the scheduler's own write) name with a device
+// of the driver: the node their allocation's node selector names
+// (metadata.name), as the structured allocator writes it for node-local
+// devices.
+func (r *draReader) heldByDRA() (sets.Set[string], error) {
+	claims, err := r.manager.ResourceClaims().List()
+	if err != nil {
+		return nil, fmt.Errorf("listing ResourceClaims: %w", err)
+	}
+	held := sets.New[string]()
+	for _, c := range claims {
+		alloc := c.Status.Allocation
+		if alloc == nil {
+			continue
+		}
+		if node := allocatedNode(alloc.NodeSelector); node != "" && takesDriver(alloc, r.src.Driver) {
+			held.Insert(node)
+		}
+	}
+	return held, nil
+}
+
+// allocatedNode is the node a node selector names by metadata.name alone,
+// or "".
+func allocatedNode(sel *v1.NodeSelector) string {
+	if sel == nil || len(sel.NodeSelectorTerms) != 1 {
+		return ""
+	}
+	term := sel.NodeSelectorTerms[0]
+	if len(term.MatchExpressions) > 0 || len(term.MatchFields) != 1 {
+		return ""
+	}
+	f := term.MatchFields[0]
+	if f.Key != "metadata.name" || f.Operator != v1.NodeSelectorOpIn || len(f.Values) != 1 {
+		return ""
+	}
+	return f.Values[0]
+}
+
+// takesDriver reports whether an allocation takes a device of the driver;
+// admin access (monitoring) takes none.
+func takesDriver(alloc *resourceapi.AllocationResult, driver string) bool {
+	for _, r := range alloc.Devices.Results {
+		if r.Driver == driver && !ptr.Deref(r.AdminAccess, false) {
+			return true
+		}
+	}
+	return false
+}
+
+// filterHeld refuses a GPU demand by annotation on a node whose slices do
+// not publish GPUs of the driver now but whose GPUs claims hold.
+func filterHeld(cycle *draCycle, node string) *fwk.Status {
+	if cycle != nil && cycle.held.Has(node) {
+		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, gpu.ReasonDRAManaged.String())
+	}
+	return nil
+}
+
+// claimClassesKey is where PreFilter leaves the DeviceClasses a claim pod's
+// unallocated claims ask for, for filterClaims.
+const claimClassesKey fwk.StateKey = "ClaimClasses" + Name
+
+type claimClasses []string
+
+// Clone implements fwk.StateData.
+func (c claimClasses) Clone() fwk.StateData { return c }
+
+// classesOf is the DeviceClasses the claims' requests and subrequests name,
+// but for requests of admin access (which take no device).
+func classesOf(claims []*resourceapi.ResourceClaim) claimClasses {
+	var out claimClasses
+	add := func(class string) {
+		if class != "" && !sets.New(out...).Has(class) {
+			out = append(out, class)
+		}
+	}
+	for _, c := range claims {
+		for _, r := range c.Spec.Devices.Requests {
+			if r.Exactly != nil && !ptr.Deref(r.Exactly.AdminAccess, false) {
+				add(r.Exactly.DeviceClassName)
+			}
+			for _, sub := range r.FirstAvailable {
+				add(sub.DeviceClassName)
+			}
+		}
+	}
+	return out
+}
+
+// holdsByAnnotation reports whether a pod on the node holds GPUs by
+// gpusched's annotation: any pod the scheduler still has there (it drops
+// terminated pods), whatever its deletion state, since it runs until it
+// stops.
+func holdsByAnnotation(nodeInfo fwk.NodeInfo) bool {
+	for _, pi := range nodeInfo.GetPods() {
+		pod := pi.GetPod()
+		if pod.Annotations[gpu.AnnotationAssigned] != "" && pod.Status.Phase != v1.PodSucceeded && pod.Status.Phase != v1.PodFailed {
+			return true
+		}
+	}
+	return false
+}
+
+// filterClaims refuses a claim pod on a node that publishes GPUs of the
+// driver while a live pod there holds GPUs by annotation, when one of the
+// pod's classes selects GPUs or partitions of the node (or cannot be read):
+// DRA would hand out GPUs the annotation holds. The pod is schedulable there
+// again once those pods are gone. The status is Unschedulable: preemption
+// may evict lower-priority holders for it, as for any pod they block.
+func (p *GPUPlacement) filterClaims(ctx context.Context, state fwk.CycleState, nodeInfo fwk.NodeInfo) *fwk.Status {
+	data, err := state.Read(claimClassesKey)
+	if err != nil {
+		return nil
+	}
+	cycle, d, _ := draNode(state, nodeInfo.Node().Name)
+	if d == nil || !holdsByAnnotation(nodeInfo) {
+		return nil
+	}
+	for _, class := range data.(claimClasses) {
+		if sel := p.dra.selected(ctx, cycle, nodeInfo.Node().Name, d, &draAsk{class: class}); !sel.ok || sel.gpus != 0 || sel.partitions {
+			return fwk.NewStatus(fwk.Unschedulable, ReasonAnnotationHolders)
+		}
+	}
+	return nil
+}
+
+// ReasonAnnotationHolders is why a claim pod waits for a node.
+const ReasonAnnotationHolders = "node GPUs held by gpusched.io/gpu-assigned pods"
