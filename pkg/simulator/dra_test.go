@@ -9,7 +9,9 @@ import (
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/dynamic-resource-allocation/structured"
 	"k8s.io/utils/ptr"
 
 	"github.com/gpusched/gpusched/pkg/gpu"
@@ -244,4 +246,88 @@ func TestDRAPathPlacesAsTheAnnotationPath(t *testing.T) {
 	}
 	t.Logf("unallocated at 100%%: annotation %v, DRA with the policy's devices %v, DRA first fit %v",
 		*annotation.UnallocatedPctAt100, *policy.UnallocatedPctAt100, *firstFit.UnallocatedPctAt100)
+}
+
+// TestDRAAllocatedStateKeptUpToDate: the manager's allocated state, kept up
+// to date as claims become pending, allocated, unreserved and released,
+// equals the state counted afresh from its claims after every step. Node n
+// has gpu-0..gpu-1; a takes gpu-0 whole, b and c share gpu-1 (4800 + 3200
+// MiB = 8000 MiB consumed), d is reserved on gpu-1 and unreserved.
+func TestDRAAllocatedStateKeptUpToDate(t *testing.T) {
+	m := newDRAManager([]*resourceapi.ResourceSlice{draSlice("n", 2, "A100")})
+	pod := func(name string) *v1.Pod {
+		p := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", UID: types.UID(name)}}
+		p.Spec.ResourceClaims = []v1.PodResourceClaim{{Name: draRequest, ResourceClaimName: ptr.To(name)}}
+		m.add(&resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", UID: types.UID(name + "-claim")}})
+		return p
+	}
+	reserve := func(p *v1.Pod, dev, memory string) {
+		r := resourceapi.DeviceRequestAllocationResult{Request: draRequest, Driver: gpu.DefaultDRADriver, Pool: "n", Device: dev}
+		if memory != "" {
+			r.ShareID = ptr.To(types.UID(p.Name + "-share"))
+			r.ConsumedCapacity = map[resourceapi.QualifiedName]resource.Quantity{"memory": resource.MustParse(memory)}
+		}
+		claim, _ := m.ResourceClaims().Get(p.Namespace, p.Name)
+		allocated := claim.DeepCopy()
+		allocated.Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{r}}}
+		if err := m.ResourceClaims().SignalClaimPendingAllocation(claim.UID, allocated); err != nil {
+			t.Fatal(err)
+		}
+	}
+	commit := func(p *v1.Pod) {
+		if _, err := m.commit(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check := func(step string, wantWhole, wantShares int, wantMemory string) {
+		t.Helper()
+		got, _ := m.ResourceClaims().GatherAllocatedState()
+		want := recountAllocatedState(m)
+		if !got.AllocatedDevices.Equal(want.AllocatedDevices) ||
+			!got.AllocatedSharedDeviceIDs.Equal(want.AllocatedSharedDeviceIDs) || fmt.Sprint(got.AggregatedCapacity) != fmt.Sprint(want.AggregatedCapacity) {
+			t.Errorf("%s: state %v, counted afresh %v", step, got, want)
+		}
+		if got.AllocatedDevices.Len() != wantWhole || got.AllocatedSharedDeviceIDs.Len() != wantShares {
+			t.Errorf("%s: %d whole devices and %d shares, want %d and %d", step, got.AllocatedDevices.Len(), got.AllocatedSharedDeviceIDs.Len(), wantWhole, wantShares)
+		}
+		memory := ""
+		if q := got.AggregatedCapacity[structured.MakeDeviceID(gpu.DefaultDRADriver, "n", "gpu-1")]["memory"]; q != nil {
+			memory = q.String()
+		}
+		if memory != wantMemory {
+			t.Errorf("%s: gpu-1 has %q of memory consumed, want %q", step, memory, wantMemory)
+		}
+	}
+	a, b, c, d := pod("a"), pod("b"), pod("c"), pod("d")
+	check("no claim allocated", 0, 0, "")
+	reserve(a, "gpu-0", "")
+	check("a pending", 1, 0, "")
+	commit(a)
+	reserve(b, "gpu-1", "4800Mi")
+	commit(b)
+	reserve(c, "gpu-1", "3200Mi")
+	check("b allocated, c pending", 1, 2, "8000Mi")
+	commit(c)
+	reserve(d, "gpu-1", "1600Mi")
+	check("d pending", 1, 3, "9600Mi")
+	m.ResourceClaims().MaybeRemoveClaimPendingAllocation(types.UID("d-claim"), false)
+	check("d unreserved", 1, 2, "8000Mi")
+	m.release(b)
+	check("b released", 1, 1, "3200Mi")
+	m.release(a)
+	m.release(c)
+	check("all released", 0, 0, "")
+}
+
+// recountAllocatedState is the manager's allocated state counted afresh
+// from its allocated and pending claims.
+func recountAllocatedState(m *draManager) *structured.AllocatedState {
+	fresh := newDRAManager(nil)
+	for _, claim := range m.claims {
+		fresh.count(claim.Status.Allocation, true)
+	}
+	for _, claim := range m.pending {
+		fresh.count(claim.Status.Allocation, true)
+	}
+	return fresh.state
 }

@@ -28,9 +28,10 @@ type draManager struct {
 	mu      sync.RWMutex
 	claims  map[string]*resourceapi.ResourceClaim // by namespace/name
 	pending map[types.UID]*resourceapi.ResourceClaim
-	// state is the allocated state as of the last change of an allocation,
-	// or nil; GatherAllocatedState hands out copies of it. Both the
-	// DynamicResources plugin and GPUPlacement ask for it in every cycle.
+	// state is the allocated state: the devices of every allocated or
+	// pending claim. It is kept up to date as allocations come and go
+	// (count), since both the DynamicResources plugin and GPUPlacement ask
+	// for it in every cycle, and handed out as it is (GatherAllocatedState).
 	state *structured.AllocatedState
 }
 
@@ -42,6 +43,11 @@ func newDRAManager(slices []*resourceapi.ResourceSlice) *draManager {
 		classes: []*resourceapi.DeviceClass{draDeviceClass()},
 		claims:  map[string]*resourceapi.ResourceClaim{},
 		pending: map[types.UID]*resourceapi.ResourceClaim{},
+		state: &structured.AllocatedState{
+			AllocatedDevices:         sets.New[structured.DeviceID](),
+			AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](),
+			AggregatedCapacity:       structured.NewConsumedCapacityCollection(),
+		},
 	}
 }
 
@@ -74,8 +80,7 @@ func (m *draManager) commit(pod *v1.Pod) (gpu.Assignment, error) {
 		if pending == nil || pending.Status.Allocation == nil {
 			return gpu.Assignment{}, fmt.Errorf("pod %s: claim %s has no pending allocation", pod.Name, key)
 		}
-		delete(m.pending, claim.UID)
-		m.state = nil
+		delete(m.pending, claim.UID) // its devices stay counted, now as the claim's
 		allocated := claim.DeepCopy()
 		allocated.Status.Allocation = pending.Status.Allocation.DeepCopy()
 		allocated.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: pod.Name, UID: pod.UID}}
@@ -90,6 +95,34 @@ func (m *draManager) commit(pod *v1.Pod) (gpu.Assignment, error) {
 	return out, nil
 }
 
+// claimSpecs is the spec of each of the pod's claims, for the Filter memo
+// (filterMemo) to key the pod by what it claims rather than by the names of
+// its claims. False when a claim cannot stand for its name: it does not
+// exist, is allocated already, or has a request with a list of
+// alternatives, whose allocation DynamicResources' Score reads from the
+// node's Filter.
+func (m *draManager) claimSpecs(pod *v1.Pod) ([]resourceapi.ResourceClaimSpec, bool) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	out := make([]resourceapi.ResourceClaimSpec, 0, len(pod.Spec.ResourceClaims))
+	for _, pc := range pod.Spec.ResourceClaims {
+		if pc.ResourceClaimName == nil {
+			return nil, false
+		}
+		claim := m.claims[claimKey(pod.Namespace, *pc.ResourceClaimName)]
+		if claim == nil || claim.Status.Allocation != nil || m.pending[claim.UID] != nil {
+			return nil, false
+		}
+		for _, r := range claim.Spec.Devices.Requests {
+			if r.Exactly == nil {
+				return nil, false
+			}
+		}
+		out = append(out, claim.Spec)
+	}
+	return out, true
+}
+
 // release deallocates the pod's claims: it has departed.
 func (m *draManager) release(pod *v1.Pod) {
 	m.mu.Lock()
@@ -101,7 +134,7 @@ func (m *draManager) release(pod *v1.Pod) {
 		if claim := m.claims[claimKey(pod.Namespace, *pc.ResourceClaimName)]; claim != nil {
 			free := claim.DeepCopy()
 			free.Status = resourceapi.ResourceClaimStatus{}
-			m.state = nil
+			m.count(claim.Status.Allocation, false)
 			m.claims[claimKey(pod.Namespace, *pc.ResourceClaimName)] = free
 		}
 	}
@@ -174,64 +207,59 @@ func (c *draClaims) ListAllAllocatedDevices() (sets.Set[structured.DeviceID], er
 }
 
 // GatherAllocatedState is every device allocated to a claim or pending for
-// one: taken whole, or shared with the capacity the shares consume. The
-// caller owns the copy it gets.
+// one: taken whole, or shared with the capacity the shares consume. It is
+// the manager's own state, not a copy, and readers must not modify it. It
+// changes only between scheduling cycles (commit, release) and in Reserve
+// and Unreserve, after Filter and Score have read it: the DynamicResources
+// plugin's allocator and GPUPlacement read it within the cycle that asked
+// for it. Kept up to date rather than recomputed or copied for each
+// reader, since both were most of the DRA path's time outside Filter.
 func (c *draClaims) GatherAllocatedState() (*structured.AllocatedState, error) {
 	c.mu.RLock()
-	st := c.state
-	c.mu.RUnlock()
-	if st == nil {
-		c.mu.Lock()
-		if c.state == nil {
-			c.state = c.gatherLocked()
-		}
-		st = c.state
-		c.mu.Unlock()
-	}
-	return &structured.AllocatedState{
-		AllocatedDevices:         st.AllocatedDevices.Clone(),
-		AllocatedSharedDeviceIDs: st.AllocatedSharedDeviceIDs.Clone(),
-		AggregatedCapacity:       st.AggregatedCapacity.Clone(),
-	}, nil
+	defer c.mu.RUnlock()
+	return c.state, nil
 }
 
-// gatherLocked computes the allocated state; the caller holds c.mu.
-func (c *draClaims) gatherLocked() *structured.AllocatedState {
-	st := &structured.AllocatedState{
-		AllocatedDevices:         sets.New[structured.DeviceID](),
-		AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](),
-		AggregatedCapacity:       structured.NewConsumedCapacityCollection(),
+// count adds the devices an allocation takes to the allocated state, or
+// takes them out of it (add false); the caller holds m.mu. A device taken
+// whole belongs to one allocation; shares are told apart by their share
+// IDs, and the memory they consume adds up per device.
+func (m *draManager) count(alloc *resourceapi.AllocationResult, add bool) {
+	if alloc == nil {
+		return
 	}
-	count := func(alloc *resourceapi.AllocationResult) {
-		if alloc == nil {
-			return
-		}
-		for _, r := range alloc.Devices.Results {
-			id := structured.MakeDeviceID(r.Driver, r.Pool, r.Device)
-			if r.ShareID == nil {
-				st.AllocatedDevices.Insert(id)
-				continue
-			}
+	st := m.state
+	for _, r := range alloc.Devices.Results {
+		id := structured.MakeDeviceID(r.Driver, r.Pool, r.Device)
+		switch {
+		case r.ShareID == nil && add:
+			st.AllocatedDevices.Insert(id)
+		case r.ShareID == nil:
+			st.AllocatedDevices.Delete(id)
+		case add:
 			st.AllocatedSharedDeviceIDs.Insert(structured.MakeSharedDeviceID(id, r.ShareID))
-			if r.ConsumedCapacity != nil {
-				st.AggregatedCapacity.Insert(structured.NewDeviceConsumedCapacity(id, r.ConsumedCapacity))
-			}
+		default:
+			st.AllocatedSharedDeviceIDs.Delete(structured.MakeSharedDeviceID(id, r.ShareID))
+		}
+		if r.ShareID == nil || r.ConsumedCapacity == nil {
+			continue
+		}
+		if consumed := structured.NewDeviceConsumedCapacity(id, r.ConsumedCapacity); add {
+			st.AggregatedCapacity.Insert(consumed)
+		} else {
+			st.AggregatedCapacity.Remove(consumed)
 		}
 	}
-	for _, claim := range c.claims {
-		count(claim.Status.Allocation)
-	}
-	for _, claim := range c.pending {
-		count(claim.Status.Allocation)
-	}
-	return st
 }
 
 func (c *draClaims) SignalClaimPendingAllocation(uid types.UID, allocated *resourceapi.ResourceClaim) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if old := c.pending[uid]; old != nil {
+		(*draManager)(c).count(old.Status.Allocation, false)
+	}
 	c.pending[uid] = allocated
-	c.state = nil
+	(*draManager)(c).count(allocated.Status.Allocation, true)
 	return nil
 }
 
@@ -247,10 +275,10 @@ func (c *draClaims) GetPendingAllocation(uid types.UID) *resourceapi.AllocationR
 func (c *draClaims) MaybeRemoveClaimPendingAllocation(uid types.UID, _ bool) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	_, ok := c.pending[uid]
+	claim, ok := c.pending[uid]
 	if ok {
 		delete(c.pending, uid)
-		c.state = nil
+		(*draManager)(c).count(claim.Status.Allocation, false)
 	}
 	return ok
 }

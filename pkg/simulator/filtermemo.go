@@ -5,22 +5,34 @@ import (
 	"slices"
 
 	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
+	"github.com/gpusched/gpusched/pkg/plugins/gpudra"
 	"github.com/gpusched/gpusched/pkg/plugins/gpuplacement"
 	"github.com/gpusched/gpusched/pkg/plugins/gpuresourcesfit"
 )
 
 // nodeLocalFilters are the Filter plugins whose verdict on a node depends
 // on the pod and that node's NodeInfo alone (its Node object and its pods),
-// with GPUPlacement's as long as no GPU is excluded by telemetry and no
-// GPU is allocated through DRA (see newFilterMemo). The others read the
+// with GPUPlacement's as long as no GPU is excluded by telemetry (see
+// newFilterMemo). The others read the
 // whole cluster (InterPodAffinity, PodTopologySpread) or the API (volumes).
 var nodeLocalFilters = []string{
 	"NodeName", "NodeUnschedulable", "TaintToleration", "NodeAffinity", "NodePorts", "NodeResourcesFit",
 	gpuresourcesfit.Name, gpuplacement.Name,
 }
+
+// draFilters are the DRA path's allocating Filter plugins. In a simulated
+// run they are node-local too: every ResourceSlice is local to one node,
+// each pod's claims are its own (the memo keys them by their spec, see
+// draManager.claimSpecs), and a node's allocations change only when a pod
+// is bound to it or removed from it, which changes its NodeInfo's
+// generation. A verdict they give on a node they did not run on leaves no
+// allocation for it in the cycle state, so the run filters the node it
+// commits to again (scheduler.commit).
+var draFilters = []string{dynamicResources, gpudra.Name}
 
 // filterMemo remembers the Filter plugins' verdict on each node for each
 // pod shape, and hands it back while the node's NodeInfo has the same
@@ -42,6 +54,10 @@ type filterMemo struct {
 	// order.
 	index    map[string]int
 	verdicts [][]verdict
+	// claims, on the DRA path, is the spec of each of a pod's claims, or
+	// false when a claim cannot stand for its name (see
+	// draManager.claimSpecs); nil on the annotation path.
+	claims func(*v1.Pod) ([]resourceapi.ResourceClaimSpec, bool)
 }
 
 type verdict struct {
@@ -51,15 +67,21 @@ type verdict struct {
 }
 
 // newFilterMemo returns the memo for a profile whose Filter plugins are
-// filters; nil when GPUPlacement's verdicts depend on more than the node
-// (GPUs allocated through DRA, or excluded by replayed telemetry).
-func newFilterMemo(filters []string, dra, telemetry bool) *filterMemo {
-	if dra || telemetry {
+// filters, on the DRA path when dra is set; nil when GPUPlacement's
+// verdicts depend on more than the node (GPUs excluded by replayed
+// telemetry).
+func newFilterMemo(filters []string, dra *draManager, telemetry bool) *filterMemo {
+	if telemetry {
 		return nil
 	}
 	m := &filterMemo{shapeOf: map[*v1.Pod]int32{}, shapes: map[string]int32{}, index: map[string]int{}}
+	local := nodeLocalFilters
+	if dra != nil {
+		local = slices.Concat(nodeLocalFilters, draFilters)
+		m.claims = dra.claimSpecs
+	}
 	for _, f := range filters {
-		if !slices.Contains(nodeLocalFilters, f) {
+		if !slices.Contains(local, f) {
 			m.others = append(m.others, f)
 		}
 	}
@@ -81,7 +103,17 @@ func (m *filterMemo) shape(state fwk.CycleState, pod *v1.Pod) (int32, bool) {
 	if id, ok := m.shapeOf[pod]; ok {
 		return id, true
 	}
-	key, err := shapeKey(pod)
+	var claims []resourceapi.ResourceClaimSpec
+	if len(pod.Spec.ResourceClaims) > 0 {
+		ok := m.claims != nil
+		if ok {
+			claims, ok = m.claims(pod)
+		}
+		if !ok {
+			return 0, false
+		}
+	}
+	key, err := shapeKey(pod, claims)
 	if err != nil {
 		return 0, false
 	}
@@ -97,14 +129,24 @@ func (m *filterMemo) shape(state fwk.CycleState, pod *v1.Pod) (int32, bool) {
 
 // shapeKey is what node-local Filter plugins can read of a pod: all of it
 // but its name, UID, labels and other metadata besides its namespace and
-// annotations (GPUPlacement reads its demand from annotations).
-func shapeKey(pod *v1.Pod) (string, error) {
+// annotations (GPUPlacement reads its demand from annotations). A pod's
+// claims count by their specs (claims, in the order of the pod's), not
+// their names.
+func shapeKey(pod *v1.Pod, claims []resourceapi.ResourceClaimSpec) (string, error) {
+	spec := pod.Spec
+	if len(claims) > 0 {
+		spec.ResourceClaims = slices.Clone(spec.ResourceClaims)
+		for i := range spec.ResourceClaims {
+			spec.ResourceClaims[i].ResourceClaimName = nil
+		}
+	}
 	b, err := json.Marshal(struct {
 		Namespace   string
 		Annotations map[string]string
 		Spec        *v1.PodSpec
 		Status      *v1.PodStatus
-	}{pod.Namespace, pod.Annotations, &pod.Spec, &pod.Status})
+		Claims      []resourceapi.ResourceClaimSpec `json:",omitempty"`
+	}{pod.Namespace, pod.Annotations, &spec, &pod.Status, claims})
 	return string(b), err
 }
 

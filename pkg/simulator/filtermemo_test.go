@@ -11,12 +11,19 @@ import (
 // TestFilterMemoChangesNothing: handing back remembered Filter verdicts
 // for nodes unchanged since gives the same runs, placement by placement and
 // failure message by failure message, as filtering every node in every
-// cycle: with pods only arriving (fgd) and with pods leaving too (replay).
+// cycle: with pods only arriving (fgd) and with pods leaving too (replay),
+// on the annotation path and on the DRA path, with the policy's devices and
+// with first fit (where the memo keys a pod by its claims' specs and the
+// run filters the node it commits to again).
 func TestFilterMemoChangesNothing(t *testing.T) {
 	nodes, pods := Synthetic(SyntheticOptions{Nodes: 40, Seed: 5})
-	for _, arrival := range []Arrival{ArrivalFGD, ArrivalReplay} {
+	for _, c := range []struct {
+		arrival       Arrival
+		dra, firstFit bool
+	}{{ArrivalFGD, false, false}, {ArrivalReplay, false, false}, {ArrivalFGD, true, false}, {ArrivalReplay, true, false}, {ArrivalFGD, true, true}} {
+		arrival := c.arrival
 		opts := Options{Nodes: nodes, Pods: pods, Profiles: defaultProfiles(t, "FragFit", "BestFit"), Seeds: []int64{1, 2},
-			Arrival: arrival, RecordPlacements: true}
+			Arrival: arrival, RecordPlacements: true, DRA: c.dra, DRAFirstFit: c.firstFit}
 		remembered, err := Simulate(context.Background(), opts)
 		if err != nil {
 			t.Fatal(err)
@@ -29,8 +36,8 @@ func TestFilterMemoChangesNothing(t *testing.T) {
 		for i := range filtered {
 			a, b := remembered[i], filtered[i]
 			if !reflect.DeepEqual(a.Placements, b.Placements) || !reflect.DeepEqual(a.FailureReasons, b.FailureReasons) {
-				t.Errorf("%s, %s, seed %d: the memo changed the run: %d placed, %d failed, want %d, %d; reasons %v, want %v",
-					arrival, b.Policy, b.Seed, a.Placed, a.Failed, b.Placed, b.Failed, a.FailureReasons, b.FailureReasons)
+				t.Errorf("%s, DRA %v (first fit %v), %s, seed %d: the memo changed the run: %d placed, %d failed, want %d, %d; reasons %v, want %v",
+					arrival, c.dra, c.firstFit, b.Policy, b.Seed, a.Placed, a.Failed, b.Placed, b.Failed, a.FailureReasons, b.FailureReasons)
 			}
 		}
 	}
@@ -52,7 +59,7 @@ func TestFilterMemoServesDefaultProfile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := newFilterMemo(filterNames(s.fw), false, false)
+	m := newFilterMemo(filterNames(s.fw), nil, false)
 	for _, tp := range pods[:20] {
 		pod := tp.Pod
 		state := framework.NewCycleState()

@@ -223,6 +223,37 @@ func (t *fragTracker) screen(pod *v1.Pod) func(node string) (bool, []string) {
 	}
 }
 
+// screenClaims is the screen of the DRA path, for a claim pod made from
+// the trace pod traceOf holds for it. It is as exact as the screen of the
+// annotation path: each trace GPU is one device of the node's slice, with
+// the memory of its milli-GPU (draSlice), and each claim asks for the
+// trace pod's GPUs and share of them among its allowed models (draPod), so
+// a node gpu.Check rejects is one where the structured allocator finds no
+// devices. Nodes it rejects are counted under the reason DynamicResources'
+// Filter gives them, so that a run reports the same reasons screened or not.
+func (t *fragTracker) screenClaims(traceOf map[*v1.Pod]*v1.Pod) func(*v1.Pod) func(node string) (bool, []string) {
+	return func(pod *v1.Pod) func(node string) (bool, []string) {
+		trace := traceOf[pod]
+		if trace == nil {
+			return nil
+		}
+		check := t.screen(trace)
+		if check == nil {
+			return nil
+		}
+		return func(node string) (bool, []string) {
+			if ok, _ := check(node); !ok {
+				return false, draUnallocatable
+			}
+			return true, nil
+		}
+	}
+}
+
+// draUnallocatable is DynamicResources' Filter's reason for a node where
+// the claims cannot be allocated.
+var draUnallocatable = []string{"cannot allocate all claims"}
+
 // reasonStrings is rs.Strings(), made once per set of reasons: the screen
 // rejects most nodes of a full cluster, for few reasons. The callers only
 // read the slice.

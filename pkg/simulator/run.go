@@ -249,11 +249,14 @@ type episode struct {
 	start  time.Time
 	sched  *scheduler
 	dra    *draManager
-	clock  *replayClock
-	frag   *fragTracker
-	curve  *curve
-	pods   []TracePod
-	events []event
+	// traceOf is, on the DRA path, the trace pod each claim pod was made
+	// from, for the screen to read its GPU request.
+	traceOf map[*v1.Pod]*v1.Pod
+	clock   *replayClock
+	frag    *fragTracker
+	curve   *curve
+	pods    []TracePod
+	events  []event
 	// next is the index of the next event to run.
 	next                  int
 	arrived, used         int64
@@ -297,13 +300,15 @@ func (r *runner) newEpisode(ctx context.Context) (*episode, error) {
 	}
 	e.out = Run{Policy: r.profile.Name, Seed: r.seed, FailureReasons: map[string]int{}}
 	e.frag = newFragTracker(r.opts.Nodes, r.typical)
-	// The screen is GPUPlacement's check of annotation placements, which
-	// the DRA path does not make.
-	if !r.opts.NoScreen && !r.opts.DRA && filtersWithGPUPlacement(r.profile) {
+	if !r.opts.NoScreen && filtersWithGPUPlacement(r.profile) {
 		e.sched.screen = e.frag.screen
+		if e.dra != nil {
+			e.traceOf = map[*v1.Pod]*v1.Pod{}
+			e.sched.screen = e.frag.screenClaims(e.traceOf)
+		}
 	}
 	if !r.opts.NoFilterMemo {
-		e.sched.filterMemo = newFilterMemo(filterNames(e.sched.fw), r.opts.DRA, r.opts.Telemetry != nil)
+		e.sched.filterMemo = newFilterMemo(filterNames(e.sched.fw), e.dra, r.opts.Telemetry != nil)
 	}
 	e.curve = newCurve(r.capacity)
 	if !r.profile.Migrations.IsZero() {
@@ -387,6 +392,9 @@ func (e *episode) advance() (*decision, error) {
 			}
 			if claim != nil {
 				e.dra.add(claim)
+				if e.traceOf != nil {
+					e.traceOf[claimPod] = pod
+				}
 			}
 			pod = claimPod
 		}

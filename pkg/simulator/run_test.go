@@ -140,22 +140,31 @@ func TestRunsReproducible(t *testing.T) {
 // plugin's reason when filtered.)
 func TestScreenChangesNothing(t *testing.T) {
 	nodes, pods := Synthetic(SyntheticOptions{Nodes: 40, Seed: 3})
-	opts := Options{Nodes: nodes, Pods: pods, Profiles: defaultProfiles(t, "BestFit", "GpuPacking", "DotProd"), Seeds: []int64{1}, Arrival: ArrivalFGD}
-	screened, err := Simulate(context.Background(), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	opts.NoScreen = true
-	full, err := Simulate(context.Background(), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range full {
-		if !reflect.DeepEqual(screened[i].Curve, full[i].Curve) || screened[i].Failed != full[i].Failed {
-			t.Errorf("%s: the screen changed the run: failed %d vs %d", full[i].Policy, screened[i].Failed, full[i].Failed)
+	for _, dra := range []bool{false, true} {
+		opts := Options{Nodes: nodes, Pods: pods, Profiles: defaultProfiles(t, "BestFit", "GpuPacking", "DotProd"), Seeds: []int64{1},
+			Arrival: ArrivalFGD, DRA: dra, RecordPlacements: dra}
+		screened, err := Simulate(context.Background(), opts)
+		if err != nil {
+			t.Fatal(err)
 		}
-		if !reflect.DeepEqual(screened[i].ByModel, full[i].ByModel) {
-			t.Errorf("%s: allocation by model differs: %v vs %v", full[i].Policy, screened[i].ByModel, full[i].ByModel)
+		opts.NoScreen = true
+		full, err := Simulate(context.Background(), opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range full {
+			if !reflect.DeepEqual(screened[i].Curve, full[i].Curve) || screened[i].Failed != full[i].Failed {
+				t.Errorf("%s, DRA %v: the screen changed the run: failed %d vs %d", full[i].Policy, dra, screened[i].Failed, full[i].Failed)
+			}
+			if !reflect.DeepEqual(screened[i].ByModel, full[i].ByModel) {
+				t.Errorf("%s, DRA %v: allocation by model differs: %v vs %v", full[i].Policy, dra, screened[i].ByModel, full[i].ByModel)
+			}
+			for j, p := range full[i].Placements {
+				if q := screened[i].Placements[j]; q.Pod != p.Pod || q.Node != p.Node || !slices.Equal(q.GPUs, p.GPUs) {
+					t.Errorf("%s, DRA %v: pod %s placed on %s %v screened, on %s %v filtered", full[i].Policy, dra, p.Pod, q.Node, q.GPUs, p.Node, p.GPUs)
+					break
+				}
+			}
 		}
 	}
 }

@@ -312,6 +312,17 @@ func (s *scheduler) refresh() error {
 // Reserve, Permit, and the bind into the cache.
 func (s *scheduler) commit(ctx context.Context, d *decision, node string) placement {
 	state, pod := d.state, d.pod
+	if s.dra != nil && s.filterMemo != nil && len(pod.Spec.ResourceClaims) > 0 {
+		// The DRA plugins' Filter keeps the allocation Reserve writes in
+		// the cycle state, and a remembered verdict skipped it.
+		nodeInfo, err := s.snapshot.NodeInfos().Get(node)
+		if err != nil {
+			return placement{reason: err.Error()}
+		}
+		if status := s.fw.RunFilterPlugins(ctx, state, pod, nodeInfo); !status.IsSuccess() {
+			return placement{reason: status.Message()}
+		}
+	}
 	if status := s.fw.RunReservePluginsReserve(ctx, state, pod, node); !status.IsSuccess() {
 		s.fw.RunReservePluginsUnreserve(ctx, state, pod, node)
 		return placement{reason: status.Message()}

@@ -39,8 +39,10 @@ type draCycle struct {
 	// onNode and nonLocalSlices are as in publishedGPUs.
 	onNode         map[string][]*resourceapi.ResourceSlice
 	nonLocalSlices bool
-	// shared are the driver's devices with at least one shared allocation.
-	shared sets.Set[structured.DeviceID]
+	// shared are the devices with at least one shared allocation, read
+	// from allocated on first use (takenOn).
+	sharedOnce sync.Once
+	shared     sets.Set[structured.DeviceID]
 	// slices and allocated are what was read, for the structured allocator
 	// (see preScoreClaims).
 	slices    []*resourceapi.ResourceSlice
@@ -51,9 +53,15 @@ type draCycle struct {
 	// held is the nodes where claims hold GPUs of the driver (heldByDRA),
 	// read for pods that ask for GPUs by annotation; nil otherwise.
 	held sets.Set[string]
+	// pub is the listing nodes and devices come from, with the last view
+	// of each node; views are this cycle's, by the node's index in pub
+	// (viewOf).
+	pub   *publishedGPUs
+	views []atomic.Pointer[gpu.NodeGPUs]
 }
 
-// Clone implements fwk.StateData; draCycle is never modified.
+// Clone implements fwk.StateData; draCycle is never modified (but for the
+// views it remembers).
 func (s *draCycle) Clone() fwk.StateData { return s }
 
 // draReader reads the configured driver's GPUs and allocations through the
@@ -137,13 +145,10 @@ func (r *draReader) read(ctx context.Context, withHeld bool) (*draCycle, error) 
 	if len(pub.nodes) == 0 && held.Len() == 0 {
 		return nil, nil
 	}
-	cycle := &draCycle{nodes: pub.nodes, devices: pub.devices, onNode: pub.onNode, nonLocalSlices: pub.nonLocalSlices, slices: all, held: held}
+	cycle := &draCycle{nodes: pub.nodes, devices: pub.devices, onNode: pub.onNode, nonLocalSlices: pub.nonLocalSlices, slices: all, held: held,
+		pub: pub, views: make([]atomic.Pointer[gpu.NodeGPUs], len(pub.index))}
 	if cycle.allocated, err = r.gather(ctx); err != nil {
 		return nil, err
-	}
-	cycle.shared = sets.New[structured.DeviceID]()
-	for id := range cycle.allocated.AllocatedSharedDeviceIDs {
-		cycle.shared.Insert(id.GetDeviceID())
 	}
 	if resolver := r.manager.DeviceClassResolver(); resolver != nil {
 		cycle.gpuMapped = resolver.GetDeviceClass(gpu.ResourceGPU) != nil
@@ -161,6 +166,10 @@ type publishedGPUs struct {
 	// says that some slice is not local to one node (see classDevicesOf).
 	onNode         map[string][]*resourceapi.ResourceSlice
 	nonLocalSlices bool
+	// index numbers the nodes of nodes; lastViews[index[node]] is the last
+	// view of the node's GPUs with DRA's allocations (viewOf).
+	index     map[string]int
+	lastViews []atomic.Pointer[draView]
 }
 
 // published groups a listing of the slices by node and reads each node's
@@ -183,10 +192,13 @@ func (r *draReader) published(ctx context.Context, all []*resourceapi.ResourceSl
 		}
 	}
 	pub.nodes, pub.devices = make(map[string]*gpu.DRAInventory, len(byNode)), make(map[string][]draDevice, len(byNode))
+	pub.index = make(map[string]int, len(byNode))
 	for node, nodeSlices := range byNode {
 		m := r.inventory(ctx, node, nodeSlices)
 		pub.nodes[node], pub.devices[node] = m.inv, m.devices
+		pub.index[node] = len(pub.index)
 	}
+	pub.lastViews = make([]atomic.Pointer[draView], len(pub.index))
 	r.last.Store(pub)
 	return pub
 }
@@ -245,25 +257,85 @@ func (r *draReader) gather(ctx context.Context) (*structured.AllocatedState, err
 	return st, nil
 }
 
-// allocatedOn is DRA's allocated state on a node's devices of the driver,
-// as the engine counts it (gpu.NodeGPUs.WithDRA): devices allocated whole,
-// and shared devices with the memory their allocations consume together.
-// It looks up only the node's devices, since Filter and Score ask for one
-// node at a time.
-func (c *draCycle) allocatedOn(node string) *gpu.DRAAllocated {
-	out := &gpu.DRAAllocated{Exclusive: map[gpu.DRADeviceID]bool{}, SharedMemoryMiB: map[gpu.DRADeviceID]int64{}}
-	for _, dev := range c.devices[node] {
-		if c.allocated.AllocatedDevices.Has(dev.key) {
-			out.Exclusive[dev.id] = true
-		}
-		if c.shared.Has(dev.key) {
-			out.SharedMemoryMiB[dev.id] += 0
-		}
+// deviceTaken is what DRA's allocated state says of one device: allocated
+// whole, allocated as one of several shares, and the memory its shares
+// consume together (MiB, rounded up).
+type deviceTaken struct {
+	exclusive, shared bool
+	memoryMiB         int64
+}
+
+// takenOn is DRA's allocated state on each of a node's devices of the
+// driver, in the node's device order. It looks up only the node's devices,
+// since Filter, Score and the device choice ask for one node at a time.
+func (c *draCycle) takenOn(node string) []deviceTaken {
+	c.sharedOnce.Do(c.indexShared)
+	devices := c.devices[node]
+	out := make([]deviceTaken, len(devices))
+	for i, dev := range devices {
+		out[i] = deviceTaken{exclusive: c.allocated.AllocatedDevices.Has(dev.key), shared: c.shared.Has(dev.key)}
 		if q := c.allocated.AggregatedCapacity[dev.key]["memory"]; q != nil && q.Sign() > 0 {
-			out.SharedMemoryMiB[dev.id] = ceilMiB(q)
+			out[i].memoryMiB = ceilMiB(q)
 		}
 	}
 	return out
+}
+
+// indexShared reads which devices have a shared allocation: the allocated
+// state names each share, with its share ID.
+func (c *draCycle) indexShared() {
+	c.shared = sets.New[structured.DeviceID]()
+	for id := range c.allocated.AllocatedSharedDeviceIDs {
+		c.shared.Insert(id.GetDeviceID())
+	}
+}
+
+// allocatedOn is DRA's allocated state on a node's devices of the driver
+// as the engine counts it (gpu.NodeGPUs.WithDRA): devices allocated whole,
+// and shared devices with the memory their allocations consume together.
+func (c *draCycle) allocatedOn(node string, taken []deviceTaken) *gpu.DRAAllocated {
+	out := &gpu.DRAAllocated{Exclusive: map[gpu.DRADeviceID]bool{}, SharedMemoryMiB: map[gpu.DRADeviceID]int64{}}
+	for i, dev := range c.devices[node] {
+		if taken[i].exclusive {
+			out.Exclusive[dev.id] = true
+		}
+		if taken[i].shared || taken[i].memoryMiB > 0 {
+			out.SharedMemoryMiB[dev.id] = taken[i].memoryMiB
+		}
+	}
+	return out
+}
+
+// draView is a node's GPUs with DRA's allocations counted, and what it was
+// computed from: the node's inventory and what is taken of each device.
+type draView struct {
+	inv   *gpu.DRAInventory
+	taken []deviceTaken
+	view  *gpu.NodeGPUs
+}
+
+// viewOf is the node's GPUs with DRA's allocations counted. The view of
+// the last cycle is handed out again while the node's inventory and what
+// is taken of its devices are the same, and with it the answers its memo
+// holds: most nodes do not change between two cycles, and views are never
+// modified.
+func (c *draCycle) viewOf(node string, d *gpu.DRAInventory) *gpu.NodeGPUs {
+	i, ok := c.pub.index[node]
+	if !ok {
+		return gpu.EmptyDRANodeGPUs(node, d).WithDRA(d, c.allocatedOn(node, c.takenOn(node)))
+	}
+	if view := c.views[i].Load(); view != nil {
+		return view
+	}
+	taken := c.takenOn(node)
+	if last := c.pub.lastViews[i].Load(); last != nil && last.inv == d && slices.Equal(last.taken, taken) {
+		c.views[i].Store(last.view)
+		return last.view
+	}
+	view := gpu.EmptyDRANodeGPUs(node, d).WithDRA(d, c.allocatedOn(node, taken))
+	c.pub.lastViews[i].Store(&draView{inv: d, taken: taken, view: view})
+	c.views[i].Store(view)
+	return view
 }
 
 // ceilMiB is a quantity of bytes in MiB, rounded up.
@@ -289,7 +361,7 @@ func draNode(state fwk.CycleState, name string) (*draCycle, *gpu.DRAInventory, *
 	if d == nil {
 		return nil, nil, nil
 	}
-	return cycle, d, gpu.EmptyDRANodeGPUs(name, d).WithDRA(d, cycle.allocatedOn(name))
+	return cycle, d, cycle.viewOf(name, d)
 }
 
 // servesGPUsByDRA is the rule NodeResourcesFit and DynamicResources apply

@@ -234,7 +234,8 @@ func TestDRAResourceClaimAllocationsScore(t *testing.T) {
 
 	// With all four allocated, DRA has nothing left on the node: the
 	// prediction fails and the node scores nothing (DynamicResources' Filter
-	// rejects it).
+	// rejects it). The allocated state changes in place, so the node's view
+	// of the first cycle must not be handed out again.
 	for i := 2; i < 4; i++ {
 		dra.allocated.AllocatedDevices.Insert(structured.MakeDeviceID(gpu.DefaultDRADriver, "dra", "gpu-"+string(rune('0'+i))))
 	}

@@ -175,6 +175,7 @@ func (p *GPUPlacement) chooseDRADevices(ctx context.Context, state fwk.CycleStat
 		order  []gpudra.DeviceName
 	}
 	results := make([]*result, len(nodes))
+	selector := p.dra.selectorOf(ask)
 	p.handle.Parallelizer().Until(ctx, len(nodes), func(i int) {
 		nodeInfo := nodes[i]
 		name := nodeInfo.Node().Name
@@ -182,7 +183,7 @@ func (p *GPUPlacement) chooseDRADevices(ctx context.Context, state fwk.CycleStat
 		if d == nil || (only != nil && !only(nodeInfo)) {
 			return
 		}
-		sel := p.dra.selected(ctx, cycle, name, d, ask)
+		sel := p.dra.selected(ctx, cycle, name, d, selector)
 		if !sel.ok || sel.partitions || sel.gpus == 0 {
 			return // the allocator decides alone: first fit
 		}
@@ -194,7 +195,7 @@ func (p *GPUPlacement) chooseDRADevices(ctx context.Context, state fwk.CycleStat
 		if demand.IsShare() {
 			eligible &= sel.shareable // a share needs a device that allows several allocations
 		}
-		view := gpu.EmptyDRANodeGPUs(name, d).WithDRA(d, cycle.allocatedOn(name))
+		view := cycle.viewOf(name, d)
 		req := gpu.Request{Demand: &demand, Host: nodeHost(host, nodeInfo), Exclude: onlyAmong(eligible)}
 		chosen, fit := p.policy.Place(view, &req)
 		if !fit.OK() {
@@ -256,15 +257,24 @@ type selectedDevices struct {
 // own (a UUID pin) add one per node.
 const maxSelections = 1 << 14
 
-// selected is the devices of the driver on the node that the ask's class
-// and request selectors select, evaluated with DRA's CEL library and the
-// scheduler's CEL features, and kept until the node's slices or the class
-// change. It is not ok when a selector does not compile or the class cannot
-// be read: the allocator then decides alone.
-func (r *draReader) selected(ctx context.Context, cycle *draCycle, node string, d *gpu.DRAInventory, ask *draAsk) *selectedDevices {
+// askSelector is an ask's device class and the CEL expressions of the
+// class's and the request's selectors, read once per cycle; key names
+// them in the selections kept.
+type askSelector struct {
+	class *resourceapi.DeviceClass
+	exprs []string
+	key   string
+}
+
+// selectionKey is where a node's selection by an askSelector is kept.
+type selectionKey struct{ node, selector string }
+
+// selectorOf reads the ask's class and selectors; nil when the class
+// cannot be read: the allocator then decides alone.
+func (r *draReader) selectorOf(ask *draAsk) *askSelector {
 	class, err := r.manager.DeviceClasses().Get(ask.class)
 	if err != nil {
-		return &selectedDevices{}
+		return nil
 	}
 	exprs := make([]string, 0, len(class.Spec.Selectors)+len(ask.selectors))
 	for _, sel := range slices.Concat(class.Spec.Selectors, ask.selectors) {
@@ -272,15 +282,27 @@ func (r *draReader) selected(ctx context.Context, cycle *draCycle, node string, 
 			exprs = append(exprs, sel.CEL.Expression)
 		}
 	}
+	return &askSelector{class: class, exprs: exprs, key: ask.class + "\x00" + strings.Join(exprs, "\x00")}
+}
+
+// selected is the devices of the driver on the node that the ask's class
+// and request selectors select, evaluated with DRA's CEL library and the
+// scheduler's CEL features, and kept until the node's slices or the class
+// change. It is not ok when a selector does not compile or the class could
+// not be read (sel nil): the allocator then decides alone.
+func (r *draReader) selected(ctx context.Context, cycle *draCycle, node string, d *gpu.DRAInventory, sel *askSelector) *selectedDevices {
+	if sel == nil {
+		return &selectedDevices{}
+	}
 	nodeSlices := cycle.onNode[node]
-	key := node + "\x00" + ask.class + "\x00" + strings.Join(exprs, "\x00")
+	key := selectionKey{node: node, selector: sel.key}
 	if c, ok := r.selections.Load(key); ok {
-		if sd := c.(*selectedDevices); sd.class == class && slices.Equal(sd.slices, nodeSlices) {
+		if sd := c.(*selectedDevices); sd.class == sel.class && slices.Equal(sd.slices, nodeSlices) {
 			return sd
 		}
 	}
-	sd := r.evaluate(ctx, node, d, nodeSlices, exprs)
-	sd.slices, sd.class = nodeSlices, class
+	sd := r.evaluate(ctx, node, d, nodeSlices, sel.exprs)
+	sd.slices, sd.class = nodeSlices, sel.class
 	if r.selectionCount.Add(1) > maxSelections {
 		r.selections.Clear()
 		r.selectionCount.Store(0)
