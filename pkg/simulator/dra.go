@@ -59,6 +59,18 @@ func draNodes(nodes []*v1.Node) ([]*v1.Node, []*resourceapi.ResourceSlice) {
 	return out, slices
 }
 
+// describesDevices reports whether a node describes its GPUs one by one
+// (the gpusched.io/gpu-devices annotation: models, memory, health per
+// device), which draNodes does not carry into the node's slice.
+func describesDevices(nodes []*v1.Node) bool {
+	for _, n := range nodes {
+		if _, ok := n.Annotations[gpu.AnnotationDevices]; ok {
+			return true
+		}
+	}
+	return false
+}
+
 // draSlice publishes count GPUs of model on node, each shareable by
 // consumable memory.
 func draSlice(node string, count int, model string) *resourceapi.ResourceSlice {

@@ -331,3 +331,28 @@ func recountAllocatedState(m *draManager) *structured.AllocatedState {
 	}
 	return fresh.state
 }
+
+// TestDRAScreenChecksWhatTheClaimAsks: the DRA path's screen checks the
+// claim draPod writes, not the whole trace pod: a GPU memory minimum, which
+// the claim does not carry, does not keep a pod off a node whose GPUs have
+// no memory label (the annotation path's check would reject it there), so
+// the pod is placed with the screen as without it.
+func TestDRAScreenChecksWhatTheClaimAsks(t *testing.T) {
+	nodes := []*v1.Node{NewTraceNode("n", 8000, 32768, 1, "A100")}
+	pod := NewTracePod("p", 1000, 1024, 1, 1000, nil)
+	if pod.Annotations == nil {
+		pod.Annotations = map[string]string{}
+	}
+	pod.Annotations[gpu.AnnotationMemory] = "40960"
+	for _, noScreen := range []bool{true, false} {
+		opts := Options{Nodes: nodes, Pods: []TracePod{{Pod: pod, Created: 0, Deleted: maxTime, HasTimes: true}},
+			Profiles: defaultProfiles(t, "FragFit"), Seeds: []int64{1}, Arrival: ArrivalReplay, RecordPlacements: true, DRA: true, NoScreen: noScreen}
+		runs, err := Simulate(context.Background(), opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pl := runs[0].Placements[0]; pl.Node != "n" {
+			t.Errorf("screen off %v: pod placed on %q (%s), want n", noScreen, pl.Node, pl.Reason)
+		}
+	}
+}

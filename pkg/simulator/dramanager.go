@@ -53,11 +53,20 @@ func newDRAManager(slices []*resourceapi.ResourceSlice) *draManager {
 
 func claimKey(namespace, name string) string { return namespace + "/" + name }
 
-// add makes a pod's claim known, unallocated.
+// add makes a pod's claim known, unallocated. A claim of the same name
+// that it replaces gives back what it held (pods of the same name).
 func (m *draManager) add(claim *resourceapi.ResourceClaim) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.claims[claimKey(claim.Namespace, claim.Name)] = claim
+	key := claimKey(claim.Namespace, claim.Name)
+	if old := m.claims[key]; old != nil {
+		m.count(old.Status.Allocation, false)
+		if pending := m.pending[old.UID]; pending != nil {
+			m.count(pending.Status.Allocation, false)
+			delete(m.pending, old.UID)
+		}
+	}
+	m.claims[key] = claim
 }
 
 // commit turns the pending allocations of the pod's claims into

@@ -172,8 +172,22 @@ func (m *filterMemo) remember(shape int32, nodes []fwk.NodeInfo, statuses []*fwk
 	}
 	row := m.verdicts[shape]
 	for _, i := range indices {
+		if !lasting(statuses[i]) {
+			continue
+		}
 		row[m.indexOf(nodes[i])] = verdict{known: true, generation: nodes[i].GetGeneration(), status: statuses[i]}
 	}
+}
+
+// lasting reports whether a verdict holds until the node changes: a fit,
+// or a node that does not fit. An error (DynamicResources' Filter timing
+// out, a cancelled context) is not remembered.
+func lasting(status *fwk.Status) bool {
+	switch status.Code() {
+	case fwk.Success, fwk.Unschedulable, fwk.UnschedulableAndUnresolvable:
+		return true
+	}
+	return false
 }
 
 // indexOf is the node's number in the memo, given on first sight.

@@ -211,6 +211,11 @@ func (t *fragTracker) screen(pod *v1.Pod) func(node string) (bool, []string) {
 	if err != nil || d.IsZero() {
 		return nil // PreFilter rejects or skips it; nothing to screen
 	}
+	return t.screenDemand(d)
+}
+
+// screenDemand is the GPU fit check for a demand (see screen).
+func (t *fragTracker) screenDemand(d gpu.Demand) func(node string) (bool, []string) {
 	return func(node string) (bool, []string) {
 		tn := t.nodes[node]
 		if tn == nil {
@@ -224,23 +229,30 @@ func (t *fragTracker) screen(pod *v1.Pod) func(node string) (bool, []string) {
 }
 
 // screenClaims is the screen of the DRA path, for a claim pod made from
-// the trace pod traceOf holds for it. It is as exact as the screen of the
-// annotation path: each trace GPU is one device of the node's slice, with
-// the memory of its milli-GPU (draSlice), and each claim asks for the
-// trace pod's GPUs and share of them among its allowed models (draPod), so
-// a node gpu.Check rejects is one where the structured allocator finds no
-// devices. Nodes it rejects are counted under the reason DynamicResources'
-// Filter gives them, so that a run reports the same reasons screened or not.
+// the trace pod traceOf holds for it. It checks what the pod's claim asks
+// for, as draPod writes it: the trace pod's GPUs, or its share of one, of
+// its allowed models, without its GPU memory demand (which the claim does
+// not carry). Each GPU of a trace node is one device of its slice, with its
+// milli-GPU's memory (draSlice), so a node gpu.Check rejects is one where
+// the structured allocator finds no devices, as long as each node's GPUs
+// are its count and product labels (the run turns the screen off when a
+// node describes its devices one by one: draSlice does not read that).
+// The nodes it rejects are counted under the reason DynamicResources'
+// Filter gives a node without the devices; a node that another plugin
+// would reject first is counted there too, as the annotation path's screen
+// counts it under its GPU reason.
 func (t *fragTracker) screenClaims(traceOf map[*v1.Pod]*v1.Pod) func(*v1.Pod) func(node string) (bool, []string) {
 	return func(pod *v1.Pod) func(node string) (bool, []string) {
 		trace := traceOf[pod]
 		if trace == nil {
 			return nil
 		}
-		check := t.screen(trace)
-		if check == nil {
+		d, err := gpu.DemandFromPod(trace)
+		if err != nil || d.IsZero() {
 			return nil
 		}
+		d.MemoryMiB = 0
+		check := t.screenDemand(d)
 		return func(node string) (bool, []string) {
 			if ok, _ := check(node); !ok {
 				return false, draUnallocatable

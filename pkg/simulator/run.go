@@ -303,8 +303,11 @@ func (r *runner) newEpisode(ctx context.Context) (*episode, error) {
 	if !r.opts.NoScreen && filtersWithGPUPlacement(r.profile) {
 		e.sched.screen = e.frag.screen
 		if e.dra != nil {
-			e.traceOf = map[*v1.Pod]*v1.Pod{}
-			e.sched.screen = e.frag.screenClaims(e.traceOf)
+			e.sched.screen = nil
+			if !describesDevices(r.opts.Nodes) {
+				e.traceOf = map[*v1.Pod]*v1.Pod{}
+				e.sched.screen = e.frag.screenClaims(e.traceOf)
+			}
 		}
 	}
 	if !r.opts.NoFilterMemo {
@@ -404,6 +407,7 @@ func (e *episode) advance() (*decision, error) {
 			d = e.migrator.makeRoom(e, pod)
 		}
 		e.schedTime += time.Since(t0)
+		delete(e.traceOf, pod)
 		if d != nil {
 			e.pending, e.pendingPod, e.pendingDemand = d, ev.pod, demand
 			return d, nil

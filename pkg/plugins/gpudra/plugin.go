@@ -77,7 +77,11 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", Name, err)
 	}
-	p.DynamicResources = inner.(*dynamicresources.DynamicResources)
+	dr, ok := inner.(*dynamicresources.DynamicResources)
+	if !ok {
+		return nil, fmt.Errorf("%s: the DynamicResources plugin is a %T, want *dynamicresources.DynamicResources", Name, inner)
+	}
+	p.DynamicResources = dr
 	return p, nil
 }
 

@@ -31,7 +31,10 @@ const draKey fwk.StateKey = "DRA" + Name
 // draCycle is what DRA looks like to one scheduling cycle: the GPUs the
 // configured driver publishes, per node, and what DRA has allocated
 // (allocated claims and claims in flight). It is read once per cycle,
-// because both listings are cluster-wide. Immutable.
+// because both listings are cluster-wide, and not modified but for the
+// views it remembers (viewOf). allocated is what the DRA manager handed
+// out, which a manager may change in place in Reserve (the simulator's
+// does); the views are read in PreFilter, Filter and Score, before it.
 type draCycle struct {
 	nodes map[string]*gpu.DRAInventory
 	// devices are the driver's devices on each node (see allocatedOn).
@@ -80,6 +83,10 @@ type draReader struct {
 	// *selectedDevices (drachoice.go); selectionCount bounds it.
 	selections     sync.Map
 	selectionCount atomic.Int64
+	// models maps an askSelector's key to its last *askModels;
+	// modelCount bounds it as selectionCount bounds selections.
+	models     sync.Map
+	modelCount atomic.Int64
 	recorder       func(slice *resourceapi.ResourceSlice, message string)
 	// features and celCache configure the structured allocator exactly as
 	// the DynamicResources plugin configures its own, from the feature
@@ -350,18 +357,19 @@ func draCycleOf(state fwk.CycleState) *draCycle {
 	return data.(*draCycle)
 }
 
-// draNode is the node's DRA-published GPUs with DRA's allocations counted,
+// draNode is the cycle's view of DRA and the node's DRA-published GPUs,
 // when the node publishes GPUs of the driver ("DRA-managed"); else nil.
-func draNode(state fwk.CycleState, name string) (*draCycle, *gpu.DRAInventory, *gpu.NodeGPUs) {
+// cycle.viewOf counts DRA's allocations on them.
+func draNode(state fwk.CycleState, name string) (*draCycle, *gpu.DRAInventory) {
 	cycle := draCycleOf(state)
 	if cycle == nil {
-		return nil, nil, nil
+		return nil, nil
 	}
 	d := cycle.nodes[name]
 	if d == nil {
-		return nil, nil, nil
+		return nil, nil
 	}
-	return cycle, d, cycle.viewOf(name, d)
+	return cycle, d
 }
 
 // servesGPUsByDRA is the rule NodeResourcesFit and DynamicResources apply

@@ -2,6 +2,7 @@ package gpuplacement
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"strings"
 
@@ -176,6 +177,7 @@ func (p *GPUPlacement) chooseDRADevices(ctx context.Context, state fwk.CycleStat
 	}
 	results := make([]*result, len(nodes))
 	selector := p.dra.selectorOf(ask)
+	models := p.dra.modelsOf(ctx, cycle, selector)
 	p.handle.Parallelizer().Until(ctx, len(nodes), func(i int) {
 		nodeInfo := nodes[i]
 		name := nodeInfo.Node().Name
@@ -192,6 +194,7 @@ func (p *GPUPlacement) chooseDRADevices(ctx context.Context, state fwk.CycleStat
 		if !ok {
 			return
 		}
+		demand.Models = models
 		if demand.IsShare() {
 			eligible &= sel.shareable // a share needs a device that allows several allocations
 		}
@@ -264,6 +267,58 @@ type askSelector struct {
 	class *resourceapi.DeviceClass
 	exprs []string
 	key   string
+}
+
+// modelsOf is the GPU models whose devices the ask's class and selectors
+// select on the cluster's nodes, as a demand names the models a pod may run
+// on: PairFit's model-aware prices (and floors) then see a claim that pins
+// models as they see a pod annotated with them. nil when every GPU of the
+// driver is selected (the claim is not constrained), or when a selection
+// cannot be evaluated. It is computed once per listing of the slices and
+// selector, from the selections the device choice reads anyway.
+func (r *draReader) modelsOf(ctx context.Context, cycle *draCycle, sel *askSelector) []string {
+	if sel == nil {
+		return nil
+	}
+	if v, ok := r.models.Load(sel.key); ok {
+		if m := v.(*askModels); m.pub == cycle.pub && m.class == sel.class {
+			return m.models
+		}
+	}
+	m := &askModels{pub: cycle.pub, class: sel.class}
+	admitted := map[string]bool{}
+	constrained, ok := false, true
+	for node, d := range cycle.nodes {
+		sd := r.selected(ctx, cycle, node, d, sel)
+		if !sd.ok {
+			ok = false
+			break
+		}
+		for pos := range d.Inventory.Devices {
+			if sd.gpus.Has(pos) {
+				admitted[d.Inventory.Devices[pos].Model] = true
+			} else {
+				constrained = true
+			}
+		}
+	}
+	if ok && constrained && len(admitted) > 0 {
+		m.models = slices.Sorted(maps.Keys(admitted))
+	}
+	if r.modelCount.Add(1) > maxSelections {
+		r.models.Clear()
+		r.modelCount.Store(0)
+	}
+	r.models.Store(sel.key, m)
+	return m.models
+}
+
+// askModels is an ask's models (modelsOf), with the listing and class
+// they were read from.
+type askModels struct {
+	pub    *publishedGPUs
+	class  *resourceapi.DeviceClass
+	models []string
 }
 
 // selectionKey is where a node's selection by an askSelector is kept.

@@ -33,21 +33,13 @@ type simpleRequest struct {
 }
 
 // simpleRequestOf is the pod's claims as a simpleRequest, or nil when they
-// are anything else: several claims, several requests, constraints, ...
+// are anything else: what askOf refuses, and selectors or capacity.
 func simpleRequestOf(claims []*resourceapi.ResourceClaim) *simpleRequest {
-	if len(claims) != 1 {
+	ask := askOf(claims, "")
+	if ask == nil || len(ask.selectors) > 0 || claims[0].Spec.Devices.Requests[0].Exactly.Capacity != nil {
 		return nil
 	}
-	spec := claims[0].Spec.Devices
-	if len(spec.Requests) != 1 || len(spec.Constraints) > 0 {
-		return nil
-	}
-	r := spec.Requests[0].Exactly
-	if r == nil || r.AllocationMode != resourceapi.DeviceAllocationModeExactCount || r.Count < 1 || r.Count > gpu.MaxDevicesPerNode ||
-		len(r.Selectors) > 0 || r.Capacity != nil || len(r.Tolerations) > 0 || len(r.DerivedAttributes) > 0 || ptr.Deref(r.AdminAccess, false) {
-		return nil
-	}
-	return &simpleRequest{class: r.DeviceClassName, count: int(r.Count)}
+	return &simpleRequest{class: ask.class, count: ask.count}
 }
 
 // classDevices is which GPUs of a node a device class selects, found from

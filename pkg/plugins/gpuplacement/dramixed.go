@@ -143,7 +143,7 @@ func (p *GPUPlacement) filterClaims(ctx context.Context, state fwk.CycleState, n
 	if err != nil {
 		return nil
 	}
-	cycle, d, _ := draNode(state, nodeInfo.Node().Name)
+	cycle, d := draNode(state, nodeInfo.Node().Name)
 	if d == nil || !holdsByAnnotation(nodeInfo) {
 		return nil
 	}

@@ -260,7 +260,7 @@ func (p *GPUPlacement) Filter(ctx context.Context, state fwk.CycleState, pod *v1
 	if demand.IsZero() { // a pod with claims (preFilterClaims)
 		return p.filterClaims(ctx, state, nodeInfo)
 	}
-	if cycle, d, _ := draNode(state, nodeInfo.Node().Name); d != nil {
+	if cycle, d := draNode(state, nodeInfo.Node().Name); d != nil {
 		if nodeInfo.GetAllocatable().GetScalarResources()[gpu.ResourceGPU] > 0 {
 			p.reportPublishedTwice(nodeInfo.Node())
 		}
@@ -414,7 +414,8 @@ func (p *GPUPlacement) Score(ctx context.Context, state fwk.CycleState, pod *v1.
 	if ext := externalOf(state); ext != nil {
 		return ext.scores[nodeInfo.Node().Name], nil
 	}
-	if _, d, view := draNode(state, nodeInfo.Node().Name); view != nil {
+	if cycle, d := draNode(state, nodeInfo.Node().Name); d != nil {
+		view := cycle.viewOf(nodeInfo.Node().Name, d)
 		if choice := draChoiceOf(state); choice != nil {
 			if c, ok := choice.nodes[nodeInfo.Node().Name]; ok {
 				return p.policy.Score(view, &gpu.Request{Demand: &c.demand, Host: hostOf(state, nodeInfo)}, c.chosen), nil

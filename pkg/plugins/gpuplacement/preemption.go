@@ -52,7 +52,7 @@ func (p *GPUPlacement) PreemptionView(state fwk.CycleState, nodeInfo fwk.NodeInf
 	if demand.IsZero() {
 		return nil, nil, false
 	}
-	if _, d, _ := draNode(state, nodeInfo.Node().Name); d != nil {
+	if _, d := draNode(state, nodeInfo.Node().Name); d != nil {
 		return nil, nil, false
 	}
 	return p.nodeGPUs(nodeInfo), &gpu.Request{Demand: demand, Exclude: gpuhealth.Read(state)}, true

@@ -36,7 +36,7 @@ func (p *GPUPlacement) Reserve(ctx context.Context, state fwk.CycleState, pod *v
 	if demand.IsZero() {
 		return nil // scored for its CPU only
 	}
-	if _, d, _ := draNode(state, nodeName); d != nil {
+	if _, d := draNode(state, nodeName); d != nil {
 		return nil // deferred to DRA (filterDRA): DynamicResources reserves the devices
 	}
 	nodeInfo, err := p.handle.SnapshotSharedLister().NodeInfos().Get(nodeName)
