@@ -87,7 +87,7 @@ type draReader struct {
 	// modelCount bounds it as selectionCount bounds selections.
 	models     sync.Map
 	modelCount atomic.Int64
-	recorder       func(slice *resourceapi.ResourceSlice, message string)
+	recorder   func(slice *resourceapi.ResourceSlice, message string)
 	// features and celCache configure the structured allocator exactly as
 	// the DynamicResources plugin configures its own, from the feature
 	// gates, so that predictions use the same implementation.
