@@ -208,6 +208,9 @@ func (e *Extender) assume(pod *v1.Pod, demand *gpu.Demand, node string) (gpu.Ass
 	if state == nil || state.Node == nil {
 		return gpu.Assignment{}, nil, fmt.Errorf("binding pod %s/%s: node %s: %s", pod.Namespace, pod.Name, node, MsgUnknownNode)
 	}
+	if e.cluster.DRAManaged(node) {
+		return gpu.Assignment{}, nil, fmt.Errorf("pod %s/%s (%s) no longer fits node %s: %s", pod.Namespace, pod.Name, demand, node, gpu.ReasonDRAManaged)
+	}
 	n := e.ledger.Node(state.Node, state.Generation, state.PodSeq())
 	req := gpu.Request{Demand: demand, Host: hostOf(state, e.cluster.maxima())}
 	chosen, fit := e.policy.Place(n, &req)

@@ -52,6 +52,10 @@ type Cluster struct {
 	// largest node capacities as of a count (see maxima).
 	nodeChanges atomic.Int64
 	maximaMemo  atomic.Pointer[maxima]
+
+	// dra is which nodes' GPUs a DRA driver hands out; nil when the view
+	// does not watch DRA (WatchDRA).
+	dra *draNodes
 }
 
 // NodeState is one node as the Cluster saw it at one moment. Immutable but

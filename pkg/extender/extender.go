@@ -162,8 +162,10 @@ func (e *Extender) view(c *candidate) *gpu.NodeGPUs {
 // without GPU demand fits every node. A malformed demand fails every node as
 // unresolvable with the engine's message, which names the annotation, the
 // value and what is allowed. A node unknown to the extender fails (resolvably)
-// with MsgUnknownNode. The request must have a Pod and either NodeNames or
-// Nodes (see validArgs).
+// with MsgUnknownNode, and a node whose GPUs a DRA driver hands out
+// (Cluster.DRAManaged) unresolvably with gpu.ReasonDRAManaged: the
+// extender gives no GPU there. The request must have a Pod and either
+// NodeNames or Nodes (see validArgs).
 func (e *Extender) Filter(ctx context.Context, args *extenderv1.ExtenderArgs) *extenderv1.ExtenderFilterResult {
 	result := &extenderv1.ExtenderFilterResult{
 		FailedNodes:                extenderv1.FailedNodesMap{},
@@ -191,7 +193,11 @@ func (e *Extender) Filter(ctx context.Context, args *extenderv1.ExtenderArgs) *e
 	cands := *list
 	parallelize(len(cands), func(lo, hi int) {
 		for i := lo; i < hi; i++ {
-			if c := &cands[i]; c.node != nil {
+			switch c := &cands[i]; {
+			case c.node == nil:
+			case e.cluster.DRAManaged(c.name):
+				c.reasons = gpu.Reasons(gpu.ReasonDRAManaged)
+			default:
 				c.reasons = gpu.Check(e.view(c), &gpu.Request{Demand: &demand}).Reasons
 			}
 		}
@@ -291,7 +297,7 @@ func (e *Extender) Prioritize(ctx context.Context, args *extenderv1.ExtenderArgs
 	m := e.cluster.maxima()
 	parallelize(len(cands), func(lo, hi int) {
 		for i := lo; i < hi; i++ {
-			if c := &cands[i]; c.node != nil {
+			if c := &cands[i]; c.node != nil && (demand.IsZero() || !e.cluster.DRAManaged(c.name)) {
 				n := e.view(c)
 				req := gpu.Request{Demand: &demand, Host: hostOf(c.state, m)}
 				// As the plugin's Score: remembered with the node's view.
@@ -365,7 +371,7 @@ func (e *Extender) Preempt(ctx context.Context, args *extenderv1.ExtenderPreempt
 	req := gpu.Request{Demand: &demand}
 	for name, v := range victims {
 		state := states[name]
-		if state == nil || state.Node == nil || v == nil {
+		if state == nil || state.Node == nil || v == nil || e.cluster.DRAManaged(name) {
 			continue
 		}
 		if chosen := e.gpuVictims(state, args.Pod, &req, v); chosen != nil {

@@ -66,6 +66,19 @@ func Start(ctx context.Context, opts *Options, client kubernetes.Interface) (*Se
 	if err != nil {
 		return nil, err
 	}
+	if args.DRA.Enabled {
+		served, err := servesDRA(client.Discovery())
+		if err != nil {
+			return nil, err
+		}
+		if served {
+			if err := cluster.WatchDRA(factory, args.DRA.Driver); err != nil {
+				return nil, err
+			}
+		} else {
+			klog.FromContext(ctx).Info("The API server does not serve resource.k8s.io/v1: no node's GPUs are DRA devices", "driver", args.DRA.Driver)
+		}
+	}
 	ln, err := net.Listen("tcp", opts.BindAddress)
 	if err != nil {
 		return nil, fmt.Errorf("listening on --bind-address %s: %w", opts.BindAddress, err)

@@ -20,7 +20,7 @@ func BenchmarkFitEmpty(b *testing.B) {
 		demands := repeat(whole(8), 64)
 		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
 			for b.Loop() {
-				if !FitEmpty(nodes, demands, 64).Fits() {
+				if !FitEmpty(Cluster{Nodes: nodes}, demands, 64).Fits() {
 					b.Fatal("does not fit")
 				}
 			}

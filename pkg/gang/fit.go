@@ -3,6 +3,7 @@ package gang
 import (
 	"fmt"
 	"slices"
+	"strings"
 
 	v1 "k8s.io/api/core/v1"
 
@@ -35,6 +36,16 @@ func milliString(m int64) string {
 	return fmt.Sprintf("%.2f GPUs", float64(m)/gpu.MilliPerGPU)
 }
 
+// Cluster is the nodes a gang is checked against with every GPU free: the
+// Node objects whose labels or annotation describe their GPUs, and the
+// nodes whose GPUs are described elsewhere (the devices a DRA driver
+// publishes in ResourceSlices), as empty views of those GPUs
+// (gpu.EmptyDRANodeGPUs). A node is in one list or the other.
+type Cluster struct {
+	Nodes []*v1.Node
+	DRA   []*gpu.NodeGPUs
+}
+
 // FitEmpty places the GPU demands of a gang greedily on empty copies of the
 // nodes: the largest demand first, each on the node where it leaves the
 // least GPU compute free (best fit), with the engine's own fit and choice of
@@ -47,7 +58,7 @@ func milliString(m int64) string {
 // FitEmpty can only err on the side of "does not fit" for gangs that exactly
 // fill the cluster with mixed shapes; callers use it to reject gangs that are
 // larger than the cluster, where it is exact.
-func FitEmpty(nodes []*v1.Node, demands []gpu.Demand, minMember int) EmptyFit {
+func FitEmpty(nodes Cluster, demands []gpu.Demand, minMember int) EmptyFit {
 	return fitOn(newEmptyCluster(nodes), demands, minMember)
 }
 
@@ -113,29 +124,48 @@ type emptyNode struct {
 	view *gpu.NodeGPUs
 }
 
-// nodeClass is the empty nodes with one GPU inventory.
+// nodeClass is the empty nodes with one GPU inventory: view is the GPUs
+// of each of them, and empty how many are left.
 type nodeClass struct {
-	view  *gpu.NodeGPUs // an empty node of the class
-	empty []*v1.Node
+	view  *gpu.NodeGPUs
+	empty int
 }
 
-func newEmptyCluster(nodes []*v1.Node) *emptyCluster {
+func newEmptyCluster(nodes Cluster) *emptyCluster {
 	c := &emptyCluster{}
-	bySignature := map[string]*nodeClass{}
-	for _, node := range nodes {
-		sig := gpu.InventorySignature(node)
-		class, ok := bySignature[sig]
+	byKey := map[string]*nodeClass{}
+	add := func(key string, view func() *gpu.NodeGPUs) {
+		class, ok := byKey[key]
 		if !ok {
-			class = &nodeClass{view: gpu.EmptyNodeGPUs(node)}
-			bySignature[sig] = class
+			class = &nodeClass{view: view()}
+			byKey[key] = class
 			c.classes = append(c.classes, class)
 		}
-		class.empty = append(class.empty, node)
+		class.empty++
 		if class.view.Inventory != nil {
 			c.milli += int64(class.view.Len()) * gpu.MilliPerGPU
 		}
 	}
+	for _, node := range nodes.Nodes {
+		add("node\x00"+gpu.InventorySignature(node), func() *gpu.NodeGPUs { return gpu.EmptyNodeGPUs(node) })
+	}
+	for _, view := range nodes.DRA {
+		add("dra\x00"+inventoryKey(view.Inventory), func() *gpu.NodeGPUs { return view })
+	}
 	return c
+}
+
+// inventoryKey is what placement reads of an inventory, as one string:
+// inventories with equal keys hold the same demands alike.
+func inventoryKey(inv *gpu.Inventory) string {
+	if inv == nil {
+		return ""
+	}
+	var b strings.Builder
+	for _, d := range inv.Devices {
+		fmt.Fprintf(&b, "%s\x00%d\x00%s\x00%t\x01", d.Model, d.MemoryMiB, d.Group, d.Unhealthy != "")
+	}
+	return b.String()
 }
 
 // place puts d on the node where it leaves the least GPU compute free, and
@@ -158,17 +188,16 @@ func (c *emptyCluster) place(d *gpu.Demand) bool {
 		consider(n.view, n, nil)
 	}
 	for _, class := range c.classes {
-		if len(class.empty) > 0 {
+		if class.empty > 0 {
 			consider(class.view, nil, class)
 		}
 	}
 	if !found {
 		return false
 	}
-	if best == nil { // an empty node of bestClass
-		node := bestClass.empty[0]
-		bestClass.empty = bestClass.empty[1:]
-		best = &emptyNode{view: gpu.EmptyNodeGPUs(node)}
+	if best == nil { // an empty node of bestClass, which holds as its view does
+		bestClass.empty--
+		best = &emptyNode{view: bestClass.view}
 		c.used = append(c.used, best)
 	}
 	a, ok := gpu.PlaceClaim(best.view, d)

@@ -55,7 +55,7 @@ func TestFitEmpty(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := FitEmpty(tt.nodes, tt.demands, tt.minMember)
+			got := FitEmpty(Cluster{Nodes: tt.nodes}, tt.demands, tt.minMember)
 			if got.Placed != tt.placed || got.Fits() != tt.fits {
 				t.Errorf("placed %d, fits %v; want %d, %v (%s)", got.Placed, got.Fits(), tt.placed, tt.fits, got.Reason())
 			}
@@ -65,7 +65,7 @@ func TestFitEmpty(t *testing.T) {
 
 func TestFitEmptyReason(t *testing.T) {
 	nodes := []*v1.Node{gt.MakeGPUNode("n0").GFD(a100, 8, 81920).Obj()}
-	got := FitEmpty(nodes, repeat(whole(4), 3), 3).Reason()
+	got := FitEmpty(Cluster{Nodes: nodes}, repeat(whole(4), 3), 3).Reason()
 	want := "gang needs 3 pods placed together but even with every GPU free only 2 fit (the gang asks for 12 GPUs, the cluster has 8 GPUs)"
 	if got != want {
 		t.Errorf("reason\n got %q\nwant %q", got, want)

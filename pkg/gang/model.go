@@ -102,10 +102,13 @@ func (f ModelFit) Reason() string {
 // counts as not placed. Pods without GPU demand go along unchanged. The
 // models are compared without regard to case and reported as the first node
 // spells them.
-func FitEmptyByModel(nodes []*v1.Node, demands []gpu.Demand, minMember int) ModelFit {
+func FitEmptyByModel(nodes Cluster, demands []gpu.Demand, minMember int) ModelFit {
 	var models []string
-	for _, n := range nodes {
+	for _, n := range nodes.Nodes {
 		models = addModels(models, NodeModels(n))
+	}
+	for _, v := range nodes.DRA {
+		models = addModels(models, ModelsOf(v))
 	}
 	return byModel(models, demands, minMember, func(held []gpu.Demand) EmptyFit { return FitEmpty(nodes, held, minMember) })
 }

@@ -66,7 +66,7 @@ func TestOneModelFitEmptyByModel(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := FitEmptyByModel(playground(), tt.demands, tt.minMember)
+			got := FitEmptyByModel(Cluster{Nodes: playground()}, tt.demands, tt.minMember)
 			if !slices.Equal(got.Models, tt.want) || got.Needed != tt.minMember {
 				t.Errorf("models %v, needed %d; want %v, %d", got.Models, got.Needed, tt.want, tt.minMember)
 			}
@@ -78,7 +78,7 @@ func TestOneModelFitEmptyByModel(t *testing.T) {
 }
 
 func TestOneModelReason(t *testing.T) {
-	got := FitEmptyByModel(playground(), repeat(whole(8), 3), 3).Reason()
+	got := FitEmptyByModel(Cluster{Nodes: playground()}, repeat(whole(8), 3), 3).Reason()
 	want := "no single GPU model holds the gang's 3 pods (NVIDIA-A100-SXM4-80GB: 2 of 3 fit, NVIDIA-H100-80GB-HBM3: 1 of 3 fit, Tesla-T4: 0 of 3 fit)"
 	if got != want {
 		t.Errorf("reason\n got %q\nwant %q", got, want)
@@ -181,5 +181,36 @@ func TestOneModelChooseModels(t *testing.T) {
 				t.Errorf("got %q, %v; want %q, %v", got, noneHolds, tt.want, tt.noneHolds)
 			}
 		})
+	}
+}
+
+// TestFitEmptyWithDRANodes: nodes whose GPUs only a DRA driver publishes
+// count as Node-described ones do, per model too, and two nodes of one
+// DRA inventory are two nodes, not one.
+func TestFitEmptyWithDRANodes(t *testing.T) {
+	cluster := Cluster{
+		Nodes: []*v1.Node{gt.MakeGPUNode("t4-0").GFD(t4, 4, 15360).Obj()},
+		DRA: []*gpu.NodeGPUs{
+			gt.EmptyDRAView("dra-a100-0", a100, 8),
+			gt.EmptyDRAView("dra-h100-0", h100, 8),
+			gt.EmptyDRAView("dra-h100-1", h100, 8),
+		},
+	}
+	// 4 pods of 4 GPUs: A100 8 → 2, H100 2 × 8 → 4, T4 4 → 1; the whole
+	// cluster (8 + 16 + 4 = 28 GPUs) holds all 4.
+	demands := repeat(whole(4), 4)
+	if fit := FitEmpty(cluster, demands, 4); !fit.Fits() || fit.ClusterMilli != 28*gpu.MilliPerGPU {
+		t.Errorf("FitEmpty: %d of %d placed, cluster %d milli; want 4 of 4, 28000", fit.Placed, fit.Needed, fit.ClusterMilli)
+	}
+	byModel := FitEmptyByModel(cluster, demands, 4)
+	if want := []ModelCount{{a100, 2}, {h100, 4}, {t4, 1}}; !slices.Equal(byModel.Models, want) {
+		t.Errorf("FitEmptyByModel: %v, want %v", byModel.Models, want)
+	}
+	if h := byModel.Holding(); !slices.Equal(h, []string{h100}) {
+		t.Errorf("holding %q, want [%s]", h, h100)
+	}
+	// 5 pods of 4 GPUs on the H100s alone: 2 nodes × 2 = 4 placed.
+	if fit := FitEmpty(Cluster{DRA: cluster.DRA[1:]}, repeat(whole(4), 5), 5); fit.Placed != 4 {
+		t.Errorf("two H100 nodes of one inventory placed %d pods of 4 GPUs, want 4", fit.Placed)
 	}
 }

@@ -93,7 +93,7 @@ func (s *Snapshot) explainGang(namespace, name string, pods []*v1.Pod, gangs map
 		a.MinMember = spec.MinMember
 	}
 	need := max(0, a.MinMember-a.Bound)
-	if empty := gang.FitEmpty(s.nodes, pending, need); !empty.Fits() {
+	if empty := gang.FitEmpty(gang.Cluster{Nodes: s.nodes}, pending, need); !empty.Fits() {
 		a.Short = "fits nowhere in this cluster: " + empty.Reason()
 		return a
 	}
@@ -163,7 +163,7 @@ func (s *Snapshot) explainGang(namespace, name string, pods []*v1.Pod, gangs map
 // narrowed to the models the plugin would allow, and a records them, or
 // why no single model holds the gang (then any model goes).
 func (s *Snapshot) holdToOneModel(a *GangAnswer, pending []gpu.Demand, need int, placed []string) []gpu.Demand {
-	empty := gang.FitEmptyByModel(s.nodes, pending, need)
+	empty := gang.FitEmptyByModel(gang.Cluster{Nodes: s.nodes}, pending, need)
 	free := gang.FitFreeByModel(s.views, pending, need)
 	models, noneHolds := gang.ChooseModels(empty, free, placed)
 	if noneHolds {

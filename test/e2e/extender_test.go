@@ -78,6 +78,39 @@ func TestExtenderRestart(t *testing.T) {
 	assertNoGPUGivenTwice(ctx, t, c)
 }
 
+// TestExtenderKeepsOffDRANodes tries to get, through the stock scheduler
+// and the extender, a GPU that NVIDIA's DRA driver also hands out: both-0
+// publishes its 2 GPUs both ways (GFD labels and allocatable
+// nvidia.com/gpu for the device plugin, a ResourceSlice of gpu.nvidia.com
+// for DRA), dp-0 by the device plugin only. Two 1-GPU pods fill dp-0; a
+// third waits with the extender's reason, although both-0's allocatable
+// count would take it: an annotation there would book a GPU that a claim
+// can be allocated too.
+func TestExtenderKeepsOffDRANodes(t *testing.T) {
+	ctx := context.Background()
+	c := testcluster.Start(t)
+	testcluster.CreateNode(ctx, t, c.Client, gt.MakeGPUNode("both-0").GFD(a100, 2, 81920).Obj())
+	testcluster.CreateNode(ctx, t, c.Client, gt.MakeGPUNode("dp-0").GFD(a100, 2, 81920).Obj())
+	createDRAObject(t, func() error {
+		_, err := c.Client.ResourceV1().ResourceSlices().Create(ctx, nvidiaSlice("both-0", 2), metav1.CreateOptions{})
+		return err
+	})
+	addr := freeLoopbackAddr(t)
+	startExtender(ctx, t, c, addr)
+	c.StartScheduler(ctx, t, extenderConfig(t, addr, true))
+
+	for _, name := range []string{"gpu-0", "gpu-1"} {
+		createStockPod(ctx, t, c, gt.MakeGPUPod(name).GPUs(1).Obj())
+		if a := assignmentOf(ctx, t, c, name); a.Node != "dp-0" {
+			t.Errorf("%s on %s, want dp-0: both-0's GPUs are DRA's", name, a.Node)
+		}
+	}
+	createStockPod(ctx, t, c, gt.MakeGPUPod("gpu-2").GPUs(1).Obj())
+	waitForEventWith(ctx, t, c, "gpu-2", "node GPUs allocated by DRA")
+	testcluster.AssertPodNotScheduled(ctx, t, c.Client, "default", "gpu-2", 0)
+	assertNoGPUGivenTwice(ctx, t, c)
+}
+
 // TestExtenderPreemption: the scheduler picks preemption victims by its own
 // plugins, which count only whole nvidia.com/gpu requests; the extender's
 // preempt verb chooses the victims by the GPUs they free, among pods of

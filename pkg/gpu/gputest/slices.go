@@ -139,3 +139,18 @@ func (w *SliceWrapper) device(name string) *resourceapi.Device {
 func (w *SliceWrapper) Obj() *resourceapi.ResourceSlice { return w.ResourceSlice.DeepCopy() }
 
 func mib(n int64) resource.Quantity { return *resource.NewQuantity(n<<20, resource.BinarySI) }
+
+// EmptyDRAView is a node's GPUs as a DRA driver publishes them, n GPUs of
+// one model with 80 GiB each, with nothing allocated: the view GPUPlacement
+// hands the other plugins (gpu.EmptyDRANodeGPUs).
+func EmptyDRAView(node, model string, n int) *gpu.NodeGPUs {
+	devices := make([]gpu.Device, n)
+	for i := range devices {
+		devices[i] = gpu.Device{Index: i, Model: model, MemoryMiB: 81920}
+	}
+	inv, err := gpu.NewInventory(devices)
+	if err != nil {
+		panic(err)
+	}
+	return gpu.EmptyDRANodeGPUs(node, &gpu.DRAInventory{Inventory: inv})
+}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/gpusched/gpusched/pkg/gang"
 	"github.com/gpusched/gpusched/pkg/gpu"
+	"github.com/gpusched/gpusched/pkg/plugins/internal/dragpus"
 )
 
 // ReasonOtherModel is Filter's reason for a node whose GPUs are not of the
@@ -27,14 +28,14 @@ const EventMixedModels = "GangMixedModels"
 // single model holds the gang, the PodGroup gets a GangMixedModels event
 // naming each model and how many pods fit on it, and the gang is placed
 // across models rather than never.
-func (p *GPUGang) gangModels(key string, obj *unstructured.Unstructured, mixed bool, empty gang.ModelFit, nodes []fwk.NodeInfo) []string {
+func (p *GPUGang) gangModels(ctx context.Context, key string, obj *unstructured.Unstructured, mixed bool, empty gang.ModelFit, nodes []fwk.NodeInfo, dra dragpus.GPUs) []string {
 	if mixed {
 		return nil
 	}
-	placed := p.placedModels(key)
+	placed := p.placedModels(ctx, key, dra)
 	var free gang.ModelFit
 	if len(placed) == 0 && len(empty.Holding()) > 1 {
-		free = p.freeByModel(key, nodes, empty.Needed)
+		free = p.freeByModel(ctx, key, nodes, empty.Needed, dra)
 	}
 	models, noneHolds := gang.ChooseModels(empty, free, placed)
 	if noneHolds {
@@ -45,20 +46,14 @@ func (p *GPUGang) gangModels(key string, obj *unstructured.Unstructured, mixed b
 }
 
 // freeByModel places the gang's members (none is placed yet), per GPU
-// model, in the GPUs free now on the nodes, as this plugin's ledger sees
-// them; minMember of them must fit.
-func (p *GPUGang) freeByModel(key string, nodes []fwk.NodeInfo, minMember int) gang.ModelFit {
-	members := p.members(key)
-	demands := make([]gpu.Demand, 0, len(members))
-	for _, m := range members {
-		if d, err := gpu.DemandFromPod(m); err == nil {
-			demands = append(demands, d)
-		}
-	}
+// model, in the GPUs free now on the nodes (nodeGPUs); minMember of them
+// must fit.
+func (p *GPUGang) freeByModel(ctx context.Context, key string, nodes []fwk.NodeInfo, minMember int, dra dragpus.GPUs) gang.ModelFit {
+	demands := membersDemands(ctx, dra, p.members(key))
 	views := make([]*gpu.NodeGPUs, 0, len(nodes))
 	for _, ni := range nodes {
-		if n := ni.Node(); n != nil {
-			views = append(views, p.ledger.Node(n, ni.GetGeneration(), podsOf(ni)))
+		if ni.Node() != nil {
+			views = append(views, p.nodeGPUs(dra, ni))
 		}
 	}
 	return gang.FitFreeByModel(views, demands, minMember)
@@ -66,7 +61,7 @@ func (p *GPUGang) freeByModel(key string, nodes []fwk.NodeInfo, minMember int) g
 
 // placedModels returns the GPU models of the nodes of the gang's reserved
 // and bound pods that ask for GPUs.
-func (p *GPUGang) placedModels(key string) []string {
+func (p *GPUGang) placedModels(ctx context.Context, key string, dra dragpus.GPUs) []string {
 	placed := p.placed(key)
 	if len(placed) == 0 {
 		return nil
@@ -77,14 +72,14 @@ func (p *GPUGang) placedModels(key string) []string {
 		if !ok {
 			continue
 		}
-		if d, err := gpu.DemandFromPod(m); err != nil || d.IsZero() {
+		if d, ok := demandOf(ctx, dra, m); !ok || d.IsZero() {
 			continue
 		}
 		ni, err := p.handle.SnapshotSharedLister().NodeInfos().Get(node)
 		if err != nil || ni.Node() == nil {
 			continue
 		}
-		for _, model := range gang.NodeModels(ni.Node()) {
+		for _, model := range gang.ModelsOf(p.nodeGPUs(dra, ni)) {
 			if !gang.SharesModel([]string{model}, out) {
 				out = append(out, model)
 			}
@@ -94,22 +89,20 @@ func (p *GPUGang) placedModels(key string) []string {
 }
 
 // Filter keeps a gang pod that asks for GPUs on nodes of the gang's GPU
-// models (gangState.models, decided by PreFilter). A node of another model is
+// models (gangState.models, decided by PreFilter), the node's GPUs being
+// those its pods are placed on (nodeGPUs: a DRA driver's devices where the
+// node publishes them). A node of another model is
 // UnschedulableAndUnresolvable (preempting its pods would not change its
-// GPUs), with ReasonOtherModel. Nodes whose GPUs the Node object does not
-// describe (DRA devices) pass: GPUPlacement decides there.
+// GPUs), with ReasonOtherModel. Nodes without GPUs pass.
 func (p *GPUGang) Filter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeInfo fwk.NodeInfo) *fwk.Status {
 	gs := gangOf(state)
 	if gs == nil || len(gs.models) == 0 {
 		return nil
 	}
-	// The ledger's view: the node's inventory is parsed once per node
-	// version, not on every Filter call.
-	node := nodeInfo.Node()
-	if node == nil {
+	if nodeInfo.Node() == nil {
 		return nil
 	}
-	models := gang.ModelsOf(p.ledger.Node(node, nodeInfo.GetGeneration(), podsOf(nodeInfo)))
+	models := gang.ModelsOf(p.nodeGPUs(dragpus.Read(state), nodeInfo))
 	if len(models) == 0 || gang.SharesModel(models, gs.models) {
 		return nil
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"hash/fnv"
-	"slices"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/gpusched/gpusched/pkg/gang"
 	"github.com/gpusched/gpusched/pkg/gpu"
+	"github.com/gpusched/gpusched/pkg/plugins/internal/dragpus"
 	"github.com/gpusched/gpusched/pkg/podgroup"
 )
 
@@ -62,7 +62,8 @@ func (p *GPUGang) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1.P
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf(
 			"gang %s has %d of the %d pods its spec.minMember asks for; waiting for the rest", key, len(members), minMember))
 	}
-	fit := p.fitEmpty(key, members, nodes, minMember)
+	dra := dragpus.Read(state)
+	fit := p.fitEmpty(ctx, key, members, nodes, minMember, dra)
 	if !fit.fit.Fits() {
 		msg := fmt.Sprintf("gang %s: %s", key, fit.fit.Reason())
 		p.reportOnce(obj, v1.EventTypeWarning, "GangTooLarge", msg)
@@ -74,43 +75,52 @@ func (p *GPUGang) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1.P
 	}
 	mixed, _ := pg.MixedModels() // validated above
 	var models []string
-	if d, err := gpu.DemandFromPod(pod); err == nil && !d.IsZero() {
-		models = p.gangModels(key, obj, mixed, fit.byModel, nodes)
+	if d, ok := demandOf(ctx, dra, pod); ok && !d.IsZero() {
+		models = p.gangModels(ctx, key, obj, mixed, fit.byModel, nodes, dra)
 	}
 	state.Write(stateKey, &gangState{key: key, object: obj, minMember: minMember, timeout: timeout, models: models})
 	return nil, nil
 }
 
 // fitEmpty places the members' GPU demands on empty copies of the nodes,
-// all of them and then per GPU model (gang.FitEmpty, gang.FitEmptyByModel). A
-// member whose demand is malformed is left out: GPUPlacement reports it on
-// that pod. The result depends only on the members, minMember and the
-// nodes' GPUs, so it is kept per gang and recomputed when one of them changes
-// (not on every node status update):
-// every pod of a gang asks the same question, on clusters of thousands of
-// nodes.
-func (p *GPUGang) fitEmpty(key string, members []*v1.Pod, nodes []fwk.NodeInfo, minMember int) fitResult {
+// all of them and then per GPU model (gang.FitEmpty, gang.FitEmptyByModel),
+// each node with the GPUs its pods are placed on (nodeGPUs): a DRA
+// driver's devices where the node publishes them. A member whose demand is
+// malformed is left out: GPUPlacement reports it on that pod. The result
+// depends only on the members' demands, minMember and the nodes' GPUs, so
+// it is kept per gang and recomputed when one of them changes (not on
+// every node status update): every pod of a gang asks the same question,
+// on clusters of thousands of nodes.
+func (p *GPUGang) fitEmpty(ctx context.Context, key string, members []*v1.Pod, nodes []fwk.NodeInfo, minMember int, dra dragpus.GPUs) fitResult {
 	h := fnv.New64a()
 	fmt.Fprintf(h, "%d;", minMember)
-	uids := make([]string, len(members))
-	for i, m := range members {
-		uids[i] = string(m.UID)
+	demands := membersDemands(ctx, dra, members)
+	for _, d := range demands {
+		fmt.Fprintf(h, "%d/%d/%d/%q;", d.Count, d.Milli, d.MemoryMiB, d.Models)
 	}
-	slices.Sort(uids) // the index returns members in no particular order
-	for _, uid := range uids {
-		fmt.Fprintf(h, "%s;", uid)
-	}
+	var cluster gang.Cluster
 	for _, ni := range nodes {
-		if n := ni.Node(); n != nil {
-			fmt.Fprintf(h, "%s/%s;", n.Name, gpu.InventorySignature(n))
+		n := ni.Node()
+		if n == nil {
+			continue
 		}
+		if v := draEmpty(dra, n.Name); v != nil {
+			// The inventory is the same object while the node's slices are.
+			fmt.Fprintf(h, "%s/dra/%p;", n.Name, v.Inventory)
+			cluster.DRA = append(cluster.DRA, v)
+			continue
+		}
+		fmt.Fprintf(h, "%s/%s;", n.Name, gpu.InventorySignature(n))
+		cluster.Nodes = append(cluster.Nodes, n)
 	}
 	sum := h.Sum64()
 	if cached, ok := p.fits.Load(key); ok && cached.(fitResult).sum == sum {
 		return cached.(fitResult)
 	}
-	fit := p.computeFitEmpty(members, nodes, minMember)
-	fit.sum = sum
+	fit := fitResult{sum: sum, fit: gang.FitEmpty(cluster, demands, minMember)}
+	if fit.fit.Fits() {
+		fit.byModel = gang.FitEmptyByModel(cluster, demands, minMember)
+	}
 	p.fits.Store(key, fit)
 	return fit
 }
@@ -120,26 +130,6 @@ type fitResult struct {
 	sum     uint64
 	fit     gang.EmptyFit
 	byModel gang.ModelFit
-}
-
-func (p *GPUGang) computeFitEmpty(members []*v1.Pod, nodes []fwk.NodeInfo, minMember int) fitResult {
-	demands := make([]gpu.Demand, 0, len(members))
-	for _, m := range members {
-		if d, err := gpu.DemandFromPod(m); err == nil {
-			demands = append(demands, d)
-		}
-	}
-	ns := make([]*v1.Node, 0, len(nodes))
-	for _, ni := range nodes {
-		if n := ni.Node(); n != nil {
-			ns = append(ns, n)
-		}
-	}
-	fit := gang.FitEmpty(ns, demands, minMember)
-	if !fit.Fits() {
-		return fitResult{fit: fit}
-	}
-	return fitResult{fit: fit, byModel: gang.FitEmptyByModel(ns, demands, minMember)}
 }
 
 // PreFilterExtensions implements fwk.PreFilterPlugin; the plugin has none.

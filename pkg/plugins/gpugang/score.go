@@ -9,7 +9,7 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/gpusched/gpusched/pkg/gang"
-	"github.com/gpusched/gpusched/pkg/gpu"
+	"github.com/gpusched/gpusched/pkg/plugins/internal/dragpus"
 )
 
 // scoreKey is where PreScore leaves the gang's topology preference.
@@ -37,6 +37,7 @@ func (p *GPUGang) PreScore(ctx context.Context, state fwk.CycleState, pod *v1.Po
 	if err != nil {
 		return fwk.AsStatus(fmt.Errorf("%s: listing nodes: %w", Name, err))
 	}
+	dra := dragpus.Read(state)
 	s := &scoreState{nodes: make(map[string]gang.Topology, len(all))}
 	topologies := make([]gang.Topology, 0, len(all))
 	for _, ni := range all {
@@ -44,7 +45,7 @@ func (p *GPUGang) PreScore(ctx context.Context, state fwk.CycleState, pod *v1.Po
 		if node == nil {
 			continue
 		}
-		t := gang.TopologyOf(node, p.ledger.Node(node, ni.GetGeneration(), podsOf(ni)), p.args.TopologyKey)
+		t := gang.TopologyOf(node, p.nodeGPUs(dra, ni), p.args.TopologyKey)
 		s.nodes[node.Name] = t
 		topologies = append(topologies, t)
 	}
@@ -58,7 +59,7 @@ func (p *GPUGang) PreScore(ctx context.Context, state fwk.CycleState, pod *v1.Po
 		if _, ok := placed[string(m.UID)]; ok {
 			continue
 		}
-		if d, err := gpu.DemandFromPod(m); err == nil {
+		if d, ok := demandOf(ctx, dra, m); ok {
 			need += d.TotalMilli()
 		}
 	}

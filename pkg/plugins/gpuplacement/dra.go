@@ -23,10 +23,12 @@ import (
 
 	"github.com/gpusched/gpusched/pkg/apis/config"
 	"github.com/gpusched/gpusched/pkg/gpu"
+	"github.com/gpusched/gpusched/pkg/plugins/internal/dragpus"
 )
 
-// draKey is where PreFilter leaves the cycle's view of DRA.
-const draKey fwk.StateKey = "DRA" + Name
+// draKey is where PreFilter leaves the cycle's view of DRA, for this
+// plugin and the profile's other gpusched plugins (dragpus).
+const draKey = dragpus.StateKey
 
 // draCycle is what DRA looks like to one scheduling cycle: the GPUs the
 // configured driver publishes, per node, and what DRA has allocated
@@ -61,6 +63,8 @@ type draCycle struct {
 	// (viewOf).
 	pub   *publishedGPUs
 	views []atomic.Pointer[gpu.NodeGPUs]
+	// reader is what read the cycle, for the claims ClaimDemand reads.
+	reader *draReader
 }
 
 // Clone implements fwk.StateData; draCycle is never modified (but for the
@@ -153,7 +157,7 @@ func (r *draReader) read(ctx context.Context, withHeld bool) (*draCycle, error) 
 		return nil, nil
 	}
 	cycle := &draCycle{nodes: pub.nodes, devices: pub.devices, onNode: pub.onNode, nonLocalSlices: pub.nonLocalSlices, slices: all, held: held,
-		pub: pub, views: make([]atomic.Pointer[gpu.NodeGPUs], len(pub.index))}
+		pub: pub, views: make([]atomic.Pointer[gpu.NodeGPUs], len(pub.index)), reader: r}
 	if cycle.allocated, err = r.gather(ctx); err != nil {
 		return nil, err
 	}

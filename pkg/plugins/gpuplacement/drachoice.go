@@ -177,7 +177,7 @@ func (p *GPUPlacement) chooseDRADevices(ctx context.Context, state fwk.CycleStat
 	}
 	results := make([]*result, len(nodes))
 	selector := p.dra.selectorOf(ask)
-	models := p.dra.modelsOf(ctx, cycle, selector)
+	models, _ := p.dra.modelsOf(ctx, cycle, selector)
 	p.handle.Parallelizer().Until(ctx, len(nodes), func(i int) {
 		nodeInfo := nodes[i]
 		name := nodeInfo.Node().Name
@@ -272,17 +272,19 @@ type askSelector struct {
 // modelsOf is the GPU models whose devices the ask's class and selectors
 // select on the cluster's nodes, as a demand names the models a pod may run
 // on: PairFit's model-aware prices (and floors) then see a claim that pins
-// models as they see a pod annotated with them. nil when every GPU of the
-// driver is selected (the claim is not constrained), or when a selection
-// cannot be evaluated. It is computed once per listing of the slices and
-// selector, from the selections the device choice reads anyway.
-func (r *draReader) modelsOf(ctx context.Context, cycle *draCycle, sel *askSelector) []string {
+// models as they see a pod annotated with them. models is nil when every
+// GPU of the driver is selected (the claim is not constrained), when none
+// is (selectsGPUs is then false: the claim asks for other devices), or
+// when a selection cannot be evaluated (selectsGPUs true). It is computed
+// once per listing of the slices and selector, from the selections the
+// device choice reads anyway.
+func (r *draReader) modelsOf(ctx context.Context, cycle *draCycle, sel *askSelector) (models []string, selectsGPUs bool) {
 	if sel == nil {
-		return nil
+		return nil, true
 	}
 	if v, ok := r.models.Load(sel.key); ok {
 		if m := v.(*askModels); m.pub == cycle.pub && m.class == sel.class {
-			return m.models
+			return m.models, m.selectsGPUs
 		}
 	}
 	m := &askModels{pub: cycle.pub, class: sel.class}
@@ -302,6 +304,7 @@ func (r *draReader) modelsOf(ctx context.Context, cycle *draCycle, sel *askSelec
 			}
 		}
 	}
+	m.selectsGPUs = !ok || len(admitted) > 0
 	if ok && constrained && len(admitted) > 0 {
 		m.models = slices.Sorted(maps.Keys(admitted))
 	}
@@ -310,15 +313,16 @@ func (r *draReader) modelsOf(ctx context.Context, cycle *draCycle, sel *askSelec
 		r.modelCount.Store(0)
 	}
 	r.models.Store(sel.key, m)
-	return m.models
+	return m.models, m.selectsGPUs
 }
 
 // askModels is an ask's models (modelsOf), with the listing and class
 // they were read from.
 type askModels struct {
-	pub    *publishedGPUs
-	class  *resourceapi.DeviceClass
-	models []string
+	pub         *publishedGPUs
+	class       *resourceapi.DeviceClass
+	models      []string
+	selectsGPUs bool
 }
 
 // selectionKey is where a node's selection by an askSelector is kept.

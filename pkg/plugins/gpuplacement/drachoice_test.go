@@ -87,14 +87,7 @@ func TestAskOf(t *testing.T) {
 // product name with dashes for spaces).
 func TestModelsOf(t *testing.T) {
 	const a100, h100 = "NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3"
-	node := func(name, product string) *resourceapi.ResourceSlice {
-		w := gt.MakeNVIDIASlice("slice-"+name, name)
-		for i := range 2 {
-			w.GPU(i, fmt.Sprintf("GPU-%s-%d", name, i), product, 81920, "")
-		}
-		return w.Obj()
-	}
-	m := &modelsManager{slices: []*resourceapi.ResourceSlice{node("a", a100), node("b", h100)},
+	m := &modelsManager{slices: []*resourceapi.ResourceSlice{twoGPUSlice("a", a100), twoGPUSlice("b", h100)},
 		class: &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: "gpu.nvidia.com"},
 			Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
 				Expression: "device.driver == 'gpu.nvidia.com'"}}}}}}
@@ -108,11 +101,13 @@ func TestModelsOf(t *testing.T) {
 	for _, tt := range []struct {
 		name, selector string
 		want           []string
+		noGPU          bool // the selectors select no GPU of the driver
 	}{
 		{name: "no selector: every GPU", want: nil},
 		{name: "one model", selector: "device.attributes['gpu.nvidia.com'].productName == '" + a100 + "'", want: []string{"NVIDIA-A100-SXM4-80GB"}},
 		{name: "both models: every GPU", selector: "device.attributes['gpu.nvidia.com'].productName in ['" + a100 + "', '" + h100 + "']", want: nil},
 		{name: "one GPU pinned by UUID", selector: "device.attributes['gpu.nvidia.com'].uuid == 'GPU-b-1'", want: []string{"NVIDIA-H100-80GB-HBM3"}},
+		{name: "no GPU at all", selector: "device.attributes['gpu.nvidia.com'].uuid == 'GPU-c-0'", want: nil, noGPU: true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			ctx := context.Background()
@@ -122,8 +117,8 @@ func TestModelsOf(t *testing.T) {
 			}
 			ask := &draAsk{class: "gpu.nvidia.com", count: 1, selectors: selecting(tt.selector)}
 			for range 2 { // the second answer is the one kept for the listing
-				if got := r.modelsOf(ctx, cycle, r.selectorOf(ask)); !slices.Equal(got, tt.want) {
-					t.Errorf("models %q, want %q", got, tt.want)
+				if got, selects := r.modelsOf(ctx, cycle, r.selectorOf(ask)); !slices.Equal(got, tt.want) || selects == tt.noGPU {
+					t.Errorf("models %q, selects GPUs %t; want %q, %t", got, selects, tt.want, !tt.noGPU)
 				}
 			}
 		})
@@ -165,3 +160,12 @@ func (noClaims) GetPendingAllocation(types.UID) *resourceapi.AllocationResult   
 func (noClaims) MaybeRemoveClaimPendingAllocation(types.UID, bool) bool                   { return false }
 func (noClaims) AssumeClaimAfterAPICall(*resourceapi.ResourceClaim) error                 { return nil }
 func (noClaims) AssumedClaimRestore(string, string)                                       {}
+
+// twoGPUSlice is NVIDIA's slice for a node with two GPUs of a product.
+func twoGPUSlice(node, product string) *resourceapi.ResourceSlice {
+	w := gt.MakeNVIDIASlice("slice-"+node, node)
+	for i := range 2 {
+		w.GPU(i, fmt.Sprintf("GPU-%s-%d", node, i), product, 81920, "")
+	}
+	return w.Obj()
+}

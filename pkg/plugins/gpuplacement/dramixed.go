@@ -28,10 +28,8 @@ import (
 //     with DRA disabled): filterClaims.
 
 // heldByDRA is the nodes that allocated claims (as the tracker lists them:
-// written, or assumed after the scheduler's own write) name with a device
-// of the driver: the node their allocation's node selector names
-// (metadata.name), as the structured allocator writes it for node-local
-// devices.
+// written, or assumed after the scheduler's own write) hold devices of the
+// driver on (gpu.DRAHeldNode).
 func (r *draReader) heldByDRA() (sets.Set[string], error) {
 	claims, err := r.manager.ResourceClaims().List()
 	if err != nil {
@@ -39,43 +37,11 @@ func (r *draReader) heldByDRA() (sets.Set[string], error) {
 	}
 	held := sets.New[string]()
 	for _, c := range claims {
-		alloc := c.Status.Allocation
-		if alloc == nil {
-			continue
-		}
-		if node := allocatedNode(alloc.NodeSelector); node != "" && takesDriver(alloc, r.src.Driver) {
+		if node := gpu.DRAHeldNode(c.Status.Allocation, r.src.Driver); node != "" {
 			held.Insert(node)
 		}
 	}
 	return held, nil
-}
-
-// allocatedNode is the node a node selector names by metadata.name alone,
-// or "".
-func allocatedNode(sel *v1.NodeSelector) string {
-	if sel == nil || len(sel.NodeSelectorTerms) != 1 {
-		return ""
-	}
-	term := sel.NodeSelectorTerms[0]
-	if len(term.MatchExpressions) > 0 || len(term.MatchFields) != 1 {
-		return ""
-	}
-	f := term.MatchFields[0]
-	if f.Key != "metadata.name" || f.Operator != v1.NodeSelectorOpIn || len(f.Values) != 1 {
-		return ""
-	}
-	return f.Values[0]
-}
-
-// takesDriver reports whether an allocation takes a device of the driver;
-// admin access (monitoring) takes none.
-func takesDriver(alloc *resourceapi.AllocationResult, driver string) bool {
-	for _, r := range alloc.Devices.Results {
-		if r.Driver == driver && !ptr.Deref(r.AdminAccess, false) {
-			return true
-		}
-	}
-	return false
 }
 
 // filterHeld refuses a GPU demand by annotation on a node whose slices do

@@ -1,0 +1,74 @@
+package gpuplacement
+
+import (
+	"context"
+
+	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/dynamic-resource-allocation/resourceclaim"
+	"k8s.io/klog/v2"
+
+	"github.com/gpusched/gpusched/pkg/gpu"
+	"github.com/gpusched/gpusched/pkg/plugins/internal/dragpus"
+)
+
+// The cycle's view of DRA is what the profile's other plugins read of DRA
+// too (dragpus): GPUGang plans a gang of claim pods on the same GPUs,
+// allocations and claim demands that GPUPlacement places them with.
+var _ dragpus.GPUs = (*draCycle)(nil)
+
+// NodeGPUs implements dragpus.GPUs: the node's view as Filter and Score
+// see it (viewOf).
+func (c *draCycle) NodeGPUs(node string) *gpu.NodeGPUs {
+	d := c.nodes[node]
+	if d == nil {
+		return nil
+	}
+	return c.viewOf(node, d)
+}
+
+// EmptyNodeGPUs implements dragpus.GPUs.
+func (c *draCycle) EmptyNodeGPUs(node string) *gpu.NodeGPUs {
+	d := c.nodes[node]
+	if d == nil {
+		return nil
+	}
+	return gpu.EmptyDRANodeGPUs(node, d)
+}
+
+// ClaimDemand implements dragpus.GPUs: the pod's claims, allocated or
+// not, read as the device choice reads them (askOf), with the models
+// their class and selectors admit (modelsOf). Claims that select no GPU of
+// the driver (another driver's devices) are no GPU demand.
+func (c *draCycle) ClaimDemand(ctx context.Context, pod *v1.Pod) (gpu.Demand, bool) {
+	r := c.reader
+	if r == nil || len(pod.Spec.ResourceClaims) == 0 {
+		return gpu.Demand{}, false
+	}
+	claims := make([]*resourceapi.ResourceClaim, 0, len(pod.Spec.ResourceClaims))
+	for i := range pod.Spec.ResourceClaims {
+		name, _, err := resourceclaim.Name(pod, &pod.Spec.ResourceClaims[i])
+		if err != nil || name == nil {
+			continue
+		}
+		claim, err := r.manager.ResourceClaims().Get(pod.Namespace, *name)
+		if err != nil {
+			logger(ctx).V(4).Info("Claim demand unknown: claim unreadable", "pod", klog.KObj(pod), "claim", *name, "err", err)
+			return gpu.Demand{}, false
+		}
+		claims = append(claims, claim)
+	}
+	ask := askOf(claims, r.src.Driver)
+	if ask == nil {
+		return gpu.Demand{}, false
+	}
+	models, selectsGPUs := r.modelsOf(ctx, c, r.selectorOf(ask))
+	if !selectsGPUs {
+		return gpu.Demand{}, false
+	}
+	d := gpu.Demand{Count: ask.count, Milli: gpu.MilliPerGPU, Models: models}
+	if ask.memoryMiB > 0 && ask.count == 1 {
+		d.Milli, d.MemoryMiB = 1, ask.memoryMiB
+	}
+	return d, true
+}

@@ -1,0 +1,109 @@
+package gpuplacement
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/dynamic-resource-allocation/cel"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/utils/ptr"
+
+	"github.com/gpusched/gpusched/pkg/gpu"
+	gt "github.com/gpusched/gpusched/pkg/gpu/gputest"
+)
+
+// TestClaimDemand: what GPUGang reads of a claim pod (dragpus.GPUs) is the
+// claim as the device choice reads it: whole GPUs with the models its
+// selectors admit, or a share by its memory; a claim that selects no GPU
+// of the driver, two claims, or a claim not created yet are no demand.
+// Node a has two A100s, node b two H100s.
+func TestClaimDemand(t *testing.T) {
+	const a100, h100 = "NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3"
+	claim := func(name string, count int64, selector string, memory string) *resourceapi.ResourceClaim {
+		r := resourceapi.ExactDeviceRequest{DeviceClassName: "gpu.nvidia.com", AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: count}
+		if selector != "" {
+			r.Selectors = []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: selector}}}
+		}
+		if memory != "" {
+			r.Capacity = &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{"memory": resource.MustParse(memory)}}
+		}
+		return &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+			Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "gpu", Exactly: &r}}}}}
+	}
+	m := &claimsManager{modelsManager: modelsManager{slices: []*resourceapi.ResourceSlice{twoGPUSlice("a", a100), twoGPUSlice("b", h100)},
+		class: &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: "gpu.nvidia.com"},
+			Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
+				Expression: "device.driver == 'gpu.nvidia.com'"}}}}}},
+		claims: map[string]*resourceapi.ResourceClaim{}}
+	for _, c := range []*resourceapi.ResourceClaim{
+		claim("two", 2, "", ""),
+		claim("two-a100", 2, "device.attributes['gpu.nvidia.com'].productName == '"+a100+"'", ""),
+		claim("share", 1, "", "10Gi"),
+		claim("no-gpu", 1, "device.attributes['gpu.nvidia.com'].uuid == 'GPU-c-0'", ""),
+	} {
+		m.claims[c.Name] = c
+	}
+	r := &draReader{manager: m, src: gpu.DRASource{Driver: gpu.DefaultDRADriver}, celCache: cel.NewCache(10, cel.Features{})}
+	cycle, err := r.read(context.Background(), false)
+	if err != nil || cycle == nil {
+		t.Fatalf("read: %v, %v", cycle, err)
+	}
+	pod := func(claims ...string) *v1.Pod {
+		p := gt.MakeGPUPod("p").Obj()
+		for i, c := range claims {
+			p.Spec.ResourceClaims = append(p.Spec.ResourceClaims, v1.PodResourceClaim{Name: fmt.Sprint("c", i), ResourceClaimName: ptr.To(c)})
+		}
+		return p
+	}
+	for _, tt := range []struct {
+		name string
+		pod  *v1.Pod
+		want gpu.Demand
+		ok   bool
+	}{
+		{"two GPUs of any model", pod("two"), gpu.Demand{Count: 2, Milli: gpu.MilliPerGPU}, true},
+		{"two A100s", pod("two-a100"), gpu.Demand{Count: 2, Milli: gpu.MilliPerGPU, Models: []string{"NVIDIA-A100-SXM4-80GB"}}, true},
+		// 10Gi = 10240 MiB of one GPU, planned by its memory.
+		{"a share of 10Gi", pod("share"), gpu.Demand{Count: 1, Milli: 1, MemoryMiB: 10240}, true},
+		{"no GPU of the driver", pod("no-gpu"), gpu.Demand{}, false},
+		{"claim not created yet", pod("missing"), gpu.Demand{}, false},
+		{"two claims: left to DRA", pod("two", "share"), gpu.Demand{}, false},
+		{"no claim", pod(), gpu.Demand{}, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got, ok := cycle.ClaimDemand(context.Background(), tt.pod)
+			if ok != tt.ok || got.Count != tt.want.Count || got.Milli != tt.want.Milli || got.MemoryMiB != tt.want.MemoryMiB || !slices.Equal(got.Models, tt.want.Models) {
+				t.Errorf("got %+v, %t; want %+v, %t", got, ok, tt.want, tt.ok)
+			}
+		})
+	}
+}
+
+// claimsManager is a modelsManager whose tracker has claims, by name,
+// none of them allocated.
+type claimsManager struct {
+	modelsManager
+	claims map[string]*resourceapi.ResourceClaim
+}
+
+func (m *claimsManager) ResourceClaims() fwk.ResourceClaimTracker {
+	return claimsTracker{claims: m.claims}
+}
+
+type claimsTracker struct {
+	noClaims
+	claims map[string]*resourceapi.ResourceClaim
+}
+
+func (c claimsTracker) Get(_, name string) (*resourceapi.ResourceClaim, error) {
+	if claim, ok := c.claims[name]; ok {
+		return claim, nil
+	}
+	return nil, fmt.Errorf("claim %s not found", name)
+}
