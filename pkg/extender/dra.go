@@ -3,11 +3,12 @@ package extender
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
-	"sync/atomic"
 
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/discovery"
@@ -28,44 +29,53 @@ import (
 // ResourceSlices publish devices of the driver, and the nodes on which an
 // allocated ResourceClaim holds devices of the driver (gpu.DRAHeldNode:
 // a driver upgrade deletes and re-creates the slices while claims run).
-// Safe for concurrent use: managed is rebuilt on each change and read
-// without a lock.
+// Safe for concurrent use. Each event costs a few map operations, so the
+// initial lists of a large cluster are read in linear time.
 type draNodes struct {
 	driver string
 
-	mu sync.Mutex
+	mu sync.RWMutex
 	// slices maps a ResourceSlice's name to the node it publishes devices
 	// of the driver on; claims maps an allocated claim to its node.
 	slices map[string]string
 	claims map[types.UID]string
-
-	managed atomic.Pointer[sets.Set[string]]
+	// holders counts the slices and claims of each node in them.
+	holders map[string]int
 }
 
 func newDRANodes(driver string) *draNodes {
-	d := &draNodes{driver: driver, slices: map[string]string{}, claims: map[types.UID]string{}}
-	d.managed.Store(&sets.Set[string]{})
-	return d
+	return &draNodes{driver: driver, slices: map[string]string{}, claims: map[types.UID]string{}, holders: map[string]int{}}
 }
 
 // has reports whether the driver hands out the node's GPUs.
-func (d *draNodes) has(node string) bool { return d.managed.Load().Has(node) }
+func (d *draNodes) has(node string) bool {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	return d.holders[node] > 0
+}
 
+// onSlice records the node a slice of the driver publishes devices on,
+// devices or not: GPUPlacement counts a node with an empty slice of the
+// driver as DRA's too.
 func (d *draNodes) onSlice(obj any) {
 	slice, ok := obj.(*resourceapi.ResourceSlice)
 	if !ok {
 		return
 	}
 	node := ""
-	if s := &slice.Spec; s.Driver == d.driver && s.NodeName != nil && len(s.Devices) > 0 {
+	if s := &slice.Spec; s.Driver == d.driver && s.NodeName != nil {
 		node = *s.NodeName
 	}
-	d.update(func() { setOrDelete(d.slices, slice.Name, node) })
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	move(d.slices, slice.Name, node, d.holders)
 }
 
 func (d *draNodes) onSliceDelete(obj any) {
 	if slice, ok := deleted[*resourceapi.ResourceSlice](obj); ok {
-		d.update(func() { delete(d.slices, slice.Name) })
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		move(d.slices, slice.Name, "", d.holders)
 	}
 }
 
@@ -75,36 +85,37 @@ func (d *draNodes) onClaim(obj any) {
 		return
 	}
 	node := gpu.DRAHeldNode(claim.Status.Allocation, d.driver)
-	d.update(func() { setOrDelete(d.claims, claim.UID, node) })
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	move(d.claims, claim.UID, node, d.holders)
 }
 
 func (d *draNodes) onClaimDelete(obj any) {
 	if claim, ok := deleted[*resourceapi.ResourceClaim](obj); ok {
-		d.update(func() { delete(d.claims, claim.UID) })
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		move(d.claims, claim.UID, "", d.holders)
 	}
 }
 
-// update applies change and rebuilds managed.
-func (d *draNodes) update(change func()) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	change()
-	next := sets.New[string]()
-	for _, node := range d.slices {
-		next.Insert(node)
+// move records that key now holds node ("" for none), counting the change
+// in holders. Callers hold the lock.
+func move[K comparable](m map[K]string, key K, node string, holders map[string]int) {
+	old := m[key]
+	if old == node {
+		return
 	}
-	for _, node := range d.claims {
-		next.Insert(node)
+	if old != "" {
+		if holders[old]--; holders[old] <= 0 {
+			delete(holders, old)
+		}
 	}
-	d.managed.Store(&next)
-}
-
-func setOrDelete[K comparable](m map[K]string, key K, value string) {
-	if value == "" {
+	if node == "" {
 		delete(m, key)
 		return
 	}
-	m[key] = value
+	m[key] = node
+	holders[node]++
 }
 
 // WatchDRA makes the view track which nodes' GPUs the DRA driver hands
@@ -139,12 +150,24 @@ func (c *Cluster) WatchDRA(factory informers.SharedInformerFactory, driver strin
 func (c *Cluster) DRAManaged(node string) bool { return c.dra != nil && c.dra.has(node) }
 
 // servesDRA reports whether the API server serves ResourceSlices and
-// ResourceClaims of resource.k8s.io/v1. A server that does not serve the
-// group version has no DRA devices; any other error is returned, so that
-// a failed discovery does not leave DRA nodes untracked.
+// ResourceClaims of resource.k8s.io/v1. A server without the group has no
+// DRA devices. A server that serves DRA only in a beta version (1.32,
+// 1.33) is an error: the extender could not see the nodes whose GPUs DRA
+// hands out and might give one of them by annotation too; so is any other
+// failed discovery, so that it does not leave DRA nodes untracked.
 func servesDRA(client discovery.DiscoveryInterface) (bool, error) {
 	list, err := client.ServerResourcesForGroupVersion(resourceapi.SchemeGroupVersion.String())
 	if apierrors.IsNotFound(err) {
+		groups, gerr := client.ServerGroups()
+		if gerr != nil {
+			return false, fmt.Errorf("discovering API groups: %w", gerr)
+		}
+		for _, g := range groups.Groups {
+			if g.Name == resourceapi.GroupName {
+				return false, fmt.Errorf("the API server serves %s only as %s, not %s: the extender cannot see which nodes' GPUs DRA hands out; "+
+					"set dra.enabled: false in --placement-args if no DRA driver publishes GPUs in this cluster", resourceapi.GroupName, versionsOf(g), resourceapi.SchemeGroupVersion.Version)
+			}
+		}
 		return false, nil
 	}
 	if err != nil {
@@ -158,4 +181,12 @@ func servesDRA(client discovery.DiscoveryInterface) (bool, error) {
 		return false, errors.New(resourceapi.SchemeGroupVersion.String() + " is served without resourceslices and resourceclaims")
 	}
 	return true, nil
+}
+
+func versionsOf(g metav1.APIGroup) string {
+	var out []string
+	for _, v := range g.Versions {
+		out = append(out, v.Version)
+	}
+	return strings.Join(out, ", ")
 }

@@ -110,7 +110,16 @@ func TestDRANodesGetNoGPUs(t *testing.T) {
 	if err := client.ResourceV1().ResourceSlices().Delete(ctx, slice.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(100 * time.Millisecond) // for the informers to deliver both events
+	// Once the informers have delivered all three events, only the claim
+	// holds the node.
+	err = wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		cluster.dra.mu.RLock()
+		defer cluster.dra.mu.RUnlock()
+		return len(cluster.dra.slices) == 1 && len(cluster.dra.claims) == 1, nil // nic's slice, the held claim
+	})
+	if err != nil {
+		t.Fatalf("slices %v, claims %v; want nic's slice and the held claim", cluster.dra.slices, cluster.dra.claims)
+	}
 	refused(true)
 
 	// The claim is deallocated: the node is the device plugin's again.
@@ -137,8 +146,48 @@ func TestServesDRA(t *testing.T) {
 	if served, err := servesDRA(d); served || err != nil {
 		t.Errorf("without resource.k8s.io/v1: %t, %v; want false, nil", served, err)
 	}
+	// A 1.33 API server with beta DRA: the extender cannot see DRA nodes.
+	d.Resources = []*metav1.APIResourceList{{GroupVersion: "resource.k8s.io/v1beta2", APIResources: []metav1.APIResource{{Name: "resourceslices"}, {Name: "resourceclaims"}}}}
+	if served, err := servesDRA(d); served || err == nil || !strings.Contains(err.Error(), "serves resource.k8s.io only as v1beta2, not v1") {
+		t.Errorf("with resource.k8s.io/v1beta2 only: %t, %v; want an error naming the versions", served, err)
+	}
+	d.Resources = []*metav1.APIResourceList{{GroupVersion: "resource.k8s.io/v1", APIResources: []metav1.APIResource{{Name: "resourceslices"}}}}
+	if served, err := servesDRA(d); served || err == nil {
+		t.Errorf("resource.k8s.io/v1 without resourceclaims: %t, %v; want an error", served, err)
+	}
 	d.Resources = []*metav1.APIResourceList{{GroupVersion: "resource.k8s.io/v1", APIResources: []metav1.APIResource{{Name: "resourceslices"}, {Name: "resourceclaims"}}}}
 	if served, err := servesDRA(d); !served || err != nil {
 		t.Errorf("with resource.k8s.io/v1: %t, %v; want true, nil", served, err)
 	}
+}
+
+// TestDRANodesCounted: a node is DRA's while any slice of the driver
+// (with devices or not) or any allocated claim of the driver names it, and
+// a slice or claim that moves moves the node with it.
+func TestDRANodesCounted(t *testing.T) {
+	d := newDRANodes(gpu.DefaultDRADriver)
+	slice := func(name, node, driver string) *resourceapi.ResourceSlice {
+		return &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: resourceapi.ResourceSliceSpec{Driver: driver, NodeName: ptr.To(node), Pool: resourceapi.ResourcePool{Name: node}}}
+	}
+	d.onSlice(slice("s1", "a", gpu.DefaultDRADriver)) // no devices: still DRA's
+	d.onSlice(slice("s2", "a", gpu.DefaultDRADriver))
+	d.onSlice(slice("n1", "b", "nic.example.com"))
+	d.onClaim(allocatedOn("c1", "c", gpu.DefaultDRADriver, false))
+	d.onClaim(allocatedOn("m1", "b", gpu.DefaultDRADriver, true)) // admin access holds nothing
+	check := func(step string, want map[string]bool) {
+		t.Helper()
+		for node, w := range want {
+			if d.has(node) != w {
+				t.Errorf("%s: node %s DRA's %t, want %t", step, node, !w, w)
+			}
+		}
+	}
+	check("start", map[string]bool{"a": true, "b": false, "c": true})
+	d.onSliceDelete(slice("s1", "a", gpu.DefaultDRADriver))
+	check("one of a's two slices deleted", map[string]bool{"a": true})
+	d.onSlice(slice("s2", "b", gpu.DefaultDRADriver))
+	check("a's last slice moved to b", map[string]bool{"a": false, "b": true})
+	d.onClaimDelete(cache.DeletedFinalStateUnknown{Key: "default/c1", Obj: allocatedOn("c1", "c", gpu.DefaultDRADriver, false)})
+	check("c's claim deleted (a missed deletion)", map[string]bool{"c": false})
 }

@@ -17,7 +17,9 @@ import (
 // rejected schedulable:
 //   - another pod of its gang is created (the gang reaches minMember);
 //   - a bound pod is deleted or a node is added: GPUs are freed, and a gang
-//     that was released may fit now.
+//     that was released may fit now;
+//   - a ResourceClaim is created: a gang waiting for its members' claims
+//     may be planned now.
 //
 // A PodGroup being created or changed is watched by the plugin's own cache,
 // which moves the gang's pods back to the queue (podGroupHandler).
@@ -26,6 +28,7 @@ func (p *GPUGang) EventsToRegister(_ context.Context) ([]fwk.ClusterEventWithHin
 		{Event: fwk.ClusterEvent{Resource: fwk.UnscheduledPod, ActionType: fwk.Add}, QueueingHintFn: isSchedulableAfterMemberAdded},
 		{Event: fwk.ClusterEvent{Resource: fwk.AssignedPod, ActionType: fwk.Delete}, QueueingHintFn: isGangPod},
 		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add}, QueueingHintFn: isGangPod},
+		{Event: fwk.ClusterEvent{Resource: fwk.ResourceClaim, ActionType: fwk.Add}, QueueingHintFn: isGangPod},
 	}, nil
 }
 

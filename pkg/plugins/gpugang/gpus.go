@@ -8,6 +8,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	fwk "k8s.io/kube-scheduler/framework"
 
+	"github.com/gpusched/gpusched/pkg/gang"
 	"github.com/gpusched/gpusched/pkg/gpu"
 	"github.com/gpusched/gpusched/pkg/plugins/internal/dragpus"
 )
@@ -19,36 +20,120 @@ import (
 // before GPUGang's in the profile); elsewhere the node's inventory and
 // gpusched's ledger, and the member's annotation or extended resources.
 
-// demandOf is a member's GPU demand: its annotation or extended resources
-// (gpu.DemandFromPod) or, when it asks for none that way, what its claims
-// ask of the DRA driver's GPUs. ok is false for a malformed demand. A
-// member whose claims cannot be read yet (the resourceclaim controller
-// has not created them) counts as asking for no GPU until they can.
-func demandOf(ctx context.Context, dra dragpus.GPUs, pod *v1.Pod) (gpu.Demand, bool) {
-	d, err := gpu.DemandFromPod(pod)
-	if err != nil {
-		return gpu.Demand{}, false
-	}
-	if d.IsZero() && dra != nil && len(pod.Spec.ResourceClaims) > 0 {
-		if claims, ok := dra.ClaimDemand(ctx, pod); ok {
-			return claims, true
-		}
-	}
-	return d, true
+// member is a gang member's GPU demand and where it comes from.
+type member struct {
+	demand gpu.Demand
+	// claims: the demand is the pod's ResourceClaims', which only DRA
+	// devices serve.
+	claims bool
+	// pending: a claim of the pod cannot be read yet (the resourceclaim
+	// controller has not made it); demand is then zero.
+	pending bool
+	// malformed: the pod's annotation or resources are invalid;
+	// GPUPlacement reports it on the pod.
+	malformed bool
 }
 
-// membersDemands is the members' demands, in the order of their UIDs (the
-// index returns members in no particular order), leaving out malformed
-// ones.
-func membersDemands(ctx context.Context, dra dragpus.GPUs, members []*v1.Pod) []gpu.Demand {
+// memberOf reads a member's GPU demand: its annotation or extended
+// resources (gpu.DemandFromPod) or, when it asks for none that way, what
+// its claims ask of the DRA driver's GPUs.
+func memberOf(ctx context.Context, dra dragpus.GPUs, pod *v1.Pod) member {
+	d, err := gpu.DemandFromPod(pod)
+	if err != nil {
+		return member{malformed: true}
+	}
+	if d.IsZero() && dra != nil && len(pod.Spec.ResourceClaims) > 0 {
+		claims, pending := dra.ClaimDemand(ctx, pod)
+		return member{demand: claims, claims: !claims.IsZero(), pending: pending}
+	}
+	return member{demand: d}
+}
+
+// demandOf is memberOf's demand; ok is false for a malformed one.
+func demandOf(ctx context.Context, dra dragpus.GPUs, pod *v1.Pod) (gpu.Demand, bool) {
+	m := memberOf(ctx, dra, pod)
+	return m.demand, !m.malformed
+}
+
+// gangDemands is what a gang's members ask for.
+type gangDemands struct {
+	// demands are the members' demands in the order of their UIDs (the
+	// index returns members in no particular order), malformed ones left
+	// out.
+	demands []gpu.Demand
+	// claims: a member takes GPUs through claims; shares: a member asks
+	// gpusched for a share of a GPU, which a DRA node never gives
+	// (GPUPlacement's filterDRA).
+	claims, shares bool
+	// pending is a member whose claims cannot be read yet, or nil.
+	pending *v1.Pod
+}
+
+func demandsOf(ctx context.Context, dra dragpus.GPUs, members []*v1.Pod) gangDemands {
 	sorted := slices.SortedFunc(slices.Values(members), func(a, b *v1.Pod) int { return cmp.Compare(a.UID, b.UID) })
-	out := make([]gpu.Demand, 0, len(sorted))
-	for _, m := range sorted {
-		if d, ok := demandOf(ctx, dra, m); ok {
-			out = append(out, d)
+	g := gangDemands{demands: make([]gpu.Demand, 0, len(sorted))}
+	for _, pod := range sorted {
+		m := memberOf(ctx, dra, pod)
+		switch {
+		case m.malformed:
+			continue
+		case m.pending && g.pending == nil:
+			g.pending = pod
+		}
+		g.claims = g.claims || m.claims
+		g.shares = g.shares || (!m.claims && m.demand.IsShare())
+		g.demands = append(g.demands, m.demand)
+	}
+	return g
+}
+
+// onDRA and onNodes report which kind of node may hold the gang's GPUs: a
+// node whose GPUs a DRA driver publishes takes claims and whole GPUs (DRA
+// serves nvidia.com/gpu there), not gpusched's shares; any other node
+// takes everything but claims. A gang of both claims and shares is planned
+// on the DRA nodes, where its claims must go.
+func (g gangDemands) onDRA() bool   { return g.claims || !g.shares }
+func (g gangDemands) onNodes() bool { return !g.claims }
+
+// clusterOf is the nodes the gang's GPUs may be on, as empty copies: the
+// DRA-published GPUs of the nodes that have them (when onDRA), the other
+// nodes' Node objects (when onNodes).
+func (g gangDemands) clusterOf(dra dragpus.GPUs, nodes []fwk.NodeInfo) gang.Cluster {
+	var c gang.Cluster
+	for _, ni := range nodes {
+		n := ni.Node()
+		if n == nil {
+			continue
+		}
+		if v := draEmpty(dra, n.Name); v != nil {
+			if g.onDRA() {
+				c.DRA = append(c.DRA, v)
+			}
+		} else if g.onNodes() {
+			c.Nodes = append(c.Nodes, n)
 		}
 	}
-	return out
+	return c
+}
+
+// viewsOf is the nodes the gang's GPUs may be on (as clusterOf), with what
+// is allocated on them (nodeGPUs).
+func (p *GPUGang) viewsOf(g gangDemands, dra dragpus.GPUs, nodes []fwk.NodeInfo) []*gpu.NodeGPUs {
+	views := make([]*gpu.NodeGPUs, 0, len(nodes))
+	for _, ni := range nodes {
+		n := ni.Node()
+		if n == nil {
+			continue
+		}
+		if draEmpty(dra, n.Name) != nil {
+			if g.onDRA() {
+				views = append(views, p.nodeGPUs(dra, ni))
+			}
+		} else if g.onNodes() {
+			views = append(views, p.nodeGPUs(dra, ni))
+		}
+	}
+	return views
 }
 
 // draEmpty is the node's DRA-published GPUs with nothing allocated, or nil.

@@ -10,7 +10,6 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/gpusched/gpusched/pkg/gang"
-	"github.com/gpusched/gpusched/pkg/gpu"
 	"github.com/gpusched/gpusched/pkg/plugins/internal/dragpus"
 )
 
@@ -28,14 +27,16 @@ const EventMixedModels = "GangMixedModels"
 // single model holds the gang, the PodGroup gets a GangMixedModels event
 // naming each model and how many pods fit on it, and the gang is placed
 // across models rather than never.
-func (p *GPUGang) gangModels(ctx context.Context, key string, obj *unstructured.Unstructured, mixed bool, empty gang.ModelFit, nodes []fwk.NodeInfo, dra dragpus.GPUs) []string {
+func (p *GPUGang) gangModels(ctx context.Context, key string, obj *unstructured.Unstructured, mixed bool, empty gang.ModelFit, nodes []fwk.NodeInfo, dra dragpus.GPUs, demands gangDemands) []string {
 	if mixed {
 		return nil
 	}
 	placed := p.placedModels(ctx, key, dra)
+	// The members placed, per GPU model, in the GPUs free now (none is
+	// placed yet); minMember of them must fit.
 	var free gang.ModelFit
 	if len(placed) == 0 && len(empty.Holding()) > 1 {
-		free = p.freeByModel(ctx, key, nodes, empty.Needed, dra)
+		free = gang.FitFreeByModel(p.viewsOf(demands, dra, nodes), demands.demands, empty.Needed)
 	}
 	models, noneHolds := gang.ChooseModels(empty, free, placed)
 	if noneHolds {
@@ -43,20 +44,6 @@ func (p *GPUGang) gangModels(ctx context.Context, key string, obj *unstructured.
 			"gang %s: %s; placing it across models", key, empty.Reason()))
 	}
 	return models
-}
-
-// freeByModel places the gang's members (none is placed yet), per GPU
-// model, in the GPUs free now on the nodes (nodeGPUs); minMember of them
-// must fit.
-func (p *GPUGang) freeByModel(ctx context.Context, key string, nodes []fwk.NodeInfo, minMember int, dra dragpus.GPUs) gang.ModelFit {
-	demands := membersDemands(ctx, dra, p.members(key))
-	views := make([]*gpu.NodeGPUs, 0, len(nodes))
-	for _, ni := range nodes {
-		if ni.Node() != nil {
-			views = append(views, p.nodeGPUs(dra, ni))
-		}
-	}
-	return gang.FitFreeByModel(views, demands, minMember)
 }
 
 // placedModels returns the GPU models of the nodes of the gang's reserved

@@ -2,12 +2,14 @@ package gpugang
 
 import (
 	"context"
+	"slices"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
+	"github.com/gpusched/gpusched/pkg/gang"
 	"github.com/gpusched/gpusched/pkg/gpu"
 	gt "github.com/gpusched/gpusched/pkg/gpu/gputest"
 	"github.com/gpusched/gpusched/pkg/plugins/internal/dragpus"
@@ -70,49 +72,99 @@ func TestOneModelFilter(t *testing.T) {
 }
 
 // fakeDRA is what GPUPlacement read of DRA in a cycle: the GPUs of some
-// nodes (with nothing allocated) and what some pods' claims ask, by pod name.
+// nodes (with nothing allocated) and, for a pod with claims, the number of
+// whole GPUs its test/claim-gpus annotation has characters, or pending
+// when the annotation is "pending".
 type fakeDRA map[string]*gpu.NodeGPUs
 
 func (f fakeDRA) Clone() fwk.StateData                    { return f }
 func (f fakeDRA) NodeGPUs(node string) *gpu.NodeGPUs      { return f[node] }
 func (f fakeDRA) EmptyNodeGPUs(node string) *gpu.NodeGPUs { return f[node] }
 func (f fakeDRA) ClaimDemand(_ context.Context, pod *v1.Pod) (gpu.Demand, bool) {
-	if pod.Annotations["test/claim-gpus"] == "" {
+	switch a := pod.Annotations["test/claim-gpus"]; a {
+	case "pending":
+		return gpu.Demand{}, true
+	case "":
 		return gpu.Demand{}, false
+	default:
+		return gpu.Demand{Count: len(a), Milli: gpu.MilliPerGPU}, false
 	}
-	return gpu.Demand{Count: len(pod.Annotations["test/claim-gpus"]), Milli: gpu.MilliPerGPU}, true
 }
 
-// TestDemandOfClaimPods: a gang member's GPUs are its annotation's or
-// extended resources', else what its claims ask; a claim pod counts as
-// asking for none while its claims cannot be read, or without DRA GPUs.
-func TestDemandOfClaimPods(t *testing.T) {
-	withClaims := func(p *v1.Pod, gpus string) *v1.Pod {
-		p.Spec.ResourceClaims = []v1.PodResourceClaim{{Name: "gpu"}}
-		if gpus != "" {
-			p.Annotations = map[string]string{"test/claim-gpus": gpus}
-		}
-		return p
+// claimPod is a pod with a claim for gpus ("xxx" for 3 GPUs, "pending"),
+// in gang g.
+func claimPod(name, gpus string) *v1.Pod {
+	p := gt.MakeGPUPod(name).UID(name).Obj()
+	p.Spec.ResourceClaims = []v1.PodResourceClaim{{Name: "gpu"}}
+	if gpus != "" {
+		p.Annotations = map[string]string{"test/claim-gpus": gpus}
 	}
+	return p
+}
+
+// TestMemberOf: a gang member's GPUs are its annotation's or extended
+// resources', else what its claims ask; a claim pod asks for none without
+// DRA GPUs in the cycle, and waits while its claims cannot be read.
+func TestMemberOf(t *testing.T) {
 	dra := fakeDRA{}
 	tests := []struct {
-		name  string
-		pod   *v1.Pod
-		dra   dragpus.GPUs
-		count int
-		ok    bool
+		name string
+		pod  *v1.Pod
+		dra  dragpus.GPUs
+		want member
 	}{
-		{"extended resource", gt.MakeGPUPod("p").GPUs(2).Obj(), dra, 2, true},
-		{"claims for 3 GPUs", withClaims(gt.MakeGPUPod("p").Obj(), "xxx"), dra, 3, true},
-		{"claims for 3 GPUs, no DRA GPUs in the cycle", withClaims(gt.MakeGPUPod("p").Obj(), "xxx"), nil, 0, true},
-		{"claims not readable yet", withClaims(gt.MakeGPUPod("p").Obj(), ""), dra, 0, true},
-		{"malformed annotation", gt.MakeGPUPod("p").Annotation(gpu.AnnotationMilli, "2000").Obj(), dra, 0, false},
+		{"extended resource", gt.MakeGPUPod("p").GPUs(2).Obj(), dra, member{demand: gpu.Demand{Count: 2, Milli: gpu.MilliPerGPU}}},
+		{"claims for 3 GPUs", claimPod("p", "xxx"), dra, member{demand: gpu.Demand{Count: 3, Milli: gpu.MilliPerGPU}, claims: true}},
+		{"claims for 3 GPUs, no DRA GPUs in the cycle", claimPod("p", "xxx"), nil, member{}},
+		{"claims for no GPU", claimPod("p", ""), dra, member{}},
+		{"claims not made yet", claimPod("p", "pending"), dra, member{pending: true}},
+		{"malformed annotation", gt.MakeGPUPod("p").Annotation(gpu.AnnotationMilli, "2000").Obj(), dra, member{malformed: true}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			d, ok := demandOf(context.Background(), tt.dra, tt.pod)
-			if d.Count != tt.count || ok != tt.ok {
-				t.Errorf("demand %+v, %t; want %d GPUs, %t", d, ok, tt.count, tt.ok)
+			got := memberOf(context.Background(), tt.dra, tt.pod)
+			if got.demand.Count != tt.want.demand.Count || (got.demand.Count > 0 && got.demand.Milli != tt.want.demand.Milli) ||
+				got.claims != tt.want.claims || got.pending != tt.want.pending || got.malformed != tt.want.malformed {
+				t.Errorf("got %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestFitEmptyByKind: a gang is planned on the nodes its GPUs may be on.
+// Node dra has 8 A100s a DRA driver publishes, node dp 8 T4s of the
+// device plugin. Claims go only to DRA devices, gpusched's shares never do,
+// and whole GPUs go to either.
+func TestFitEmptyByKind(t *testing.T) {
+	dra := fakeDRA{"dra": gt.EmptyDRAView("dra", a100, 8)}
+	nodes := []fwk.NodeInfo{}
+	for _, n := range []*v1.Node{gt.MakeGPUNode("dra").Obj(), gt.MakeGPUNode("dp").GFD(t4, 8, 15360).Obj()} {
+		ni := framework.NewNodeInfo()
+		ni.SetNode(n)
+		nodes = append(nodes, ni)
+	}
+	share := func(name string) *v1.Pod { return gt.MakeGPUPod(name).UID(name).Milli(500).Obj() }
+	whole := func(name string) *v1.Pod { return gt.MakeGPUPod(name).UID(name).GPUs(4).Obj() }
+	tests := []struct {
+		name    string
+		members []*v1.Pod
+		want    []gang.ModelCount
+	}{
+		// 2 claims of 4 GPUs: the A100 node holds both; the T4s take no claim.
+		{"claims", []*v1.Pod{claimPod("a", "xxxx"), claimPod("b", "xxxx")}, []gang.ModelCount{{Model: a100, Placed: 2}}},
+		// 2 shares of 500: the T4s hold both (on one GPU); the A100s give no share.
+		{"shares", []*v1.Pod{share("a"), share("b")}, []gang.ModelCount{{Model: t4, Placed: 2}}},
+		// 2 pods of 4 whole GPUs: each model holds both.
+		{"whole GPUs", []*v1.Pod{whole("a"), whole("b")}, []gang.ModelCount{{Model: a100, Placed: 2}, {Model: t4, Placed: 2}}},
+		// A claim and a share: planned where the claim must go.
+		{"a claim and a share", []*v1.Pod{claimPod("a", "xxxx"), share("b")}, []gang.ModelCount{{Model: a100, Placed: 2}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := &GPUGang{ledger: gpu.NewLedger()}
+			fit := p.fitEmpty("default/g", demandsOf(context.Background(), dra, tt.members), nodes, 2, dra)
+			if !fit.fit.Fits() || !slices.Equal(fit.byModel.Models, tt.want) {
+				t.Errorf("fits %t, by model %v; want true, %v", fit.fit.Fits(), fit.byModel.Models, tt.want)
 			}
 		})
 	}

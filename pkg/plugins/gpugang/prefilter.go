@@ -63,7 +63,12 @@ func (p *GPUGang) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1.P
 			"gang %s has %d of the %d pods its spec.minMember asks for; waiting for the rest", key, len(members), minMember))
 	}
 	dra := dragpus.Read(state)
-	fit := p.fitEmpty(ctx, key, members, nodes, minMember, dra)
+	demands := demandsOf(ctx, dra, members)
+	if demands.pending != nil {
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf(
+			"gang %s: waiting for the ResourceClaims of pod %s, which the resourceclaim controller makes from its templates", key, klog.KObj(demands.pending)))
+	}
+	fit := p.fitEmpty(key, demands, nodes, minMember, dra)
 	if !fit.fit.Fits() {
 		msg := fmt.Sprintf("gang %s: %s", key, fit.fit.Reason())
 		p.reportOnce(obj, v1.EventTypeWarning, "GangTooLarge", msg)
@@ -76,50 +81,40 @@ func (p *GPUGang) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1.P
 	mixed, _ := pg.MixedModels() // validated above
 	var models []string
 	if d, ok := demandOf(ctx, dra, pod); ok && !d.IsZero() {
-		models = p.gangModels(ctx, key, obj, mixed, fit.byModel, nodes, dra)
+		models = p.gangModels(ctx, key, obj, mixed, fit.byModel, nodes, dra, demands)
 	}
 	state.Write(stateKey, &gangState{key: key, object: obj, minMember: minMember, timeout: timeout, models: models})
 	return nil, nil
 }
 
-// fitEmpty places the members' GPU demands on empty copies of the nodes,
-// all of them and then per GPU model (gang.FitEmpty, gang.FitEmptyByModel),
-// each node with the GPUs its pods are placed on (nodeGPUs): a DRA
-// driver's devices where the node publishes them. A member whose demand is
-// malformed is left out: GPUPlacement reports it on that pod. The result
-// depends only on the members' demands, minMember and the nodes' GPUs, so
-// it is kept per gang and recomputed when one of them changes (not on
-// every node status update): every pod of a gang asks the same question,
-// on clusters of thousands of nodes.
-func (p *GPUGang) fitEmpty(ctx context.Context, key string, members []*v1.Pod, nodes []fwk.NodeInfo, minMember int, dra dragpus.GPUs) fitResult {
+// fitEmpty places the members' GPU demands on empty copies of the nodes
+// their GPUs may be on (gangDemands.clusterOf: a DRA driver's devices
+// where a node publishes them), all of them and then per GPU model
+// (gang.FitEmpty, gang.FitEmptyByModel). The result depends only on the
+// demands, minMember and the nodes' GPUs, so it is kept per gang and
+// recomputed when one of them changes (not on every node status update):
+// every pod of a gang asks the same question, on clusters of thousands of
+// nodes.
+func (p *GPUGang) fitEmpty(key string, demands gangDemands, nodes []fwk.NodeInfo, minMember int, dra dragpus.GPUs) fitResult {
+	cluster := demands.clusterOf(dra, nodes)
 	h := fnv.New64a()
-	fmt.Fprintf(h, "%d;", minMember)
-	demands := membersDemands(ctx, dra, members)
-	for _, d := range demands {
+	fmt.Fprintf(h, "%d;%t;%t;", minMember, demands.claims, demands.shares)
+	for _, d := range demands.demands {
 		fmt.Fprintf(h, "%d/%d/%d/%q;", d.Count, d.Milli, d.MemoryMiB, d.Models)
 	}
-	var cluster gang.Cluster
-	for _, ni := range nodes {
-		n := ni.Node()
-		if n == nil {
-			continue
-		}
-		if v := draEmpty(dra, n.Name); v != nil {
-			// The inventory is the same object while the node's slices are.
-			fmt.Fprintf(h, "%s/dra/%p;", n.Name, v.Inventory)
-			cluster.DRA = append(cluster.DRA, v)
-			continue
-		}
+	for _, n := range cluster.Nodes {
 		fmt.Fprintf(h, "%s/%s;", n.Name, gpu.InventorySignature(n))
-		cluster.Nodes = append(cluster.Nodes, n)
+	}
+	for _, v := range cluster.DRA {
+		fmt.Fprintf(h, "%s/dra/%s;", v.Name, gang.InventoryKey(v.Inventory))
 	}
 	sum := h.Sum64()
 	if cached, ok := p.fits.Load(key); ok && cached.(fitResult).sum == sum {
 		return cached.(fitResult)
 	}
-	fit := fitResult{sum: sum, fit: gang.FitEmpty(cluster, demands, minMember)}
+	fit := fitResult{sum: sum, fit: gang.FitEmpty(cluster, demands.demands, minMember)}
 	if fit.fit.Fits() {
-		fit.byModel = gang.FitEmptyByModel(cluster, demands, minMember)
+		fit.byModel = gang.FitEmptyByModel(cluster, demands.demands, minMember)
 	}
 	p.fits.Store(key, fit)
 	return fit

@@ -40,7 +40,7 @@ func (c *draCycle) EmptyNodeGPUs(node string) *gpu.NodeGPUs {
 // not, read as the device choice reads them (askOf), with the models
 // their class and selectors admit (modelsOf). Claims that select no GPU of
 // the driver (another driver's devices) are no GPU demand.
-func (c *draCycle) ClaimDemand(ctx context.Context, pod *v1.Pod) (gpu.Demand, bool) {
+func (c *draCycle) ClaimDemand(ctx context.Context, pod *v1.Pod) (demand gpu.Demand, pending bool) {
 	r := c.reader
 	if r == nil || len(pod.Spec.ResourceClaims) == 0 {
 		return gpu.Demand{}, false
@@ -48,13 +48,16 @@ func (c *draCycle) ClaimDemand(ctx context.Context, pod *v1.Pod) (gpu.Demand, bo
 	claims := make([]*resourceapi.ResourceClaim, 0, len(pod.Spec.ResourceClaims))
 	for i := range pod.Spec.ResourceClaims {
 		name, _, err := resourceclaim.Name(pod, &pod.Spec.ResourceClaims[i])
-		if err != nil || name == nil {
-			continue
+		if err != nil {
+			return gpu.Demand{}, true // made from its template, not yet named in the pod's status
+		}
+		if name == nil {
+			continue // the pod needs no claim for this entry
 		}
 		claim, err := r.manager.ResourceClaims().Get(pod.Namespace, *name)
 		if err != nil {
 			logger(ctx).V(4).Info("Claim demand unknown: claim unreadable", "pod", klog.KObj(pod), "claim", *name, "err", err)
-			return gpu.Demand{}, false
+			return gpu.Demand{}, true
 		}
 		claims = append(claims, claim)
 	}
@@ -66,9 +69,9 @@ func (c *draCycle) ClaimDemand(ctx context.Context, pod *v1.Pod) (gpu.Demand, bo
 	if !selectsGPUs {
 		return gpu.Demand{}, false
 	}
-	d := gpu.Demand{Count: ask.count, Milli: gpu.MilliPerGPU, Models: models}
+	demand = gpu.Demand{Count: ask.count, Milli: gpu.MilliPerGPU, Models: models}
 	if ask.memoryMiB > 0 && ask.count == 1 {
-		d.Milli, d.MemoryMiB = 1, ask.memoryMiB
+		demand.Milli, demand.MemoryMiB = 1, ask.memoryMiB
 	}
-	return d, true
+	return demand, false
 }

@@ -21,7 +21,8 @@ import (
 // TestClaimDemand: what GPUGang reads of a claim pod (dragpus.GPUs) is the
 // claim as the device choice reads it: whole GPUs with the models its
 // selectors admit, or a share by its memory; a claim that selects no GPU
-// of the driver, two claims, or a claim not created yet are no demand.
+// of the driver or two claims are no demand, and a claim not created yet
+// (by name, or from a template) is pending.
 // Node a has two A100s, node b two H100s.
 func TestClaimDemand(t *testing.T) {
 	const a100, h100 = "NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3"
@@ -61,25 +62,31 @@ func TestClaimDemand(t *testing.T) {
 		}
 		return p
 	}
+	fromTemplate := gt.MakeGPUPod("p").Obj()
+	fromTemplate.Spec.ResourceClaims = []v1.PodResourceClaim{{Name: "gpu", ResourceClaimTemplateName: ptr.To("two-gpus")}}
+	madeFromTemplate := fromTemplate.DeepCopy()
+	madeFromTemplate.Status.ResourceClaimStatuses = []v1.PodResourceClaimStatus{{Name: "gpu", ResourceClaimName: ptr.To("two")}}
 	for _, tt := range []struct {
-		name string
-		pod  *v1.Pod
-		want gpu.Demand
-		ok   bool
+		name    string
+		pod     *v1.Pod
+		want    gpu.Demand
+		pending bool
 	}{
-		{"two GPUs of any model", pod("two"), gpu.Demand{Count: 2, Milli: gpu.MilliPerGPU}, true},
-		{"two A100s", pod("two-a100"), gpu.Demand{Count: 2, Milli: gpu.MilliPerGPU, Models: []string{"NVIDIA-A100-SXM4-80GB"}}, true},
+		{"two GPUs of any model", pod("two"), gpu.Demand{Count: 2, Milli: gpu.MilliPerGPU}, false},
+		{"two A100s", pod("two-a100"), gpu.Demand{Count: 2, Milli: gpu.MilliPerGPU, Models: []string{"NVIDIA-A100-SXM4-80GB"}}, false},
 		// 10Gi = 10240 MiB of one GPU, planned by its memory.
-		{"a share of 10Gi", pod("share"), gpu.Demand{Count: 1, Milli: 1, MemoryMiB: 10240}, true},
+		{"a share of 10Gi", pod("share"), gpu.Demand{Count: 1, Milli: 1, MemoryMiB: 10240}, false},
 		{"no GPU of the driver", pod("no-gpu"), gpu.Demand{}, false},
-		{"claim not created yet", pod("missing"), gpu.Demand{}, false},
+		{"claim not created yet", pod("missing"), gpu.Demand{}, true},
+		{"claim from a template, not made yet", fromTemplate, gpu.Demand{}, true},
+		{"claim from a template, made", madeFromTemplate, gpu.Demand{Count: 2, Milli: gpu.MilliPerGPU}, false},
 		{"two claims: left to DRA", pod("two", "share"), gpu.Demand{}, false},
 		{"no claim", pod(), gpu.Demand{}, false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			got, ok := cycle.ClaimDemand(context.Background(), tt.pod)
-			if ok != tt.ok || got.Count != tt.want.Count || got.Milli != tt.want.Milli || got.MemoryMiB != tt.want.MemoryMiB || !slices.Equal(got.Models, tt.want.Models) {
-				t.Errorf("got %+v, %t; want %+v, %t", got, ok, tt.want, tt.ok)
+			got, pending := cycle.ClaimDemand(context.Background(), tt.pod)
+			if pending != tt.pending || got.Count != tt.want.Count || got.Milli != tt.want.Milli || got.MemoryMiB != tt.want.MemoryMiB || !slices.Equal(got.Models, tt.want.Models) {
+				t.Errorf("got %+v, pending %t; want %+v, %t", got, pending, tt.want, tt.pending)
 			}
 		})
 	}

@@ -36,9 +36,10 @@ type GPUs interface {
 	// GPUs, as a demand that holds on any node: a number of whole GPUs, or
 	// a share of one GPU by its memory (Milli 1, MemoryMiB what the claim
 	// consumes), with the GPU models the claim's class and selectors
-	// admit. ok is false when the pod has no claim the policy reads (see
-	// docs/dra.md) or a claim cannot be read yet.
-	ClaimDemand(ctx context.Context, pod *v1.Pod) (demand gpu.Demand, ok bool)
+	// admit. It is zero when the pod has no claim the policy reads (see
+	// docs/dra.md), and pending is true when a claim cannot be read yet
+	// (the resourceclaim controller has not made it from its template).
+	ClaimDemand(ctx context.Context, pod *v1.Pod) (demand gpu.Demand, pending bool)
 }
 
 // Read returns the cycle's GPUs, or nil.
