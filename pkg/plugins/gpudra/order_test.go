@@ -11,10 +11,13 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/dynamic-resource-allocation/cel"
 	"k8s.io/dynamic-resource-allocation/structured"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
 	"k8s.io/utils/ptr"
 )
 
@@ -249,6 +252,34 @@ func TestAllocatorSharesThePreferredGPU(t *testing.T) {
 			}
 			if r := results[0].Devices.Results[0]; r.Device != "g2" || r.ShareID == nil {
 				t.Errorf("allocated %s (share %v), want a share of g2", r.Device, r.ShareID)
+			}
+		})
+	}
+}
+
+// TestArgsOf: GPUDynamicResources' args are DynamicResources' own, decoded
+// strictly and validated as DynamicResources validates them.
+func TestArgsOf(t *testing.T) {
+	fts := feature.NewSchedulerFeaturesFromGates(utilfeature.DefaultFeatureGate)
+	for _, tt := range []struct {
+		name, raw, err string
+	}{
+		{name: "none", raw: ""},
+		{name: "a filter timeout", raw: `{"filterTimeout": "5s"}`},
+		{name: "a misspelt field", raw: `{"filterTimout": "5s"}`, err: `unknown field "filterTimout"`},
+		{name: "a negative filter timeout", raw: `{"filterTimeout": "-1s"}`, err: "args.filterTimeout"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var obj runtime.Object
+			if tt.raw != "" {
+				obj = &runtime.Unknown{Raw: []byte(tt.raw), ContentType: runtime.ContentTypeJSON}
+			}
+			args, err := argsOf(obj, fts)
+			switch {
+			case tt.err == "" && (err != nil || args == nil):
+				t.Errorf("argsOf: %v, want the args", err)
+			case tt.err != "" && (err == nil || !strings.Contains(err.Error(), tt.err)):
+				t.Errorf("argsOf: %v, want an error containing %q", err, tt.err)
 			}
 		})
 	}

@@ -36,14 +36,17 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	configv1 "k8s.io/kube-scheduler/config/v1"
 	fwk "k8s.io/kube-scheduler/framework"
 	schedconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
 	schedscheme "k8s.io/kubernetes/pkg/scheduler/apis/config/scheme"
+	"k8s.io/kubernetes/pkg/scheduler/apis/config/validation"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/dynamicresources"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
+	"sigs.k8s.io/yaml"
 )
 
 // Name is the plugin's name in a scheduler profile.
@@ -62,11 +65,11 @@ type Plugin struct {
 // cycle's device order applied. Its args are DynamicResources' own
 // (filterTimeout, bindingTimeout), defaulted as for DynamicResources.
 func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
-	args, err := argsOf(obj)
+	fts := feature.NewSchedulerFeaturesFromGates(utilfeature.DefaultFeatureGate)
+	args, err := argsOf(obj, fts)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", Name, err)
 	}
-	fts := feature.NewSchedulerFeaturesFromGates(utilfeature.DefaultFeatureGate)
 	p := &Plugin{}
 	handle := h
 	if h.SharedDRAManager() != nil {
@@ -86,22 +89,34 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 }
 
 // argsOf is DynamicResources' args from the profile: none (the defaults),
-// or the fields of DynamicResourcesArgs, defaulted and validated as
+// or the fields of DynamicResourcesArgs, decoded strictly (an unknown or
+// misspelt field is an error naming it), defaulted and validated as
 // DynamicResources' own.
-func argsOf(obj runtime.Object) (*schedconfig.DynamicResourcesArgs, error) {
+func argsOf(obj runtime.Object, fts feature.Features) (*schedconfig.DynamicResourcesArgs, error) {
+	const allowed = "allowed: DynamicResources' args, filterTimeout and bindingTimeout"
 	external := &configv1.DynamicResourcesArgs{}
-	if obj != nil {
-		if args, ok := obj.(*schedconfig.DynamicResourcesArgs); ok {
-			return args, nil
+	args := &schedconfig.DynamicResourcesArgs{}
+	switch a := obj.(type) {
+	case nil:
+	case *schedconfig.DynamicResourcesArgs:
+		args = a
+	case *runtime.Unknown:
+		if err := yaml.UnmarshalStrict(a.Raw, external); err != nil {
+			return nil, fmt.Errorf("args: %w (%s)", err, allowed)
 		}
+	default:
 		if err := frameworkruntime.DecodeInto(obj, external); err != nil {
-			return nil, fmt.Errorf("args: %w (allowed: DynamicResources' args, filterTimeout and bindingTimeout)", err)
+			return nil, fmt.Errorf("args: %w (%s)", err, allowed)
 		}
 	}
-	schedscheme.Scheme.Default(external)
-	args := &schedconfig.DynamicResourcesArgs{}
-	if err := schedscheme.Scheme.Convert(external, args, nil); err != nil {
-		return nil, fmt.Errorf("args: %w", err)
+	if _, internal := obj.(*schedconfig.DynamicResourcesArgs); !internal {
+		schedscheme.Scheme.Default(external)
+		if err := schedscheme.Scheme.Convert(external, args, nil); err != nil {
+			return nil, fmt.Errorf("args: %w", err)
+		}
+	}
+	if err := validation.ValidateDynamicResourcesArgs(field.NewPath("args"), args, fts); err != nil {
+		return nil, err
 	}
 	return args, nil
 }
