@@ -35,6 +35,8 @@ type fakeDRA struct {
 	slices    []*resourceapi.ResourceSlice
 	allocated structured.AllocatedState
 	gpuClass  *resourceapi.DeviceClass
+	// pending are the allocations in flight (Reserve to PreBind), by claim.
+	pending map[types.UID]*resourceapi.AllocationResult
 }
 
 func (f *fakeDRA) ResourceClaims() fwk.ResourceClaimTracker     { return fakeClaims{f} }
@@ -72,7 +74,9 @@ func (c fakeClaims) GatherAllocatedState() (*structured.AllocatedState, error) {
 func (c fakeClaims) SignalClaimPendingAllocation(types.UID, *resourceapi.ResourceClaim) error {
 	return nil
 }
-func (c fakeClaims) GetPendingAllocation(types.UID) *resourceapi.AllocationResult { return nil }
+func (c fakeClaims) GetPendingAllocation(uid types.UID) *resourceapi.AllocationResult {
+	return c.f.pending[uid]
+}
 func (c fakeClaims) MaybeRemoveClaimPendingAllocation(types.UID, bool) bool       { return false }
 func (c fakeClaims) AssumeClaimAfterAPICall(*resourceapi.ResourceClaim) error     { return nil }
 func (c fakeClaims) AssumedClaimRestore(string, string)                           {}
@@ -444,23 +448,31 @@ func TestDRANeverTwice(t *testing.T) {
 		DRA: config.DRA{Enabled: true, Driver: gpu.DefaultDRADriver}}
 	t.Run("a node whose slices are gone while a claim holds its GPUs", func(t *testing.T) {
 		holding := gpuClaim("held", 1)
+		holding.UID = "uid-held"
 		holding.Status.Allocation = &resourceapi.AllocationResult{
 			Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{{
 				Request: "gpus", Driver: gpu.DefaultDRADriver, Pool: "upgrading", Device: "gpu-0"}}},
 			NodeSelector: &v1.NodeSelector{NodeSelectorTerms: []v1.NodeSelectorTerm{{MatchFields: []v1.NodeSelectorRequirement{{
 				Key: "metadata.name", Operator: v1.NodeSelectorOpIn, Values: []string{"upgrading"}}}}}},
 		}
+		// The same claim between Reserve and PreBind: its allocation is the
+		// tracker's, not yet in its status.
+		inFlight := holding.DeepCopy()
+		inFlight.Status.Allocation = nil
 		nodes := []*v1.Node{gt.MakeGPUNode("upgrading").GFD(a100, 4, 81920).Obj(), gt.MakeGPUNode("dp").GFD(a100, 4, 81920).Obj()}
 		for _, tt := range []struct {
-			name   string
-			listed []*resourceapi.ResourceClaim
-			want   string
+			name    string
+			listed  []*resourceapi.ResourceClaim
+			pending map[types.UID]*resourceapi.AllocationResult
+			want    string
 		}{
 			{name: "the claim holds gpu-0", listed: []*resourceapi.ResourceClaim{holding}, want: draManaged},
+			{name: "the claim's allocation of gpu-0 is in flight", listed: []*resourceapi.ResourceClaim{inFlight},
+				pending: map[types.UID]*resourceapi.AllocationResult{inFlight.UID: holding.Status.Allocation}, want: draManaged},
 			{name: "no claim names the node", want: ok},
 		} {
 			t.Run(tt.name, func(t *testing.T) {
-				dra := &fakeDRA{gpuClass: gpuClass, listed: tt.listed}
+				dra := &fakeDRA{gpuClass: gpuClass, listed: tt.listed, pending: tt.pending}
 				c := newClusterBinding(t, args, nodes, nil, false, frameworkruntime.WithSharedDRAManager(dra))
 				got, status := filter(t, c, gt.MakeGPUPod("p").GPUs(1).Obj())
 				if status != nil || got["upgrading"] != tt.want || got["dp"] != ok {

@@ -27,17 +27,24 @@ import (
 //     placed before the driver published, or by another gpusched replica
 //     with DRA disabled): filterClaims.
 
-// heldByDRA is the nodes that allocated claims (as the tracker lists them:
-// written, or assumed after the scheduler's own write) hold devices of the
-// driver on (gpu.DRAHeldNode).
+// heldByDRA is the nodes that allocated claims hold devices of the driver
+// on (gpu.DRAHeldNode): claims allocated as the tracker lists them
+// (written, or assumed after the scheduler's own write), and claims whose
+// allocation is in flight (between DynamicResources' Reserve and the write
+// in PreBind), which the tracker keeps apart from the claim.
 func (r *draReader) heldByDRA() (sets.Set[string], error) {
-	claims, err := r.manager.ResourceClaims().List()
+	tracker := r.manager.ResourceClaims()
+	claims, err := tracker.List()
 	if err != nil {
 		return nil, fmt.Errorf("listing ResourceClaims: %w", err)
 	}
 	held := sets.New[string]()
 	for _, c := range claims {
-		if node := gpu.DRAHeldNode(c.Status.Allocation, r.src.Driver); node != "" {
+		alloc := c.Status.Allocation
+		if alloc == nil {
+			alloc = tracker.GetPendingAllocation(c.UID)
+		}
+		if node := gpu.DRAHeldNode(alloc, r.src.Driver); node != "" {
 			held.Insert(node)
 		}
 	}
