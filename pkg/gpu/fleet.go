@@ -18,7 +18,8 @@ type Fleet interface {
 // large cluster per cycle, another part the next), not every node of the
 // cluster, and never forgets one: a node deleted from the cluster still
 // counts, as the ledger still holds its view. Nodes the plugin reads
-// through DRA's ResourceSlices alone are not counted.
+// through DRA's ResourceSlices alone are not counted (GPUPlacement adds
+// them to the census it prices with: draFleet).
 func (l *Ledger) GPUsByModel() ModelGPUs {
 	if c := l.census.Load(); c != nil {
 		return *c

@@ -19,6 +19,15 @@ type ModelCount struct {
 	GPUs  int64
 }
 
+// AddModels is the sum of two counts by model, sorted by model.
+func AddModels(a, b ModelGPUs) ModelGPUs {
+	byModel := map[string]int64{}
+	for _, c := range slices.Concat(a, b) {
+		byModel[c.Model] += c.GPUs
+	}
+	return modelGPUsOf(byModel)
+}
+
 // CountModels counts the devices of inventories by model.
 func CountModels(inventories []*Inventory) ModelGPUs {
 	byModel := map[string]int64{}

@@ -207,10 +207,33 @@ func TestDRAAssignment(t *testing.T) {
 // TestDRAPathPlacesAsTheAnnotationPath: with GPUDynamicResources, the
 // claims of the DRA path get the GPUs the policy chooses, so every pod
 // lands where the annotation path places it, on the same GPUs; with
-// DynamicResources' first fit (DRAFirstFit) they do not.
+// DynamicResources' first fit (DRAFirstFit) they do not. The same holds
+// when a fifth of the GPU pods may use only some GPU models: PairFit then
+// prices the models by the cluster's GPUs of each, which on the DRA path
+// only the slices publish (draFleet).
 func TestDRAPathPlacesAsTheAnnotationPath(t *testing.T) {
 	nodes, pods := Synthetic(SyntheticOptions{Nodes: 30, Seed: 5})
-	run := func(dra, firstFit bool) Run {
+	limited := make([]TracePod, len(pods))
+	gpuPods := 0
+	for i, tp := range pods {
+		limited[i] = tp
+		d, err := gpu.DemandFromPod(tp.Pod)
+		if err != nil || d.IsZero() {
+			continue
+		}
+		if gpuPods++; gpuPods%5 != 0 {
+			continue
+		}
+		pod := tp.Pod.DeepCopy()
+		if pod.Annotations == nil {
+			pod.Annotations = map[string]string{}
+		}
+		// Models with nodes of enough GPUs for the pod: 2-GPU T4 and P100
+		// nodes, 8-GPU G2 nodes.
+		pod.Annotations[gpu.AnnotationModels] = map[bool]string{true: "T4,P100", false: "G2"}[d.Count <= 2]
+		limited[i].Pod = pod
+	}
+	run := func(pods []TracePod, dra, firstFit bool) Run {
 		opts := Options{Nodes: nodes, Pods: pods, Profiles: defaultProfiles(t, "PairFit"), Seeds: []int64{3},
 			Arrival: ArrivalFGD, RecordPlacements: true, DRA: dra, DRAFirstFit: firstFit}
 		runs, err := Simulate(context.Background(), opts)
@@ -234,18 +257,29 @@ func TestDRAPathPlacesAsTheAnnotationPath(t *testing.T) {
 		}
 		return n, first
 	}
-	annotation, policy, firstFit := run(false, false), run(true, false), run(true, true)
-	if len(annotation.Placements) == 0 || len(annotation.Placements) != len(policy.Placements) {
-		t.Fatalf("%d placements on the annotation path, %d on the DRA path", len(annotation.Placements), len(policy.Placements))
+	for _, tt := range []struct {
+		name string
+		pods []TracePod
+	}{{"any model", pods}, {"a fifth limited to models", limited}} {
+		t.Run(tt.name, func(t *testing.T) {
+			annotation, policy := run(tt.pods, false, false), run(tt.pods, true, false)
+			if len(annotation.Placements) == 0 || len(annotation.Placements) != len(policy.Placements) {
+				t.Fatalf("%d placements on the annotation path, %d on the DRA path", len(annotation.Placements), len(policy.Placements))
+			}
+			if n, first := differ(annotation, policy); n > 0 {
+				t.Errorf("%d of %d pods placed differently on the DRA path, first %s", n, len(annotation.Placements), first)
+			}
+			if tt.name != "any model" {
+				return
+			}
+			firstFit := run(tt.pods, true, true)
+			if n, _ := differ(annotation, firstFit); n == 0 {
+				t.Errorf("DynamicResources' first fit placed every pod as the policy does: the case does not tell the two apart")
+			}
+			t.Logf("unallocated at 100%%: annotation %v, DRA with the policy's devices %v, DRA first fit %v",
+				*annotation.UnallocatedPctAt100, *policy.UnallocatedPctAt100, *firstFit.UnallocatedPctAt100)
+		})
 	}
-	if n, first := differ(annotation, policy); n > 0 {
-		t.Errorf("%d of %d pods placed differently on the DRA path, first %s", n, len(annotation.Placements), first)
-	}
-	if n, _ := differ(annotation, firstFit); n == 0 {
-		t.Errorf("DynamicResources' first fit placed every pod as the policy does: the case does not tell the two apart")
-	}
-	t.Logf("unallocated at 100%%: annotation %v, DRA with the policy's devices %v, DRA first fit %v",
-		*annotation.UnallocatedPctAt100, *policy.UnallocatedPctAt100, *firstFit.UnallocatedPctAt100)
 }
 
 // TestDRAAllocatedStateKeptUpToDate: the manager's allocated state, kept up

@@ -181,6 +181,8 @@ type publishedGPUs struct {
 	// view of the node's GPUs with DRA's allocations (viewOf).
 	index     map[string]int
 	lastViews []atomic.Pointer[draView]
+	// models counts the GPUs of nodes by model (draFleet).
+	models gpu.ModelGPUs
 }
 
 // published groups a listing of the slices by node and reads each node's
@@ -204,11 +206,14 @@ func (r *draReader) published(ctx context.Context, all []*resourceapi.ResourceSl
 	}
 	pub.nodes, pub.devices = make(map[string]*gpu.DRAInventory, len(byNode)), make(map[string][]draDevice, len(byNode))
 	pub.index = make(map[string]int, len(byNode))
+	inventories := make([]*gpu.Inventory, 0, len(byNode))
 	for node, nodeSlices := range byNode {
 		m := r.inventory(ctx, node, nodeSlices)
 		pub.nodes[node], pub.devices[node] = m.inv, m.devices
 		pub.index[node] = len(pub.index)
+		inventories = append(inventories, m.inv.Inventory)
 	}
+	pub.models = gpu.CountModels(inventories)
 	pub.lastViews = make([]atomic.Pointer[draView], len(pub.index))
 	r.last.Store(pub)
 	return pub

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"unsafe"
 
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -113,4 +114,35 @@ func (c claimsTracker) Get(_, name string) (*resourceapi.ResourceClaim, error) {
 		return claim, nil
 	}
 	return nil, fmt.Errorf("claim %s not found", name)
+}
+
+// TestDRAFleet: the census PairFit prices models with counts the GPUs the
+// DRA driver's slices publish beside those of the nodes the ledger read,
+// and stays the same slice while neither changes (the policy's memos are
+// kept by it). Nodes a and b publish two A100s and two H100s; node t has
+// four T4s by its labels.
+func TestDRAFleet(t *testing.T) {
+	const a100, h100 = "NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3"
+	m := &modelsManager{slices: []*resourceapi.ResourceSlice{twoGPUSlice("a", a100), twoGPUSlice("b", h100)}}
+	r := &draReader{manager: m, src: gpu.DRASource{Driver: gpu.DefaultDRADriver}, celCache: cel.NewCache(10, cel.Features{})}
+	ledger := gpu.NewLedger()
+	fleet := fleetOf(ledger, r)
+	if got := fleet.GPUsByModel(); len(got) != 0 {
+		t.Fatalf("before any read: %v, want nothing", got)
+	}
+	if _, err := r.read(context.Background(), false); err != nil {
+		t.Fatal(err)
+	}
+	ledger.Node(gt.MakeGPUNode("t").GFD("Tesla-T4", 4, 15360).Obj(), 1, slices.Values([]*v1.Pod(nil)))
+	want := gpu.ModelGPUs{{Model: "NVIDIA-A100-SXM4-80GB", GPUs: 2}, {Model: "NVIDIA-H100-80GB-HBM3", GPUs: 2}, {Model: "Tesla-T4", GPUs: 4}}
+	first := fleet.GPUsByModel()
+	if !slices.Equal(first, want) {
+		t.Errorf("census %v, want %v", first, want)
+	}
+	if again := fleet.GPUsByModel(); unsafe.SliceData(again) != unsafe.SliceData(first) {
+		t.Errorf("the census was rebuilt although nothing changed")
+	}
+	if fleetOf(ledger, nil) != gpu.Fleet(ledger) {
+		t.Errorf("without DRA the fleet is not the ledger")
+	}
 }

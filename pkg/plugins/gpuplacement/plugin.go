@@ -102,8 +102,8 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", Name, err)
 	}
-	ledger := gpu.NewLedger()
-	p := &GPUPlacement{handle: h, ledger: ledger, policy: policy.WithFleet(ledger), dra: newDRAReader(args.DRA, h), external: external,
+	ledger, dra := gpu.NewLedger(), newDRAReader(args.DRA, h)
+	p := &GPUPlacement{handle: h, ledger: ledger, policy: policy.WithFleet(fleetOf(ledger, dra)), dra: dra, external: external,
 		settleAfter: cmp.Or(args.BindSettleAfter, gpu.DefaultBindSettleAfter)}
 	conflictLog := klog.FromContext(ctx)
 	p.ledger.ReportConflicts(func(node string, conflicts []string) {
