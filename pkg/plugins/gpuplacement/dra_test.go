@@ -77,9 +77,9 @@ func (c fakeClaims) SignalClaimPendingAllocation(types.UID, *resourceapi.Resourc
 func (c fakeClaims) GetPendingAllocation(uid types.UID) *resourceapi.AllocationResult {
 	return c.f.pending[uid]
 }
-func (c fakeClaims) MaybeRemoveClaimPendingAllocation(types.UID, bool) bool       { return false }
-func (c fakeClaims) AssumeClaimAfterAPICall(*resourceapi.ResourceClaim) error     { return nil }
-func (c fakeClaims) AssumedClaimRestore(string, string)                           {}
+func (c fakeClaims) MaybeRemoveClaimPendingAllocation(types.UID, bool) bool   { return false }
+func (c fakeClaims) AssumeClaimAfterAPICall(*resourceapi.ResourceClaim) error { return nil }
+func (c fakeClaims) AssumedClaimRestore(string, string)                       {}
 
 var gpuClass = &resourceapi.DeviceClass{
 	ObjectMeta: metav1.ObjectMeta{Name: gpu.DefaultDRADriver},
