@@ -150,14 +150,14 @@ func newEmptyCluster(nodes Cluster) *emptyCluster {
 		add("node\x00"+gpu.InventorySignature(node), func() *gpu.NodeGPUs { return gpu.EmptyNodeGPUs(node) })
 	}
 	for _, view := range nodes.DRA {
-		add("dra\x00"+InventoryKey(view.Inventory), func() *gpu.NodeGPUs { return view })
+		add("dra\x00"+inventoryKey(view.Inventory), func() *gpu.NodeGPUs { return view })
 	}
 	return c
 }
 
-// InventoryKey is what placement reads of an inventory, as one string:
+// inventoryKey is what placement reads of an inventory, as one string:
 // inventories with equal keys hold the same demands alike.
-func InventoryKey(inv *gpu.Inventory) string {
+func inventoryKey(inv *gpu.Inventory) string {
 	if inv == nil {
 		return ""
 	}

@@ -70,3 +70,12 @@ func sameModels(a, b *Inventory) bool {
 	}
 	return true
 }
+
+// InventoryOf is the node's inventory as the ledger last read it; nil for a
+// node it has not read or whose inventory was invalid.
+func (l *Ledger) InventoryOf(node string) *Inventory {
+	if c := l.cached(node); c != nil {
+		return c.inv
+	}
+	return nil
+}

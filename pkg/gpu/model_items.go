@@ -19,7 +19,18 @@ type ModelCount struct {
 	GPUs  int64
 }
 
-// AddModels is the sum of two counts by model, sorted by model.
+// NegateModels is the counts with their signs changed, to subtract them
+// with AddModels.
+func NegateModels(c ModelGPUs) ModelGPUs {
+	out := make(ModelGPUs, len(c))
+	for i, m := range c {
+		out[i] = ModelCount{m.Model, -m.GPUs}
+	}
+	return out
+}
+
+// AddModels is the sum of two counts by model, sorted by model, without
+// the models whose sum is not positive.
 func AddModels(a, b ModelGPUs) ModelGPUs {
 	byModel := map[string]int64{}
 	for _, c := range slices.Concat(a, b) {

@@ -4,6 +4,8 @@ import (
 	"context"
 
 	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
@@ -18,8 +20,9 @@ import (
 //   - another pod of its gang is created (the gang reaches minMember);
 //   - a bound pod is deleted or a node is added: GPUs are freed, and a gang
 //     that was released may fit now;
-//   - a ResourceClaim is created: a gang waiting for its members' claims
-//     may be planned now.
+//   - a ResourceClaim of a pod of its gang is created: a gang waiting for
+//     its members' claims may be planned now (and podHandler when the
+//     claim is named in the member's status).
 //
 // A PodGroup being created or changed is watched by the plugin's own cache,
 // which moves the gang's pods back to the queue (podGroupHandler).
@@ -28,7 +31,7 @@ func (p *GPUGang) EventsToRegister(_ context.Context) ([]fwk.ClusterEventWithHin
 		{Event: fwk.ClusterEvent{Resource: fwk.UnscheduledPod, ActionType: fwk.Add}, QueueingHintFn: isSchedulableAfterMemberAdded},
 		{Event: fwk.ClusterEvent{Resource: fwk.AssignedPod, ActionType: fwk.Delete}, QueueingHintFn: isGangPod},
 		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add}, QueueingHintFn: isGangPod},
-		{Event: fwk.ClusterEvent{Resource: fwk.ResourceClaim, ActionType: fwk.Add}, QueueingHintFn: isGangPod},
+		{Event: fwk.ClusterEvent{Resource: fwk.ResourceClaim, ActionType: fwk.Add}, QueueingHintFn: p.isSchedulableAfterClaimAdded},
 	}, nil
 }
 
@@ -41,6 +44,28 @@ func isSchedulableAfterMemberAdded(logger klog.Logger, pod *v1.Pod, oldObj, newO
 	b, bok, berr := podgroup.NameOf(pod)
 	if aok && bok && aerr == nil && berr == nil && a == b && added.Namespace == pod.Namespace {
 		return fwk.Queue, nil
+	}
+	return fwk.QueueSkip, nil
+}
+
+// isSchedulableAfterClaimAdded queues a gang pod when a claim of a pod of
+// its gang is created: the gang may have waited for it (PreFilter). The
+// claim's owner (the pod it was made for, from a template) names the pod.
+func (p *GPUGang) isSchedulableAfterClaimAdded(logger klog.Logger, pod *v1.Pod, oldObj, newObj any) (fwk.QueueingHint, error) {
+	_, claim, err := schedutil.As[*resourceapi.ResourceClaim](oldObj, newObj)
+	if err != nil {
+		return fwk.Queue, err
+	}
+	name, ok, err := podgroup.NameOf(pod)
+	if !ok || err != nil || claim.Namespace != pod.Namespace {
+		return fwk.QueueSkip, nil
+	}
+	for _, m := range p.members(groupKey(pod.Namespace, name)) {
+		for _, owner := range claim.OwnerReferences {
+			if owner.UID == m.UID {
+				return fwk.Queue, nil
+			}
+		}
 	}
 	return fwk.QueueSkip, nil
 }
@@ -77,7 +102,19 @@ func (p *GPUGang) podHandler() cache.ResourceEventHandler {
 				p.activateIfComplete(pod)
 			}
 		},
-		UpdateFunc: func(_, obj any) { touch(obj) },
+		UpdateFunc: func(oldObj, obj any) {
+			touch(obj)
+			// The resourceclaim controller names a member's claims in its
+			// status once it made them: a gang that waited for them
+			// (PreFilter) may be planned now.
+			if o, n, ok := podPair(oldObj, obj); ok && n.Spec.NodeName == "" &&
+				!equality.Semantic.DeepEqual(o.Status.ResourceClaimStatuses, n.Status.ResourceClaimStatuses) {
+				if name, ok, err := podgroup.NameOf(n); ok && err == nil {
+					key := groupKey(n.Namespace, name)
+					p.activateQueued(context.Background(), key, p.placed(key))
+				}
+			}
+		},
 		DeleteFunc: func(obj any) {
 			touch(obj)
 			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
@@ -88,6 +125,12 @@ func (p *GPUGang) podHandler() cache.ResourceEventHandler {
 			}
 		},
 	}
+}
+
+func podPair(oldObj, newObj any) (o, n *v1.Pod, ok bool) {
+	o, ok1 := oldObj.(*v1.Pod)
+	n, ok2 := newObj.(*v1.Pod)
+	return o, n, ok1 && ok2
 }
 
 // podGroupHandler moves a gang's pods back to the queue when its PodGroup

@@ -87,17 +87,29 @@ func demandsOf(ctx context.Context, dra dragpus.GPUs, members []*v1.Pod) gangDem
 	return g
 }
 
-// onDRA and onNodes report which kind of node may hold the gang's GPUs: a
-// node whose GPUs a DRA driver publishes takes claims and whole GPUs (DRA
-// serves nvidia.com/gpu there), not gpusched's shares; any other node
-// takes everything but claims. A gang of both claims and shares is planned
-// on the DRA nodes, where its claims must go.
-func (g gangDemands) onDRA() bool   { return g.claims || !g.shares }
-func (g gangDemands) onNodes() bool { return !g.claims }
+// mixed reports whether the gang mixes claims and gpusched's shares, which
+// no one kind of node serves both of. Such a gang is checked against every
+// node (an approximation: a claim cannot go where a share does) and is not
+// held to one GPU model, which could be one that only one kind of node has.
+func (g gangDemands) mixed() bool { return g.claims && g.shares }
 
-// clusterOf is the nodes the gang's GPUs may be on, as empty copies: the
-// DRA-published GPUs of the nodes that have them (when onDRA), the other
-// nodes' Node objects (when onNodes).
+// takes reports whether the node may hold the gang's GPUs: a node whose
+// GPUs a DRA driver publishes takes claims, and whole GPUs asked for as
+// nvidia.com/gpu where DRA serves that resource (KEP-5004), but never
+// gpusched's shares; any other node takes everything but claims.
+func (g gangDemands) takes(dra dragpus.GPUs, ni fwk.NodeInfo, onDRA bool) bool {
+	switch {
+	case g.mixed():
+		return true
+	case onDRA:
+		return g.claims || (!g.shares && dra.ServesGPUResource(ni))
+	}
+	return !g.claims
+}
+
+// clusterOf is the nodes the gang's GPUs may be on (takes), as empty
+// copies: the DRA-published GPUs of the nodes that have them, the other
+// nodes' Node objects.
 func (g gangDemands) clusterOf(dra dragpus.GPUs, nodes []fwk.NodeInfo) gang.Cluster {
 	var c gang.Cluster
 	for _, ni := range nodes {
@@ -105,31 +117,24 @@ func (g gangDemands) clusterOf(dra dragpus.GPUs, nodes []fwk.NodeInfo) gang.Clus
 		if n == nil {
 			continue
 		}
-		if v := draEmpty(dra, n.Name); v != nil {
-			if g.onDRA() {
-				c.DRA = append(c.DRA, v)
-			}
-		} else if g.onNodes() {
+		v := draEmpty(dra, n.Name)
+		switch {
+		case !g.takes(dra, ni, v != nil):
+		case v != nil:
+			c.DRA = append(c.DRA, v)
+		default:
 			c.Nodes = append(c.Nodes, n)
 		}
 	}
 	return c
 }
 
-// viewsOf is the nodes the gang's GPUs may be on (as clusterOf), with what
-// is allocated on them (nodeGPUs).
+// viewsOf is the nodes the gang's GPUs may be on (takes), with what is
+// allocated on them (nodeGPUs).
 func (p *GPUGang) viewsOf(g gangDemands, dra dragpus.GPUs, nodes []fwk.NodeInfo) []*gpu.NodeGPUs {
 	views := make([]*gpu.NodeGPUs, 0, len(nodes))
 	for _, ni := range nodes {
-		n := ni.Node()
-		if n == nil {
-			continue
-		}
-		if draEmpty(dra, n.Name) != nil {
-			if g.onDRA() {
-				views = append(views, p.nodeGPUs(dra, ni))
-			}
-		} else if g.onNodes() {
+		if n := ni.Node(); n != nil && g.takes(dra, ni, draEmpty(dra, n.Name) != nil) {
 			views = append(views, p.nodeGPUs(dra, ni))
 		}
 	}

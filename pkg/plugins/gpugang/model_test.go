@@ -80,6 +80,12 @@ type fakeDRA map[string]*gpu.NodeGPUs
 func (f fakeDRA) Clone() fwk.StateData                    { return f }
 func (f fakeDRA) NodeGPUs(node string) *gpu.NodeGPUs      { return f[node] }
 func (f fakeDRA) EmptyNodeGPUs(node string) *gpu.NodeGPUs { return f[node] }
+func (f fakeDRA) ServesGPUResource(fwk.NodeInfo) bool     { return true }
+
+// withoutGPUResource is a fakeDRA where no DeviceClass maps nvidia.com/gpu.
+type withoutGPUResource struct{ fakeDRA }
+
+func (withoutGPUResource) ServesGPUResource(fwk.NodeInfo) bool { return false }
 func (f fakeDRA) ClaimDemand(_ context.Context, pod *v1.Pod) (gpu.Demand, bool) {
 	switch a := pod.Annotations["test/claim-gpus"]; a {
 	case "pending":
@@ -134,7 +140,8 @@ func TestMemberOf(t *testing.T) {
 // TestFitEmptyByKind: a gang is planned on the nodes its GPUs may be on.
 // Node dra has 8 A100s a DRA driver publishes, node dp 8 T4s of the
 // device plugin. Claims go only to DRA devices, gpusched's shares never do,
-// and whole GPUs go to either.
+// and whole GPUs go to either where DRA serves nvidia.com/gpu; a gang of
+// claims and shares is checked against both.
 func TestFitEmptyByKind(t *testing.T) {
 	dra := fakeDRA{"dra": gt.EmptyDRAView("dra", a100, 8)}
 	nodes := []fwk.NodeInfo{}
@@ -147,24 +154,30 @@ func TestFitEmptyByKind(t *testing.T) {
 	whole := func(name string) *v1.Pod { return gt.MakeGPUPod(name).UID(name).GPUs(4).Obj() }
 	tests := []struct {
 		name    string
+		dra     dragpus.GPUs
 		members []*v1.Pod
 		want    []gang.ModelCount
+		mixed   bool
 	}{
 		// 2 claims of 4 GPUs: the A100 node holds both; the T4s take no claim.
-		{"claims", []*v1.Pod{claimPod("a", "xxxx"), claimPod("b", "xxxx")}, []gang.ModelCount{{Model: a100, Placed: 2}}},
+		{"claims", dra, []*v1.Pod{claimPod("a", "xxxx"), claimPod("b", "xxxx")}, []gang.ModelCount{{Model: a100, Placed: 2}}, false},
 		// 2 shares of 500: the T4s hold both (on one GPU); the A100s give no share.
-		{"shares", []*v1.Pod{share("a"), share("b")}, []gang.ModelCount{{Model: t4, Placed: 2}}},
+		{"shares", dra, []*v1.Pod{share("a"), share("b")}, []gang.ModelCount{{Model: t4, Placed: 2}}, false},
 		// 2 pods of 4 whole GPUs: each model holds both.
-		{"whole GPUs", []*v1.Pod{whole("a"), whole("b")}, []gang.ModelCount{{Model: a100, Placed: 2}, {Model: t4, Placed: 2}}},
-		// A claim and a share: planned where the claim must go.
-		{"a claim and a share", []*v1.Pod{claimPod("a", "xxxx"), share("b")}, []gang.ModelCount{{Model: a100, Placed: 2}}},
+		{"whole GPUs", dra, []*v1.Pod{whole("a"), whole("b")}, []gang.ModelCount{{Model: a100, Placed: 2}, {Model: t4, Placed: 2}}, false},
+		// No DeviceClass maps nvidia.com/gpu: the A100s serve no such pod.
+		{"whole GPUs, nvidia.com/gpu not served by DRA", withoutGPUResource{dra}, []*v1.Pod{whole("a"), whole("b")}, []gang.ModelCount{{Model: t4, Placed: 2}}, false},
+		// A claim and a share: both kinds of node, each model holding
+		// both (4 + 1 GPUs of 8).
+		{"a claim and a share", dra, []*v1.Pod{claimPod("a", "xxxx"), share("b")}, []gang.ModelCount{{Model: a100, Placed: 2}, {Model: t4, Placed: 2}}, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			p := &GPUGang{ledger: gpu.NewLedger()}
-			fit := p.fitEmpty("default/g", demandsOf(context.Background(), dra, tt.members), nodes, 2, dra)
-			if !fit.fit.Fits() || !slices.Equal(fit.byModel.Models, tt.want) {
-				t.Errorf("fits %t, by model %v; want true, %v", fit.fit.Fits(), fit.byModel.Models, tt.want)
+			demands := demandsOf(context.Background(), tt.dra, tt.members)
+			fit := p.fitEmpty("default/g", demands, nodes, 2, tt.dra)
+			if !fit.fit.Fits() || !slices.Equal(fit.byModel.Models, tt.want) || demands.mixed() != tt.mixed {
+				t.Errorf("fits %t, by model %v, mixed %t; want true, %v, %t", fit.fit.Fits(), fit.byModel.Models, demands.mixed(), tt.want, tt.mixed)
 			}
 		})
 	}

@@ -80,7 +80,7 @@ func (p *GPUGang) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1.P
 	}
 	mixed, _ := pg.MixedModels() // validated above
 	var models []string
-	if d, ok := demandOf(ctx, dra, pod); ok && !d.IsZero() {
+	if d, ok := demandOf(ctx, dra, pod); ok && !d.IsZero() && !demands.mixed() {
 		models = p.gangModels(ctx, key, obj, mixed, fit.byModel, nodes, dra, demands)
 	}
 	state.Write(stateKey, &gangState{key: key, object: obj, minMember: minMember, timeout: timeout, models: models})
@@ -105,14 +105,19 @@ func (p *GPUGang) fitEmpty(key string, demands gangDemands, nodes []fwk.NodeInfo
 	for _, n := range cluster.Nodes {
 		fmt.Fprintf(h, "%s/%s;", n.Name, gpu.InventorySignature(n))
 	}
-	for _, v := range cluster.DRA {
-		fmt.Fprintf(h, "%s/dra/%s;", v.Name, gang.InventoryKey(v.Inventory))
+	inventories := make([]*gpu.Inventory, len(cluster.DRA))
+	for i, v := range cluster.DRA {
+		// The inventory is the same object while the node's slices are;
+		// the result keeps it, so that no other inventory can take its
+		// address while the hash is kept.
+		fmt.Fprintf(h, "%s/dra/%p;", v.Name, v.Inventory)
+		inventories[i] = v.Inventory
 	}
 	sum := h.Sum64()
 	if cached, ok := p.fits.Load(key); ok && cached.(fitResult).sum == sum {
 		return cached.(fitResult)
 	}
-	fit := fitResult{sum: sum, fit: gang.FitEmpty(cluster, demands.demands, minMember)}
+	fit := fitResult{sum: sum, inventories: inventories, fit: gang.FitEmpty(cluster, demands.demands, minMember)}
 	if fit.fit.Fits() {
 		fit.byModel = gang.FitEmptyByModel(cluster, demands.demands, minMember)
 	}
@@ -122,9 +127,11 @@ func (p *GPUGang) fitEmpty(key string, demands gangDemands, nodes []fwk.NodeInfo
 
 // fitResult is a gang's fitEmpty result and the hash of what it was computed from.
 type fitResult struct {
-	sum     uint64
-	fit     gang.EmptyFit
-	byModel gang.ModelFit
+	sum uint64
+	// inventories are the DRA inventories hashed by address.
+	inventories []*gpu.Inventory
+	fit         gang.EmptyFit
+	byModel     gang.ModelFit
 }
 
 // PreFilterExtensions implements fwk.PreFilterPlugin; the plugin has none.

@@ -5,11 +5,16 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
+	gt "github.com/gpusched/gpusched/pkg/gpu/gputest"
 	"github.com/gpusched/gpusched/pkg/podgroup"
 )
 
@@ -66,6 +71,48 @@ func TestLess(t *testing.T) {
 			}
 			if tt.want && p.Less(tt.b, tt.a) {
 				t.Error("Less holds both ways")
+			}
+		})
+	}
+}
+
+// TestClaimAddedQueuesItsGang: a ResourceClaim made for a pod of a gang
+// queues the gang's waiting pods (PreFilter may have waited for it); a
+// claim of another pod, or in another namespace, does not.
+func TestClaimAddedQueuesItsGang(t *testing.T) {
+	inGang := func(name, group string) *v1.Pod {
+		p := gt.MakeGPUPod(name).UID(name).Obj()
+		if group != "" {
+			p.Labels = map[string]string{podgroup.LabelPodGroup: group}
+		}
+		return p
+	}
+	pods := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{groupIndex: groupOfObject})
+	for _, p := range []*v1.Pod{inGang("a", "g"), inGang("b", "g"), inGang("x", "other")} {
+		if err := pods.Add(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := &GPUGang{pods: pods}
+	claim := func(namespace, owner string) *resourceapi.ResourceClaim {
+		return &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: namespace,
+			OwnerReferences: []metav1.OwnerReference{{Kind: "Pod", Name: owner, UID: types.UID(owner)}}}}
+	}
+	for _, tt := range []struct {
+		name  string
+		pod   *v1.Pod
+		claim *resourceapi.ResourceClaim
+		want  fwk.QueueingHint
+	}{
+		{"a claim of another member", inGang("b", "g"), claim("default", "a"), fwk.Queue},
+		{"a claim of a pod of another gang", inGang("b", "g"), claim("default", "x"), fwk.QueueSkip},
+		{"a claim in another namespace", inGang("b", "g"), claim("other", "a"), fwk.QueueSkip},
+		{"a pod outside any gang", inGang("y", ""), claim("default", "a"), fwk.QueueSkip},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := p.isSchedulableAfterClaimAdded(klog.Background(), tt.pod, nil, tt.claim)
+			if err != nil || got != tt.want {
+				t.Errorf("hint %v, %v; want %v", got, err, tt.want)
 			}
 		})
 	}

@@ -12,8 +12,10 @@ import (
 // describe their GPUs, and those the DRA driver's slices publish. Without
 // the second, PairFit would price a DRA cluster's models as if it had
 // none, and spend the GPUs that model-limited claims need on pods that may
-// use any (docs/dra.md). A node that publishes its GPUs both ways counts
-// twice, as it is a migration state the both-ways event reports.
+// use any (docs/dra.md). A node that publishes GPUs of the driver counts
+// once, by its slices: the GPUs its labels describe (the ledger reads every
+// node, GPU Feature Discovery labels DRA nodes too) are the same GPUs, and
+// GPUPlacement leaves them to DRA.
 type draFleet struct {
 	ledger *gpu.Ledger
 	dra    *draReader
@@ -36,23 +38,41 @@ func fleetOf(ledger *gpu.Ledger, dra *draReader) gpu.Fleet {
 }
 
 // GPUsByModel implements gpu.Fleet. It returns the same slice until the
-// sum changes, as the policy's memos require.
+// sum changes, as the policy's memos require, also when goroutines race
+// to sum a change.
 func (f *draFleet) GPUsByModel() gpu.ModelGPUs {
-	own := f.ledger.GPUsByModel()
-	pub := f.dra.last.Load()
-	if pub == nil || len(pub.models) == 0 {
-		return own
+	for {
+		own, pub := f.ledger.GPUsByModel(), f.dra.last.Load()
+		if pub == nil || len(pub.models) == 0 {
+			return own
+		}
+		last := f.last.Load()
+		if last != nil && last.pub == pub && sameSlice(last.ledger, own) {
+			return last.sum
+		}
+		sum := f.sum(own, pub)
+		if last != nil && modelsEqual(last.sum, sum) {
+			sum = last.sum
+		}
+		if f.last.CompareAndSwap(last, &fleetCount{ledger: own, pub: pub, sum: sum}) {
+			return sum
+		}
 	}
-	last := f.last.Load()
-	if last != nil && last.pub == pub && sameSlice(last.ledger, own) {
-		return last.sum
+}
+
+// sum is the ledger's census without the GPUs it read of nodes that
+// publish GPUs of the driver, plus the published GPUs.
+func (f *draFleet) sum(own gpu.ModelGPUs, pub *publishedGPUs) gpu.ModelGPUs {
+	var read []*gpu.Inventory
+	for node := range pub.nodes {
+		if inv := f.ledger.InventoryOf(node); inv != nil {
+			read = append(read, inv)
+		}
 	}
-	sum := gpu.AddModels(own, pub.models)
-	if last != nil && modelsEqual(last.sum, sum) {
-		sum = last.sum
+	if len(read) == 0 {
+		return gpu.AddModels(own, pub.models)
 	}
-	f.last.Store(&fleetCount{ledger: own, pub: pub, sum: sum})
-	return sum
+	return gpu.AddModels(gpu.AddModels(own, pub.models), gpu.NegateModels(gpu.CountModels(read)))
 }
 
 func sameSlice(a, b gpu.ModelGPUs) bool {

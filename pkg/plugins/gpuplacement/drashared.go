@@ -7,6 +7,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/dynamic-resource-allocation/resourceclaim"
 	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/gpusched/gpusched/pkg/gpu"
 	"github.com/gpusched/gpusched/pkg/plugins/internal/dragpus"
@@ -35,6 +36,9 @@ func (c *draCycle) EmptyNodeGPUs(node string) *gpu.NodeGPUs {
 	}
 	return gpu.EmptyDRANodeGPUs(node, d)
 }
+
+// ServesGPUResource implements dragpus.GPUs (servesGPUsByDRA).
+func (c *draCycle) ServesGPUResource(node fwk.NodeInfo) bool { return c.servesGPUsByDRA(node) }
 
 // ClaimDemand implements dragpus.GPUs: the pod's claims, allocated or
 // not, read as the device choice reads them (askOf), with the models

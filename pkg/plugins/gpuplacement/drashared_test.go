@@ -118,9 +118,10 @@ func (c claimsTracker) Get(_, name string) (*resourceapi.ResourceClaim, error) {
 
 // TestDRAFleet: the census PairFit prices models with counts the GPUs the
 // DRA driver's slices publish beside those of the nodes the ledger read,
-// and stays the same slice while neither changes (the policy's memos are
-// kept by it). Nodes a and b publish two A100s and two H100s; node t has
-// four T4s by its labels.
+// each node's GPUs once, and stays the same slice while the sum does (the
+// policy's memos are kept by it). Nodes a and b publish two A100s and two
+// H100s, and a carries GPU Feature Discovery labels for its two A100s too;
+// node t has four T4s by its labels.
 func TestDRAFleet(t *testing.T) {
 	const a100, h100 = "NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3"
 	m := &modelsManager{slices: []*resourceapi.ResourceSlice{twoGPUSlice("a", a100), twoGPUSlice("b", h100)}}
@@ -133,7 +134,9 @@ func TestDRAFleet(t *testing.T) {
 	if _, err := r.read(context.Background(), false); err != nil {
 		t.Fatal(err)
 	}
-	ledger.Node(gt.MakeGPUNode("t").GFD("Tesla-T4", 4, 15360).Obj(), 1, slices.Values([]*v1.Pod(nil)))
+	noPods := slices.Values([]*v1.Pod(nil))
+	ledger.Node(gt.MakeGPUNode("t").GFD("Tesla-T4", 4, 15360).Obj(), 1, noPods)
+	ledger.Node(gt.MakeGPUNode("a").GFD("NVIDIA-A100-SXM4-80GB", 2, 81920).Obj(), 1, noPods)
 	want := gpu.ModelGPUs{{Model: "NVIDIA-A100-SXM4-80GB", GPUs: 2}, {Model: "NVIDIA-H100-80GB-HBM3", GPUs: 2}, {Model: "Tesla-T4", GPUs: 4}}
 	first := fleet.GPUsByModel()
 	if !slices.Equal(first, want) {
@@ -141,6 +144,14 @@ func TestDRAFleet(t *testing.T) {
 	}
 	if again := fleet.GPUsByModel(); unsafe.SliceData(again) != unsafe.SliceData(first) {
 		t.Errorf("the census was rebuilt although nothing changed")
+	}
+	// The same slices listed again as new objects: a new listing, the same sum.
+	m.slices = []*resourceapi.ResourceSlice{twoGPUSlice("a", a100), twoGPUSlice("b", h100)}
+	if _, err := r.read(context.Background(), false); err != nil {
+		t.Fatal(err)
+	}
+	if again := fleet.GPUsByModel(); unsafe.SliceData(again) != unsafe.SliceData(first) {
+		t.Errorf("a new listing of the same GPUs gave a new census %v", again)
 	}
 	if fleetOf(ledger, nil) != gpu.Fleet(ledger) {
 		t.Errorf("without DRA the fleet is not the ledger")

@@ -32,6 +32,11 @@ type GPUs interface {
 	// EmptyNodeGPUs is NodeGPUs with nothing allocated; nil when the node
 	// publishes none.
 	EmptyNodeGPUs(node string) *gpu.NodeGPUs
+	// ServesGPUResource reports whether DRA serves whole GPUs asked for
+	// as nvidia.com/gpu on the node (a DeviceClass maps the resource and
+	// the node has none of it allocatable: KEP-5004), as the scheduler's
+	// NodeResourcesFit and DynamicResources decide.
+	ServesGPUResource(node fwk.NodeInfo) bool
 	// ClaimDemand is what the pod's ResourceClaims ask of the driver's
 	// GPUs, as a demand that holds on any node: a number of whole GPUs, or
 	// a share of one GPU by its memory (Milli 1, MemoryMiB what the claim
