@@ -149,6 +149,19 @@ func (c *Cluster) WatchDRA(factory informers.SharedInformerFactory, driver strin
 // WatchDRA); always false when the view does not watch DRA.
 func (c *Cluster) DRAManaged(node string) bool { return c.dra != nil && c.dra.has(node) }
 
+// markDRA sets each candidate's dra under one read lock: a request names
+// thousands of nodes, read in parallel.
+func (c *Cluster) markDRA(cands []candidate) {
+	if c.dra == nil {
+		return
+	}
+	c.dra.mu.RLock()
+	defer c.dra.mu.RUnlock()
+	for i := range cands {
+		cands[i].dra = c.dra.holders[cands[i].name] > 0
+	}
+}
+
 // servesDRA reports whether the API server serves ResourceSlices and
 // ResourceClaims of resource.k8s.io/v1. A server without the group has no
 // DRA devices. A server that serves DRA only in a beta version (1.32,

@@ -99,6 +99,8 @@ type candidate struct {
 	// informer's; nil when unknown.
 	node  *v1.Node
 	state *NodeState
+	// dra: a DRA driver hands out the node's GPUs (Cluster.DRAManaged).
+	dra bool
 	// reasons (Filter) and score (Prioritize) are the results; Prioritize
 	// also notes whether the demand fits, and the GPUs the policy chose.
 	reasons gpu.Reasons
@@ -122,6 +124,7 @@ func (e *Extender) candidates(args *extenderv1.ExtenderArgs) *[]candidate {
 		}
 	}
 	e.cluster.resolve(out)
+	e.cluster.markDRA(out)
 	if args.NodeNames != nil {
 		for i := range out {
 			if out[i].state != nil {
@@ -195,7 +198,7 @@ func (e *Extender) Filter(ctx context.Context, args *extenderv1.ExtenderArgs) *e
 		for i := lo; i < hi; i++ {
 			switch c := &cands[i]; {
 			case c.node == nil:
-			case e.cluster.DRAManaged(c.name):
+			case c.dra:
 				c.reasons = gpu.Reasons(gpu.ReasonDRAManaged)
 			default:
 				c.reasons = gpu.Check(e.view(c), &gpu.Request{Demand: &demand}).Reasons
@@ -297,7 +300,7 @@ func (e *Extender) Prioritize(ctx context.Context, args *extenderv1.ExtenderArgs
 	m := e.cluster.maxima()
 	parallelize(len(cands), func(lo, hi int) {
 		for i := lo; i < hi; i++ {
-			if c := &cands[i]; c.node != nil && (demand.IsZero() || !e.cluster.DRAManaged(c.name)) {
+			if c := &cands[i]; c.node != nil && (demand.IsZero() || !c.dra) {
 				n := e.view(c)
 				req := gpu.Request{Demand: &demand, Host: hostOf(c.state, m)}
 				// As the plugin's Score: remembered with the node's view.

@@ -181,6 +181,9 @@ type publishedGPUs struct {
 	// view of the node's GPUs with DRA's allocations (viewOf).
 	index     map[string]int
 	lastViews []atomic.Pointer[draView]
+	// empties are the nodes' GPUs with nothing allocated, by index, made
+	// on first use (EmptyNodeGPUs).
+	empties []atomic.Pointer[gpu.NodeGPUs]
 	// models counts the GPUs of nodes by model (draFleet).
 	models gpu.ModelGPUs
 }
@@ -215,6 +218,7 @@ func (r *draReader) published(ctx context.Context, all []*resourceapi.ResourceSl
 	}
 	pub.models = gpu.CountModels(inventories)
 	pub.lastViews = make([]atomic.Pointer[draView], len(pub.index))
+	pub.empties = make([]atomic.Pointer[gpu.NodeGPUs], len(pub.index))
 	r.last.Store(pub)
 	return pub
 }

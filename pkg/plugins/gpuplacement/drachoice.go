@@ -9,7 +9,6 @@ import (
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/dynamic-resource-allocation/cel"
-	"k8s.io/dynamic-resource-allocation/resourceclaim"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	schedconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
@@ -415,21 +414,15 @@ func (r *draReader) evaluate(ctx context.Context, node string, d *gpu.DRAInvento
 // (neither allocated nor pending for another pod), in the pod's order; ok
 // is false when a claim cannot be read (it may not exist yet).
 func (p *GPUPlacement) claimsToAllocate(ctx context.Context, pod *v1.Pod) (claims []*resourceapi.ResourceClaim, ok bool) {
+	all, ok := p.dra.claimsOf(ctx, pod)
+	if !ok {
+		return nil, false
+	}
 	tracker := p.dra.manager.ResourceClaims()
-	for i := range pod.Spec.ResourceClaims {
-		name, _, err := resourceclaim.Name(pod, &pod.Spec.ResourceClaims[i])
-		if err != nil || name == nil {
-			continue
+	for _, claim := range all {
+		if claim.Status.Allocation == nil && tracker.GetPendingAllocation(claim.UID) == nil {
+			claims = append(claims, claim)
 		}
-		claim, err := tracker.Get(pod.Namespace, *name)
-		if err != nil {
-			logger(ctx).V(4).Info("Not reading DRA claims: claim unreadable", "pod", klog.KObj(pod), "claim", *name, "err", err)
-			return nil, false
-		}
-		if claim.Status.Allocation != nil || tracker.GetPendingAllocation(claim.UID) != nil {
-			continue
-		}
-		claims = append(claims, claim)
 	}
 	return claims, true
 }

@@ -1,6 +1,7 @@
 package gpuplacement
 
 import (
+	"slices"
 	"sync/atomic"
 	"unsafe"
 
@@ -51,7 +52,7 @@ func (f *draFleet) GPUsByModel() gpu.ModelGPUs {
 			return last.sum
 		}
 		sum := f.sum(own, pub)
-		if last != nil && modelsEqual(last.sum, sum) {
+		if last != nil && slices.Equal(last.sum, sum) {
 			sum = last.sum
 		}
 		if f.last.CompareAndSwap(last, &fleetCount{ledger: own, pub: pub, sum: sum}) {
@@ -69,24 +70,9 @@ func (f *draFleet) sum(own gpu.ModelGPUs, pub *publishedGPUs) gpu.ModelGPUs {
 			read = append(read, inv)
 		}
 	}
-	if len(read) == 0 {
-		return gpu.AddModels(own, pub.models)
-	}
 	return gpu.AddModels(gpu.AddModels(own, pub.models), gpu.NegateModels(gpu.CountModels(read)))
 }
 
 func sameSlice(a, b gpu.ModelGPUs) bool {
 	return len(a) == len(b) && unsafe.SliceData(a) == unsafe.SliceData(b)
-}
-
-func modelsEqual(a, b gpu.ModelGPUs) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

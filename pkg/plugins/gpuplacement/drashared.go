@@ -28,13 +28,43 @@ func (c *draCycle) NodeGPUs(node string) *gpu.NodeGPUs {
 	return c.viewOf(node, d)
 }
 
-// EmptyNodeGPUs implements dragpus.GPUs.
+// EmptyNodeGPUs implements dragpus.GPUs. The view is made once per
+// listing of the slices.
 func (c *draCycle) EmptyNodeGPUs(node string) *gpu.NodeGPUs {
-	d := c.nodes[node]
-	if d == nil {
+	i, ok := c.pub.index[node]
+	if !ok {
 		return nil
 	}
-	return gpu.EmptyDRANodeGPUs(node, d)
+	if v := c.pub.empties[i].Load(); v != nil {
+		return v
+	}
+	v := gpu.EmptyDRANodeGPUs(node, c.nodes[node])
+	c.pub.empties[i].Store(v)
+	return v
+}
+
+// claimsOf is the pod's claims, in the pod's order; ok is false while one
+// cannot be read: made from its template but not yet named in the pod's
+// status, or not in the tracker yet.
+func (r *draReader) claimsOf(ctx context.Context, pod *v1.Pod) (claims []*resourceapi.ResourceClaim, ok bool) {
+	tracker := r.manager.ResourceClaims()
+	for i := range pod.Spec.ResourceClaims {
+		name, _, err := resourceclaim.Name(pod, &pod.Spec.ResourceClaims[i])
+		if err != nil {
+			logger(ctx).V(4).Info("Claim not named yet", "pod", klog.KObj(pod), "err", err)
+			return nil, false
+		}
+		if name == nil {
+			continue // the pod needs no claim for this entry
+		}
+		claim, err := tracker.Get(pod.Namespace, *name)
+		if err != nil {
+			logger(ctx).V(4).Info("Claim unreadable", "pod", klog.KObj(pod), "claim", *name, "err", err)
+			return nil, false
+		}
+		claims = append(claims, claim)
+	}
+	return claims, true
 }
 
 // ServesGPUResource implements dragpus.GPUs (servesGPUsByDRA).
@@ -49,21 +79,9 @@ func (c *draCycle) ClaimDemand(ctx context.Context, pod *v1.Pod) (demand gpu.Dem
 	if r == nil || len(pod.Spec.ResourceClaims) == 0 {
 		return gpu.Demand{}, false
 	}
-	claims := make([]*resourceapi.ResourceClaim, 0, len(pod.Spec.ResourceClaims))
-	for i := range pod.Spec.ResourceClaims {
-		name, _, err := resourceclaim.Name(pod, &pod.Spec.ResourceClaims[i])
-		if err != nil {
-			return gpu.Demand{}, true // made from its template, not yet named in the pod's status
-		}
-		if name == nil {
-			continue // the pod needs no claim for this entry
-		}
-		claim, err := r.manager.ResourceClaims().Get(pod.Namespace, *name)
-		if err != nil {
-			logger(ctx).V(4).Info("Claim demand unknown: claim unreadable", "pod", klog.KObj(pod), "claim", *name, "err", err)
-			return gpu.Demand{}, true
-		}
-		claims = append(claims, claim)
+	claims, ok := r.claimsOf(ctx, pod)
+	if !ok {
+		return gpu.Demand{}, true
 	}
 	ask := askOf(claims, r.src.Driver)
 	if ask == nil {
