@@ -45,18 +45,22 @@ func TestWorkloadScheduler(t *testing.T) {
 }
 
 // TestDemoWithGangConfig runs the demo with examples/gpusched-gang-config.yaml,
-// whose one profile is gpusched: the example workloads whose pods name
-// gpusched-gang or gpusched-workload are skipped with a message saying so,
-// rather than left pending for ever, and the demo settles.
+// whose one profile is gpusched: the training gang, whose pods name
+// gpusched, is placed by its GPUGang and runs; the Workload API gang, whose
+// pods name gpusched-workload, is skipped with a message saying so, rather
+// than left pending for ever; and the demo settles.
 func TestDemoWithGangConfig(t *testing.T) {
 	_, out := runDemoWith(t, filepath.Join("..", "..", "examples", "gpusched-gang-config.yaml"))
 	for _, want := range []string{
-		`Skipped examples/workloads/training-gang.yaml: its pods name scheduler "gpusched-gang", and this configuration's profiles are gpusched.`,
-		`Skipped examples/workloads/training-workload.yaml: its pods name scheduler "gpusched-workload"`,
+		`Skipped examples/workloads/training-workload.yaml: its pods name scheduler "gpusched-workload", and this configuration's profiles are gpusched.`,
+		"training-gang.yaml",
 		"all pods settled",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("the output lacks %q:\n%s", want, out.String())
 		}
+	}
+	if strings.Contains(out.String(), "Skipped examples/workloads/training-gang.yaml") {
+		t.Errorf("the training gang was skipped:\n%s", out.String())
 	}
 }

@@ -9,8 +9,8 @@ import (
 	"github.com/gpusched/gpusched/internal/schedconfig"
 )
 
-// GangProfiles are the playground's profiles beside the example's: one with
-// GPUGang ("gpusched-gang") and one with upstream's GangScheduling of the
+// GangProfiles are the playground's profiles beside the example's, whose
+// GPUGang places PodGroup gangs: one with upstream's GangScheduling of the
 // Workload API ("gpusched-workload").
 //
 //go:embed gang-profiles.yaml
@@ -25,8 +25,8 @@ var queueSortGPUGang = map[string]any{
 // PlaygroundConfig is the scheduler's configuration when Options names
 // none: DefaultSchedulerConfig (the example) with GangProfiles appended,
 // and every profile's queueSort GPUGang's, with the GPUGang args of the
-// gang profile, as a scheduler needs one queue sort, with the same args, for
-// all its profiles.
+// last profile that sets them, as a scheduler needs one queue sort, with the
+// same args, for all its profiles.
 func PlaygroundConfig() (string, error) {
 	doc, err := schedconfig.Parse([]byte(DefaultSchedulerConfig))
 	if err != nil {

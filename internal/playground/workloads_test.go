@@ -99,10 +99,9 @@ func podCondition(p *v1.Pod, typ v1.PodConditionType) *v1.PodCondition {
 	return nil
 }
 
-// TestGangProfiles: the playground's gang profiles are those of
-// examples/gpusched-gang-config.yaml and examples/gpusched-workload-config.yaml
-// but for their schedulerName (and the gang example's queueSort, which the
-// playground gives every profile).
+// TestGangProfiles: the playground's gang profile is that of
+// examples/gpusched-workload-config.yaml but for its schedulerName (and its
+// queueSort, which the playground gives every profile).
 func TestGangProfiles(t *testing.T) {
 	var own struct {
 		Profiles []map[string]any `json:"profiles"`
@@ -110,11 +109,10 @@ func TestGangProfiles(t *testing.T) {
 	if err := yaml.Unmarshal([]byte(GangProfiles), &own); err != nil {
 		t.Fatal(err)
 	}
-	if len(own.Profiles) != 2 {
-		t.Fatalf("%d profiles in gang-profiles.yaml, want 2", len(own.Profiles))
+	if len(own.Profiles) != 1 {
+		t.Fatalf("%d profiles in gang-profiles.yaml, want 1", len(own.Profiles))
 	}
 	for i, tc := range []struct{ example, name string }{
-		{"gpusched-gang-config.yaml", "gpusched-gang"},
 		{"gpusched-workload-config.yaml", "gpusched-workload"},
 	} {
 		raw, err := os.ReadFile(filepath.Join("..", "..", "examples", tc.example))
@@ -138,7 +136,7 @@ func TestGangProfiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"schedulerName: gpusched\n", "schedulerName: gpusched-gang\n", "schedulerName: gpusched-workload\n"} {
+	for _, name := range []string{"schedulerName: gpusched\n", "schedulerName: gpusched-workload\n"} {
 		if !strings.Contains(config, name) {
 			t.Errorf("the playground's configuration has no %q", name)
 		}

@@ -15,6 +15,7 @@ package extender
 
 import (
 	"context"
+	"errors"
 	"iter"
 	"slices"
 	"sync"
@@ -29,6 +30,7 @@ import (
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
 	"github.com/gpusched/gpusched/pkg/gpu"
+	"github.com/gpusched/gpusched/pkg/podgroup"
 	"github.com/gpusched/gpusched/pkg/policyservice"
 )
 
@@ -64,6 +66,9 @@ type Extender struct {
 	inFlight sync.Map
 	// schedulerNames are the schedulers whose pods Bind binds.
 	schedulerNames []string
+	// placeGangs: Filter places pods of a gang as any other, instead of
+	// refusing them with MsgGangPod (PlaceGangPods).
+	placeGangs bool
 	// settleAfter: a read this long after a Binding of unknown outcome
 	// ended settles it (DefaultBindSettleAfter).
 	settleAfter time.Duration
@@ -89,6 +94,21 @@ func New(cluster *Cluster, client kubernetes.Interface, policy *gpu.Policy) *Ext
 // BindOnlyFor makes the extender bind only pods whose spec.schedulerName is
 // one of names (default-scheduler until it is called).
 func (e *Extender) BindOnlyFor(names ...string) { e.schedulerNames = slices.Clone(names) }
+
+// PlaceGangPods makes Filter place pods of a gang (labelled
+// podgroup.LabelPodGroup) one by one as any other pod, for a scheduler whose
+// own plugin holds gangs together; by default they are refused with
+// MsgGangPod (Options.PodGroups).
+func (e *Extender) PlaceGangPods(place bool) { e.placeGangs = place }
+
+// MsgGangPod is why Filter refuses a pod of a gang on every node, unless
+// PlaceGangPods: placed one at a time, 3 pods of a 5-pod gang that can
+// never run would start and hold their GPUs for good.
+const MsgGangPod = "the pod is in a gang (label " + podgroup.LabelPodGroup + "), and the extender places pods one at a time: " +
+	"schedule gangs with gpusched's own scheduler (schedulerName: gpusched, docs/gang.md), " +
+	"or run the extender with --pod-groups=" + PodGroupsPlace + " beside a gang plugin of this scheduler"
+
+var errGangPod = errors.New(MsgGangPod)
 
 // candidate is one node of a filter or prioritize request, and what was
 // found for it.
@@ -177,6 +197,9 @@ func (e *Extender) Filter(ctx context.Context, args *extenderv1.ExtenderArgs) *e
 	demand, err := e.policy.Demand(args.Pod)
 	if err == nil {
 		e.policy.Observe(args.Pod.UID, demand)
+	}
+	if _, gang := args.Pod.Labels[podgroup.LabelPodGroup]; gang && !e.placeGangs && err == nil {
+		err = errGangPod
 	}
 	switch {
 	case err != nil:

@@ -11,6 +11,7 @@ import (
 
 	"github.com/gpusched/gpusched/pkg/gpu"
 	gt "github.com/gpusched/gpusched/pkg/gpu/gputest"
+	"github.com/gpusched/gpusched/pkg/podgroup"
 )
 
 // filterNodes: an 8-GPU A100 node with GPUs 0-1 taken whole and a 500-milli,
@@ -74,6 +75,7 @@ func TestFilter(t *testing.T) {
 		insuffShare = "R: insufficient free GPU share"
 		unknown     = "R: " + MsgUnknownNode
 		malformed   = `U: invalid gpusched.io/gpu-milli "half": want an integer share of one GPU in milli-GPU, from 1 to 999`
+		gang        = "U: " + MsgGangPod
 	)
 	nodes, pods := filterNodes()
 	te := newTestExtender(t, nil, nodes, pods)
@@ -128,6 +130,13 @@ func TestFilter(t *testing.T) {
 		pod:         gt.MakeGPUPod("p").Annotation(gpu.AnnotationMilli, "half").Obj(),
 		want:        map[string]string{"a100-0": malformed, "a100-full": malformed, "t4-0": malformed, "mixed-0": malformed, "cpu-0": malformed},
 		ghostByName: malformed, ghostObject: malformed,
+	}, {
+		// Placed one by one, part of a gang that can never run would
+		// start and hold its GPUs: the extender refuses gang pods.
+		name:        "a pod of a gang fits no node",
+		pod:         gt.MakeGPUPod("p").GPUs(2).Label(podgroup.LabelPodGroup, "train").Obj(),
+		want:        map[string]string{"a100-0": gang, "a100-full": gang, "t4-0": gang, "mixed-0": gang, "cpu-0": gang},
+		ghostByName: gang, ghostObject: gang,
 	}} {
 		t.Run(tc.name+"/nodeCacheCapable", func(t *testing.T) {
 			names := append(slices.Sorted(maps.Keys(tc.want)), "ghost")
@@ -174,6 +183,23 @@ func TestFilter(t *testing.T) {
 				t.Errorf("feasible nodes %v out of the request's order %v", returned, requested)
 			}
 		})
+	}
+}
+
+// TestFilterPlacesGangPods: with PlaceGangPods (--pod-groups=place, for a
+// scheduler with a gang plugin of its own) a gang pod is filtered as any
+// pod: two whole GPUs fit a100-0 (GPUs 3-7 idle) and not a100-full (both
+// taken).
+func TestFilterPlacesGangPods(t *testing.T) {
+	nodes, pods := filterNodes()
+	te := newTestExtender(t, nil, nodes, pods)
+	te.ext.PlaceGangPods(true)
+	var r extenderv1.ExtenderFilterResult
+	pod := gt.MakeGPUPod("p").GPUs(2).Label(podgroup.LabelPodGroup, "train").Obj()
+	call(t, te.handler, VerbFilter, namesArgs(pod, "a100-0", "a100-full"), &r)
+	want := map[string]string{"a100-0": "fits", "a100-full": "R: insufficient free GPUs"}
+	if got := filterOutcome(t, &r); !maps.Equal(got, want) {
+		t.Errorf("got  %v\nwant %v", got, want)
 	}
 }
 

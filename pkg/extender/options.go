@@ -17,6 +17,7 @@ import (
 	configv1 "github.com/gpusched/gpusched/pkg/apis/config/v1"
 	"github.com/gpusched/gpusched/pkg/apis/config/validation"
 	"github.com/gpusched/gpusched/pkg/gpu"
+	"github.com/gpusched/gpusched/pkg/podgroup"
 )
 
 // Options configure an extender server; they are the gpusched-extender
@@ -82,7 +83,22 @@ type Options struct {
 	// GPUPlacement plugin; it replaces Policy, GPUWeight and MemoryWeight,
 	// so that the extender and the plugin can run from one set of args.
 	PlacementArgsFile string
+	// PodGroups is what the extender does with a pod of a gang (labelled
+	// podgroup.LabelPodGroup): PodGroupsRefuse or PodGroupsPlace.
+	PodGroups string
 }
+
+// The values of Options.PodGroups.
+const (
+	// PodGroupsRefuse: a gang pod fits no node, with MsgGangPod. The
+	// extender places pods one at a time and cannot hold a gang together;
+	// placed one by one, a gang that can never run holds GPUs for good.
+	PodGroupsRefuse = "refuse"
+	// PodGroupsPlace: a gang pod is placed as any other, for a scheduler
+	// whose own plugin (scheduler-plugins' Coscheduling) holds gangs
+	// together.
+	PodGroupsPlace = "place"
+)
 
 // NewOptions returns the defaults: PairFit, as the plugin's default, and GPU
 // compute alone for the resource-weighted policies; port 8888 on loopback,
@@ -108,6 +124,7 @@ func NewOptions() *Options {
 		Policy:                  string(gpu.DefaultPolicy),
 		GPUWeight:               gpu.DefaultWeights.GPU,
 		MemoryWeight:            gpu.DefaultWeights.Memory,
+		PodGroups:               PodGroupsRefuse,
 	}
 }
 
@@ -137,6 +154,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Policy, "policy", o.Policy, fmt.Sprintf("placement policy, one of %s (docs/policies.md)", strings.Join(gpu.PolicyNames(), ", ")))
 	fs.Int64Var(&o.GPUWeight, "gpu-weight", o.GPUWeight, fmt.Sprintf("weight of GPU compute in the policy's score, 0..%d", validation.MaxWeight))
 	fs.Int64Var(&o.MemoryWeight, "memory-weight", o.MemoryWeight, fmt.Sprintf("weight of GPU memory in the policy's score, 0..%d", validation.MaxWeight))
+	fs.StringVar(&o.PodGroups, "pod-groups", o.PodGroups, fmt.Sprintf("pods of a gang (label %s): %q refuses them, naming gpusched's own scheduler, which places gangs whole; %q places them one by one, for a scheduler with a gang plugin of its own (Coscheduling)", podgroup.LabelPodGroup, PodGroupsRefuse, PodGroupsPlace))
 	fs.StringVar(&o.PlacementArgsFile, "placement-args", o.PlacementArgsFile, "file of GPUPlacementArgs (YAML, as under the plugin's pluginConfig); replaces --policy, --gpu-weight and --memory-weight")
 }
 
@@ -151,6 +169,9 @@ func (o *Options) Validate() error {
 	}
 	if _, err := gpu.LookupPolicy(o.Policy); err != nil {
 		bad("policy", fmt.Sprintf("%q", o.Policy), err.Error())
+	}
+	if o.PodGroups != PodGroupsRefuse && o.PodGroups != PodGroupsPlace {
+		bad("pod-groups", fmt.Sprintf("%q", o.PodGroups), fmt.Sprintf("want %q or %q", PodGroupsRefuse, PodGroupsPlace))
 	}
 	if len(o.SchedulerNames) == 0 || slices.Contains(o.SchedulerNames, "") {
 		bad("scheduler-name", fmt.Sprintf("%q", o.SchedulerNames), "want the names of the schedulers that call the extender, none empty (default "+v1.DefaultSchedulerName+")")

@@ -88,6 +88,7 @@ func Start(ctx context.Context, opts *Options, client kubernetes.Interface) (*Se
 	ctx = klog.NewContext(ctx, logger)
 	ext := New(cluster, client, policy)
 	ext.BindOnlyFor(opts.SchedulerNames...)
+	ext.PlaceGangPods(opts.PodGroups == PodGroupsPlace)
 	ext.settleAfter = opts.BindSettleAfter
 	if err := ext.UseExternal(args); err != nil {
 		ln.Close()

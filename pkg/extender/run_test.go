@@ -34,6 +34,7 @@ func TestOptionsValidate(t *testing.T) {
 		{"a negative weight", func(o *Options) { o.MemoryWeight = -1 }, []string{"invalid --memory-weight -1: want a weight from 0 to 100"}},
 		{"a weight over 100", func(o *Options) { o.GPUWeight = 101 }, []string{"invalid --gpu-weight 101: want a weight from 0 to 100"}},
 		{"no scheduler to bind for", func(o *Options) { o.SchedulerNames = nil }, []string{`invalid --scheduler-name []: want the names of the schedulers that call the extender`}},
+		{"an unknown gang mode", func(o *Options) { o.PodGroups = "queue" }, []string{`invalid --pod-groups "queue": want "refuse" or "place"`}},
 		{"an empty scheduler name", func(o *Options) { o.SchedulerNames = []string{"default-scheduler", ""} }, []string{`invalid --scheduler-name ["default-scheduler" ""]`}},
 		{"no positive weight", func(o *Options) { o.GPUWeight = 0 }, []string{"invalid --gpu-weight and --memory-weight: at least one must be positive"}},
 		{"a certificate without key", func(o *Options) { o.TLSCertFile = "c.pem" }, []string{"--tls-cert-file and --tls-private-key-file: set both or neither"}},

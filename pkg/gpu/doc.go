@@ -1,11 +1,14 @@
 // Package gpu is gpusched's placement engine: it knows every GPU on every
 // node and decides which GPUs a pod gets.
 //
-// The engine is framework-free. It imports only k8s.io/api,
-// k8s.io/apimachinery and pkg/packing (the packing LP, its own simplex, that prices
-// PairFit's shares), so it compiles in seconds and every front end (the
+// The engine is framework-free. Besides the standard library it imports
+// only k8s.io/api, k8s.io/apimachinery, the pod-request helper of
+// k8s.io/component-helpers (k8s.io/component-helpers/resource) and
+// pkg/packing (the packing LP, its own simplex, that prices PairFit's
+// shares), so it compiles in seconds and every front end (the
 // kube-scheduler plugins, the HTTP extender, the simulator) calls the same
-// logic. Its parts:
+// logic; docs/architecture.md states the rule and internal/importrules
+// checks it. Its parts:
 //
 //   - inventory (inventory.go): a node's GPUs, read from NVIDIA GPU Feature
 //     Discovery labels or from the gpusched.io/gpu-devices annotation;

@@ -66,9 +66,10 @@ func TestHelmChart(t *testing.T) {
 	command(t, rbacOnly(t, objs), kubectl, kc, "apply", "-f", "-")
 	assertAccess(t, kubectl, kc, schedulerServiceAccount, slices.Concat(schedulerNeeds, preemptionNeeds), schedulerMustNot)
 
-	// gang.enabled: the profile of examples/gpusched-gang-config.yaml.
+	// gang.topologyKey: the profile of examples/gpusched-gang-config.yaml
+	// (gangs are on by default).
 	gang := command(t, nil, helm, "template", "gpusched", "charts/gpusched", "--namespace=kube-system",
-		"--set=gang.enabled=true", "--set=gang.topologyKey=topology.kubernetes.io/rack")
+		"--set=gang.topologyKey=topology.kubernetes.io/rack")
 	command(t, gang, kubectl, kc, "apply", "--dry-run=server", "-f", "-")
 	checkSchedulerDeployment(t, decodeObjects(t, gang), 2, gangProfiles)
 

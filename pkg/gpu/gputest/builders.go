@@ -199,6 +199,15 @@ func (w *PodWrapper) Annotation(key, value string) *PodWrapper {
 	return w
 }
 
+// Label sets a label.
+func (w *PodWrapper) Label(key, value string) *PodWrapper {
+	if w.Labels == nil {
+		w.Labels = map[string]string{}
+	}
+	w.Labels[key] = value
+	return w
+}
+
 // Priority sets spec.priority.
 func (w *PodWrapper) Priority(p int32) *PodWrapper {
 	w.Spec.Priority = &p

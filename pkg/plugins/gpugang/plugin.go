@@ -17,11 +17,15 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/tools/cache"
@@ -70,6 +74,8 @@ type GPUGang struct {
 	backoff      *gang.Backoff
 	status       *statusWriter
 	reported     *reportedOnce
+	// served: the API server serves PodGroups (the CRD is installed).
+	served atomic.Bool
 }
 
 var (
@@ -88,8 +94,10 @@ var (
 
 // New builds the plugin from its args (GPUGangArgs, or nil for the
 // defaults), validated again here. It starts a cache of PodGroups and waits
-// for it up to podGroupSyncTimeout: without the PodGroup CRD installed the
-// cache stays empty, and gang pods are reported as naming no PodGroup.
+// for it up to podGroupSyncTimeout. Without the PodGroup CRD installed it
+// neither waits nor watches: gang pods are refused saying so, and the cache
+// starts when the CRD appears (checked every crdPollInterval), so that a
+// profile with GPUGang costs a cluster without gangs nothing.
 func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
 	args, err := load.GPUGangArgs(obj)
 	if err != nil {
@@ -126,16 +134,62 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	if _, err := pgInformer.Informer().AddEventHandler(p.podGroupHandler()); err != nil {
 		return nil, fmt.Errorf("%s: watching PodGroups: %w", Name, err)
 	}
-	factory.Start(ctx.Done())
 	go p.status.run(ctx)
 	byHandle.Store(h, p)
 
+	if !podGroupsServed(h.ClientSet().Discovery()) {
+		// A cluster without gangs pays nothing: no wait, no failing
+		// watch. Gang pods are refused saying the CRD is missing, and
+		// the cache starts once the CRD is installed.
+		klog.FromContext(ctx).Info("The PodGroup CRD is not installed (deploy/crds); pods of a gang are refused until it is", "plugin", Name, "resource", podgroup.Resource.String())
+		go p.startWhenServed(ctx, h.ClientSet().Discovery(), factory)
+		return p, nil
+	}
+	p.served.Store(true)
+	factory.Start(ctx.Done())
 	syncCtx, cancel := context.WithTimeout(ctx, podGroupSyncTimeout)
 	defer cancel()
 	if !cache.WaitForCacheSync(syncCtx.Done(), pgInformer.Informer().HasSynced) {
-		klog.FromContext(ctx).Error(nil, "PodGroups not listed; is the PodGroup CRD installed (deploy/crds)?", "plugin", Name, "resource", podgroup.Resource.String())
+		klog.FromContext(ctx).Error(nil, "PodGroups not listed within the sync timeout", "plugin", Name, "resource", podgroup.Resource.String(), "timeout", podGroupSyncTimeout)
 	}
 	return p, nil
+}
+
+// crdPollInterval is how often a scheduler started without the PodGroup CRD
+// looks for it.
+var crdPollInterval = 10 * time.Second
+
+// podGroupsServed says whether the API server serves PodGroups
+// (podgroup.Resource). An error other than "not found" counts as served, so
+// that a slow discovery never turns gangs off: the cache then retries.
+func podGroupsServed(d discovery.DiscoveryInterface) bool {
+	list, err := d.ServerResourcesForGroupVersion(podgroup.Resource.GroupVersion().String())
+	if apierrors.IsNotFound(err) {
+		return false
+	}
+	if err != nil {
+		return true
+	}
+	for _, r := range list.APIResources {
+		if r.Name == podgroup.Resource.Resource {
+			return true
+		}
+	}
+	return false
+}
+
+// startWhenServed starts the PodGroup cache once the API server serves
+// PodGroups; the cache's Add events then requeue the gangs refused before.
+func (p *GPUGang) startWhenServed(ctx context.Context, d discovery.DiscoveryInterface, factory dynamicinformer.DynamicSharedInformerFactory) {
+	_ = wait.PollUntilContextCancel(ctx, crdPollInterval, false, func(context.Context) (bool, error) {
+		return podGroupsServed(d), nil
+	})
+	if ctx.Err() != nil {
+		return
+	}
+	klog.FromContext(ctx).Info("The PodGroup CRD is installed; watching PodGroups", "plugin", Name)
+	factory.Start(ctx.Done())
+	p.served.Store(true)
 }
 
 // Name implements fwk.Plugin.

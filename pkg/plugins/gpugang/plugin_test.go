@@ -69,3 +69,46 @@ func TestStatusOf(t *testing.T) {
 		})
 	}
 }
+
+// TestNeedsWrite: a status is written when it differs from the cached
+// PodGroup's, and also when it equals the cached one but differs from a
+// patch the cache does not hold yet: the gang's pods were bound (patched
+// "scheduled 1"), then deleted before the cache saw that patch; without the
+// second write the PodGroup would say "scheduled 1" for good.
+func TestNeedsWrite(t *testing.T) {
+	pending := podgroup.Status{Phase: podgroup.PhasePending}
+	scheduled := podgroup.Status{Phase: podgroup.PhaseScheduled, Scheduled: 1}
+	tests := []struct {
+		name           string
+		cached, status podgroup.Status
+		last           *lastWrite
+		want           bool
+	}{
+		{"unchanged", pending, pending, nil, false},
+		{"changed", pending, scheduled, nil, true},
+		{"patched, cache behind, pods gone again", pending, pending, &lastWrite{status: scheduled}, true},
+		{"patched, cache behind, same status", pending, scheduled, &lastWrite{status: scheduled}, true},
+		{"patched to what the cache holds", scheduled, scheduled, &lastWrite{status: scheduled}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := needsWrite(tt.cached, tt.last, tt.status); got != tt.want {
+				t.Errorf("needsWrite(cached %+v, last %+v, %+v) = %t, want %t", tt.cached, tt.last, tt.status, got, tt.want)
+			}
+		})
+	}
+}
+
+// TestStatusPatch: the patch sets every count, 0 included, since a merge
+// patch leaves out fields alone: the gang was "scheduled 3", its pods were
+// deleted, and the status must say 0.
+func TestStatusPatch(t *testing.T) {
+	patch, err := statusPatch(podgroup.Status{Phase: podgroup.PhasePending})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"status":{"failed":0,"phase":"Pending","running":0,"scheduled":0,"succeeded":0}}`
+	if string(patch) != want {
+		t.Errorf("patch %s, want %s", patch, want)
+	}
+}

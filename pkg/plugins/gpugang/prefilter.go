@@ -21,7 +21,8 @@ import (
 // UnschedulableAndUnresolvable (preemption cannot help) with a message naming
 // the gang, and the pod is tried again when its gang changes:
 //   - the pod-group label is not a PodGroup name;
-//   - the PodGroup does not exist, or its spec is invalid (minMember ≤ 0);
+//   - the PodGroup CRD is not installed, the PodGroup does not exist, or
+//     its spec is invalid (minMember ≤ 0);
 //   - fewer than minMember pods of the gang exist;
 //   - the gang does not fit the cluster even with every GPU free.
 //
@@ -40,6 +41,11 @@ func (p *GPUGang) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1.P
 	}
 	key := groupKey(pod.Namespace, name)
 	obj := p.podGroup(pod.Namespace, name)
+	if obj == nil && !p.served.Load() {
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf(
+			"label %s names PodGroup %s, and the API server serves no PodGroups (%s): install the PodGroup CRD (deploy/crds) or remove the label",
+			podgroup.LabelPodGroup, key, podgroup.Resource.GroupVersion().String()))
+	}
 	if obj == nil {
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf(
 			"label %s names PodGroup %s, which does not exist: create it (%s/%s) or remove the label",

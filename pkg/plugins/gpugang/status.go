@@ -24,6 +24,16 @@ import (
 type statusWriter struct {
 	p     *GPUGang
 	queue workqueue.TypedRateLimitingInterface[string]
+	// last is the status each gang was last patched to (a *lastWrite by
+	// gang key), until the PodGroup cache holds that patch.
+	last sync.Map
+}
+
+// lastWrite is a status the writer patched onto a PodGroup, and the
+// resourceVersion the patch returned.
+type lastWrite struct {
+	status  podgroup.Status
+	version string
 }
 
 func newStatusWriter(p *GPUGang) *statusWriter {
@@ -72,6 +82,7 @@ func (w *statusWriter) write(ctx context.Context, key string) error {
 	namespace, name, _ := strings.Cut(key, "/")
 	obj := w.p.podGroup(namespace, name)
 	if obj == nil {
+		w.last.Delete(key)
 		return nil
 	}
 	pg, err := podgroup.FromUnstructured(obj)
@@ -83,15 +94,62 @@ func (w *statusWriter) write(ctx context.Context, key string) error {
 		return fmt.Errorf("listing the pods of PodGroup %s: %w", key, err)
 	}
 	status := statusOf(pg, pods.Items, len(w.p.reservations.Of(key)), w.p.now())
-	if statusEqual(pg.Status, status) {
+	var last *lastWrite
+	if l, ok := w.last.Load(key); ok {
+		last = l.(*lastWrite)
+		if last.version == obj.GetResourceVersion() {
+			w.last.Delete(key) // the cache holds the patch
+			last = nil
+		}
+	}
+	if !needsWrite(pg.Status, last, status) {
 		return nil
 	}
-	patch, err := json.Marshal(map[string]any{"status": status})
+	patch, err := statusPatch(status)
 	if err != nil {
 		return err
 	}
-	_, err = w.p.dynamic.Resource(podgroup.Resource).Namespace(namespace).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
-	return err
+	got, err := w.p.dynamic.Resource(podgroup.Resource).Namespace(namespace).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
+	if err != nil {
+		return err
+	}
+	w.last.Store(key, &lastWrite{status: status, version: got.GetResourceVersion()})
+	return nil
+}
+
+// statusPatch is the merge patch that sets a PodGroup's status to status.
+// The counts are written even when 0: podgroup.Status omits empty fields,
+// and a merge patch without them would leave the old counts in place (a gang
+// whose pods were deleted would say "scheduled 3" for good).
+func statusPatch(status podgroup.Status) ([]byte, error) {
+	fields := map[string]any{
+		"phase":     status.Phase,
+		"scheduled": status.Scheduled,
+		"running":   status.Running,
+		"succeeded": status.Succeeded,
+		"failed":    status.Failed,
+	}
+	if status.OccupiedBy != "" {
+		fields["occupiedBy"] = status.OccupiedBy
+	}
+	if status.ScheduleStartTime != nil {
+		fields["scheduleStartTime"] = status.ScheduleStartTime
+	}
+	return json.Marshal(map[string]any{"status": fields})
+}
+
+// needsWrite says whether a PodGroup must be patched to status, given its
+// status in the cache and the writer's last patch of it that the cache does
+// not hold yet (nil if none). The cache lags the writer's own patches: a
+// status that equals the cached one may still differ from the one last
+// written (pods were bound, the patch said so, then they were deleted before
+// the cache saw the patch), and skipping that write would leave the patched
+// status in place for good, as status-only updates do not requeue the gang.
+func needsWrite(cached podgroup.Status, last *lastWrite, status podgroup.Status) bool {
+	if !statusEqual(cached, status) {
+		return true
+	}
+	return last != nil && !statusEqual(last.status, status)
 }
 
 // statusOf is the status of pg whose pods are pods, reserved of them in
