@@ -348,7 +348,7 @@ func (e *Env) fitRows(d *decision, fit []fwk.NodeInfo, demand *gpu.Demand, value
 		}
 	}
 	if len(miss) > 0 {
-		feats, err := gpuplacement.Features(e.ep.sched.fw, d.state, miss, nil)
+		feats, err := gpuplacement.Features(d.state, miss, nil)
 		if err != nil {
 			// A pod without GPUs under a policy that weighs GPUs alone
 			// leaves GPUPlacement no state: its rows are the nodes' state,
@@ -442,7 +442,7 @@ func (e *Env) nodeRows(values []byte) error {
 				return fmt.Errorf("describing the nodes: PreFilter of a one-GPU probe pod: %w", status.AsError())
 			}
 		}
-		feats, err := gpuplacement.Features(e.ep.sched.fw, e.probe, stale, make([]bool, len(stale)))
+		feats, err := gpuplacement.Features(e.probe, stale, make([]bool, len(stale)))
 		if err != nil {
 			return fmt.Errorf("describing the nodes: %w", err)
 		}

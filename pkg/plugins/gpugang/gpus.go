@@ -11,6 +11,7 @@ import (
 	"github.com/gpusched/gpusched/pkg/gang"
 	"github.com/gpusched/gpusched/pkg/gpu"
 	"github.com/gpusched/gpusched/pkg/plugins/internal/dragpus"
+	"github.com/gpusched/gpusched/pkg/plugins/internal/gpuledger"
 )
 
 // A gang's GPUs are those GPUPlacement places its pods on: on a node whose
@@ -131,11 +132,11 @@ func (g gangDemands) clusterOf(dra dragpus.GPUs, nodes []fwk.NodeInfo) gang.Clus
 
 // viewsOf is the nodes the gang's GPUs may be on (takes), with what is
 // allocated on them (nodeGPUs).
-func (p *GPUGang) viewsOf(g gangDemands, dra dragpus.GPUs, nodes []fwk.NodeInfo) []*gpu.NodeGPUs {
+func (p *GPUGang) viewsOf(g gangDemands, dra dragpus.GPUs, ledger gpuledger.Ledger, nodes []fwk.NodeInfo) []*gpu.NodeGPUs {
 	views := make([]*gpu.NodeGPUs, 0, len(nodes))
 	for _, ni := range nodes {
 		if n := ni.Node(); n != nil && g.takes(dra, ni, draEmpty(dra, n.Name) != nil) {
-			views = append(views, p.nodeGPUs(dra, ni))
+			views = append(views, p.nodeGPUs(dra, ledger, ni))
 		}
 	}
 	return views
@@ -150,14 +151,30 @@ func draEmpty(dra dragpus.GPUs, node string) *gpu.NodeGPUs {
 }
 
 // nodeGPUs is the node's GPUs with what is allocated on them: the DRA
-// driver's when the node publishes them, else the ledger's view, whose
-// inventory is parsed once per node version.
-func (p *GPUGang) nodeGPUs(dra dragpus.GPUs, ni fwk.NodeInfo) *gpu.NodeGPUs {
+// driver's when the node publishes them, else the view of ledger, the
+// cycle's GPUPlacement ledger (gpuledger), whose inventory is parsed once
+// per node version and which counts the pods in flight. Only in a profile
+// without GPUPlacement (ledger nil) does the plugin read the node's pods
+// into a ledger of its own.
+func (p *GPUGang) nodeGPUs(dra dragpus.GPUs, ledger gpuledger.Ledger, ni fwk.NodeInfo) *gpu.NodeGPUs {
 	node := ni.Node()
 	if dra != nil {
 		if v := dra.NodeGPUs(node.Name); v != nil {
 			return v
 		}
 	}
-	return p.ledger.Node(node, ni.GetGeneration(), podsOf(ni))
+	if ledger != nil {
+		return ledger.NodeView(ni)
+	}
+	return p.ownLedger().Node(node, ni.GetGeneration(), podsOf(ni))
+}
+
+// ownLedger is the plugin's own ledger, made on first use.
+func (p *GPUGang) ownLedger() *gpu.Ledger {
+	p.ledgerOnce.Do(func() {
+		if p.ledger == nil {
+			p.ledger = gpu.NewLedger()
+		}
+	})
+	return p.ledger
 }

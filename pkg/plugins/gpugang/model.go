@@ -11,6 +11,7 @@ import (
 
 	"github.com/gpusched/gpusched/pkg/gang"
 	"github.com/gpusched/gpusched/pkg/plugins/internal/dragpus"
+	"github.com/gpusched/gpusched/pkg/plugins/internal/gpuledger"
 )
 
 // ReasonOtherModel is Filter's reason for a node whose GPUs are not of the
@@ -27,16 +28,16 @@ const EventMixedModels = "GangMixedModels"
 // single model holds the gang, the PodGroup gets a GangMixedModels event
 // naming each model and how many pods fit on it, and the gang is placed
 // across models rather than never.
-func (p *GPUGang) gangModels(ctx context.Context, key string, obj *unstructured.Unstructured, mixed bool, empty gang.ModelFit, nodes []fwk.NodeInfo, dra dragpus.GPUs, demands gangDemands) []string {
+func (p *GPUGang) gangModels(ctx context.Context, key string, obj *unstructured.Unstructured, mixed bool, empty gang.ModelFit, nodes []fwk.NodeInfo, dra dragpus.GPUs, ledger gpuledger.Ledger, demands gangDemands) []string {
 	if mixed {
 		return nil
 	}
-	placed := p.placedModels(ctx, key, dra)
+	placed := p.placedModels(ctx, key, dra, ledger)
 	// The members placed, per GPU model, in the GPUs free now (none is
 	// placed yet); minMember of them must fit.
 	var free gang.ModelFit
 	if len(placed) == 0 && len(empty.Holding()) > 1 {
-		free = gang.FitFreeByModel(p.viewsOf(demands, dra, nodes), demands.demands, empty.Needed)
+		free = gang.FitFreeByModel(p.viewsOf(demands, dra, ledger, nodes), demands.demands, empty.Needed)
 	}
 	models, noneHolds := gang.ChooseModels(empty, free, placed)
 	if noneHolds {
@@ -48,7 +49,7 @@ func (p *GPUGang) gangModels(ctx context.Context, key string, obj *unstructured.
 
 // placedModels returns the GPU models of the nodes of the gang's reserved
 // and bound pods that ask for GPUs.
-func (p *GPUGang) placedModels(ctx context.Context, key string, dra dragpus.GPUs) []string {
+func (p *GPUGang) placedModels(ctx context.Context, key string, dra dragpus.GPUs, ledger gpuledger.Ledger) []string {
 	placed := p.placed(key)
 	if len(placed) == 0 {
 		return nil
@@ -66,7 +67,7 @@ func (p *GPUGang) placedModels(ctx context.Context, key string, dra dragpus.GPUs
 		if err != nil || ni.Node() == nil {
 			continue
 		}
-		for _, model := range gang.ModelsOf(p.nodeGPUs(dra, ni)) {
+		for _, model := range gang.ModelsOf(p.nodeGPUs(dra, ledger, ni)) {
 			if !gang.SharesModel([]string{model}, out) {
 				out = append(out, model)
 			}
@@ -89,7 +90,7 @@ func (p *GPUGang) Filter(ctx context.Context, state fwk.CycleState, pod *v1.Pod,
 	if nodeInfo.Node() == nil {
 		return nil
 	}
-	models := gang.ModelsOf(p.nodeGPUs(dragpus.Read(state), nodeInfo))
+	models := gang.ModelsOf(p.nodeGPUs(dragpus.Read(state), gpuledger.Read(state), nodeInfo))
 	if len(models) == 0 || gang.SharesModel(models, gs.models) {
 		return nil
 	}

@@ -63,9 +63,11 @@ type GPUGang struct {
 	podGroups cache.GenericLister
 	dynamic   dynamic.Interface
 
-	// ledger is this plugin's view of the GPUs allocated on each node
-	// (PreScore).
-	ledger *gpu.Ledger
+	// ledger is this plugin's own view of the GPUs allocated on each
+	// node, made on first use (ownLedger) and used only in a profile
+	// without GPUPlacement, whose ledger the cycle carries otherwise.
+	ledger     *gpu.Ledger
+	ledgerOnce sync.Once
 
 	// fits caches each gang's fitEmpty result (a fitResult by gang key).
 	fits sync.Map
@@ -109,7 +111,6 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	}
 	p := &GPUGang{
 		handle: h, args: *args, now: time.Now, dynamic: dyn,
-		ledger:       gpu.NewLedger(),
 		reservations: gang.NewReservations(), backoff: gang.NewBackoff(nil),
 		reported: &reportedOnce{},
 	}
@@ -135,7 +136,6 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 		return nil, fmt.Errorf("%s: watching PodGroups: %w", Name, err)
 	}
 	go p.status.run(ctx)
-	byHandle.Store(h, p)
 
 	if !podGroupsServed(h.ClientSet().Discovery()) {
 		// A cluster without gangs pays nothing: no wait, no failing

@@ -1,33 +1,19 @@
 package gpugang
 
 import (
-	"sync"
-
 	v1 "k8s.io/api/core/v1"
 	fwk "k8s.io/kube-scheduler/framework"
+
+	"github.com/gpusched/gpusched/pkg/plugins/internal/gangview"
 )
 
-// byHandle maps a profile's framework handle to the GPUGang built with it,
-// so that GPUPreemption in the same profile asks it about gangs.
-var byHandle sync.Map
+var _ gangview.Gangs = &GPUGang{}
 
 // Close implements io.Closer, which the framework calls when its scheduler
-// stops: the profile's handle no longer finds the plugin.
-func (p *GPUGang) Close() error {
-	byHandle.CompareAndDelete(p.handle, p)
-	return nil
-}
+// stops.
+func (p *GPUGang) Close() error { return nil }
 
-// Of returns the GPUGang of the profile whose framework handle is h, or nil
-// when the profile does not enable it.
-func Of(h fwk.Handle) *GPUGang {
-	if p, ok := byHandle.Load(h); ok {
-		return p.(*GPUGang)
-	}
-	return nil
-}
-
-// Unplaced is what a preempting gang pod still lacks, as GPUGang's PreFilter
+// Unplaced (gangview.Gangs) is what a preempting gang pod still lacks, as GPUGang's PreFilter
 // read the gang in this cycle: key is the gang's "namespace/name", pending
 // its members neither reserved nor bound (the pod of the cycle among them),
 // and needed how many of those must still be placed for the gang to reach

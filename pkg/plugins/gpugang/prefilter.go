@@ -13,10 +13,13 @@ import (
 	"github.com/gpusched/gpusched/pkg/gang"
 	"github.com/gpusched/gpusched/pkg/gpu"
 	"github.com/gpusched/gpusched/pkg/plugins/internal/dragpus"
+	"github.com/gpusched/gpusched/pkg/plugins/internal/gangview"
+	"github.com/gpusched/gpusched/pkg/plugins/internal/gpuledger"
 	"github.com/gpusched/gpusched/pkg/podgroup"
 )
 
-// PreFilter admits a gang pod to this cycle, or says why its gang cannot be
+// PreFilter hands the plugin's view of gangs to the cycle's other plugins
+// (gangview), then admits a gang pod to this cycle, or says why its gang cannot be
 // placed yet; a pod outside any gang skips the plugin. Every refusal is
 // UnschedulableAndUnresolvable (preemption cannot help) with a message naming
 // the gang, and the pod is tried again when its gang changes:
@@ -32,6 +35,7 @@ import (
 // GPUs, PreFilter also decides the GPU models it may use (gangModels), which
 // Filter enforces.
 func (p *GPUGang) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
+	gangview.Write(state, p)
 	name, ok, err := podgroup.NameOf(pod)
 	if !ok {
 		return nil, fwk.NewStatus(fwk.Skip)
@@ -87,7 +91,7 @@ func (p *GPUGang) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1.P
 	mixed, _ := pg.MixedModels() // validated above
 	var models []string
 	if d, ok := demandOf(ctx, dra, pod); ok && !d.IsZero() && !demands.mixed() {
-		models = p.gangModels(ctx, key, obj, mixed, fit.byModel, nodes, dra, demands)
+		models = p.gangModels(ctx, key, obj, mixed, fit.byModel, nodes, dra, gpuledger.Read(state), demands)
 	}
 	state.Write(stateKey, &gangState{key: key, object: obj, minMember: minMember, timeout: timeout, models: models})
 	return nil, nil

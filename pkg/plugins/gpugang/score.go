@@ -10,6 +10,7 @@ import (
 
 	"github.com/gpusched/gpusched/pkg/gang"
 	"github.com/gpusched/gpusched/pkg/plugins/internal/dragpus"
+	"github.com/gpusched/gpusched/pkg/plugins/internal/gpuledger"
 )
 
 // scoreKey is where PreScore leaves the gang's topology preference.
@@ -37,7 +38,7 @@ func (p *GPUGang) PreScore(ctx context.Context, state fwk.CycleState, pod *v1.Po
 	if err != nil {
 		return fwk.AsStatus(fmt.Errorf("%s: listing nodes: %w", Name, err))
 	}
-	dra := dragpus.Read(state)
+	dra, ledger := dragpus.Read(state), gpuledger.Read(state)
 	s := &scoreState{nodes: make(map[string]gang.Topology, len(all))}
 	topologies := make([]gang.Topology, 0, len(all))
 	for _, ni := range all {
@@ -45,7 +46,7 @@ func (p *GPUGang) PreScore(ctx context.Context, state fwk.CycleState, pod *v1.Po
 		if node == nil {
 			continue
 		}
-		t := gang.TopologyOf(node, p.nodeGPUs(dra, ni), p.args.TopologyKey)
+		t := gang.TopologyOf(node, p.nodeGPUs(dra, ledger, ni), p.args.TopologyKey)
 		s.nodes[node.Name] = t
 		topologies = append(topologies, t)
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/gpusched/gpusched/pkg/gpu"
 	"github.com/gpusched/gpusched/pkg/plugins/internal/gpuhealth"
+	"github.com/gpusched/gpusched/pkg/plugins/internal/gpuledger"
 )
 
 // Features describes nodes for the cycle's pod as an external policy sees
@@ -17,14 +18,14 @@ import (
 // simulator's environment, which calls it with every node of the cluster
 // after Filter. feasible[i] says whether the Filter plugins accept nodes[i];
 // nil means they accept every node (the policy service is asked about
-// feasible nodes only). h is the profile's handle; the profile must have
-// GPUPlacement, and PreFilter must have run in state.
-func Features(h fwk.Handle, state fwk.CycleState, nodes []fwk.NodeInfo, feasible []bool) ([]gpu.NodeFeatures, error) {
-	v, ok := byHandle.Load(h)
+// feasible nodes only). The profile must have GPUPlacement, and its
+// PreFilter must have run in state.
+func Features(state fwk.CycleState, nodes []fwk.NodeInfo, feasible []bool) ([]gpu.NodeFeatures, error) {
+	p, ok := gpuledger.Read(state).(*GPUPlacement)
 	if !ok {
-		return nil, fmt.Errorf("the profile has no %s plugin", Name)
+		return nil, fmt.Errorf("the cycle has no %s PreFilter: the profile has no %s plugin", Name, Name)
 	}
-	return v.(*GPUPlacement).features(state, nodes, feasible)
+	return p.features(state, nodes, feasible)
 }
 
 // features is Features for this plugin. Nodes whose GPUs a DRA driver

@@ -23,6 +23,7 @@ import (
 	"github.com/gpusched/gpusched/pkg/apis/config/load"
 	"github.com/gpusched/gpusched/pkg/gpu"
 	"github.com/gpusched/gpusched/pkg/plugins/internal/gpuhealth"
+	"github.com/gpusched/gpusched/pkg/plugins/internal/gpuledger"
 	"github.com/gpusched/gpusched/pkg/plugins/internal/normalize"
 	"github.com/gpusched/gpusched/pkg/policyservice"
 )
@@ -112,9 +113,6 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	if err := p.forgetDeletedPods(); err != nil {
 		return nil, err
 	}
-	if h != nil {
-		byHandle.Store(h, p)
-	}
 	p.background, p.stop = context.WithCancel(ctx)
 	p.keepReasons(p.background)
 	return p, nil
@@ -157,13 +155,15 @@ type podState struct{ demand gpu.Demand }
 // Clone implements fwk.StateData; podState is never modified after PreFilter.
 func (s *podState) Clone() fwk.StateData { return s }
 
-// PreFilter reads the pod's GPU demand, and for a pod that asks for GPUs the
-// cycle's view of DRA (see draReader). A pod that asks for no GPU skips the
+// PreFilter hands the plugin's ledger to the cycle's other plugins
+// (gpuledger), reads the pod's GPU demand, and for a pod that asks for GPUs
+// the cycle's view of DRA (see draReader). A pod that asks for no GPU skips the
 // plugin. A malformed demand is UnschedulableAndUnresolvable with the engine's
 // message, which names the annotation, the value and what is allowed; it
 // reaches the user in the FailedScheduling event, and the pod is retried when
 // it is updated.
 func (p *GPUPlacement) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
+	gpuledger.Write(state, p)
 	demand, err := p.policy.Demand(pod)
 	if err != nil {
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())

@@ -1,44 +1,30 @@
 package gpuplacement
 
 import (
-	"sync"
-
 	v1 "k8s.io/api/core/v1"
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/gpusched/gpusched/pkg/gpu"
 	"github.com/gpusched/gpusched/pkg/plugins/internal/gpuhealth"
+	"github.com/gpusched/gpusched/pkg/plugins/internal/gpuledger"
 )
 
-// byHandle maps a profile's framework handle to the GPUPlacement built with
-// it, so that GPUPreemption in the same profile reads the same ledger
-// (assumed pods included) instead of a second copy of it.
-var byHandle sync.Map
+var _ gpuledger.Ledger = &GPUPlacement{}
 
 // Close implements io.Closer, which the framework calls when its scheduler
-// stops: the profile's handle no longer finds the plugin.
+// stops.
 func (p *GPUPlacement) Close() error {
 	if p.stop != nil {
 		p.stop()
 	}
-	byHandle.CompareAndDelete(p.handle, p)
 	if p.external != nil {
 		return p.external.Close()
 	}
 	return nil
 }
 
-// Of returns the GPUPlacement of the profile whose framework handle is h,
-// or nil when the profile does not enable it.
-func Of(h fwk.Handle) *GPUPlacement {
-	if p, ok := byHandle.Load(h); ok {
-		return p.(*GPUPlacement)
-	}
-	return nil
-}
-
-// PreemptionView is what GPU-aware preemption needs to choose victims on a
-// node: the node's GPUs as the ledger holds them with every pod of nodeInfo
+// PreemptionView (gpuledger.Ledger) is what GPU-aware preemption needs to
+// choose victims on a node: the node's GPUs as the ledger holds them with every pod of nodeInfo
 // on it, and the request the pod of the cycle makes (its demand, and the
 // GPUs the telemetry excludes). ok is false when the pod asks for no GPU,
 // or when DRA allocates the node's GPUs: then preemption weighs the node

@@ -9,8 +9,8 @@ import (
 
 	"github.com/gpusched/gpusched/pkg/gang"
 	"github.com/gpusched/gpusched/pkg/gpu"
-	"github.com/gpusched/gpusched/pkg/plugins/gpugang"
-	"github.com/gpusched/gpusched/pkg/plugins/gpuplacement"
+	"github.com/gpusched/gpusched/pkg/plugins/internal/gangview"
+	"github.com/gpusched/gpusched/pkg/plugins/internal/gpuledger"
 )
 
 // gangGate refuses preemption for a pod of a GPUGang gang when the gang's
@@ -22,7 +22,7 @@ import (
 // UnschedulableAndUnresolvable, so that GPUGang's own PostFilter still
 // runs and releases the gang's reserved pods.
 func (pl *GPUPreemption) gangGate(state fwk.CycleState, pod *v1.Pod) *fwk.Status {
-	gangs, placement := gpugang.Of(pl.handle), gpuplacement.Of(pl.handle)
+	gangs, placement := gangview.Read(state), gpuledger.Read(state)
 	if gangs == nil || placement == nil {
 		return nil
 	}

@@ -9,7 +9,7 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework/preemption"
 	"k8s.io/kubernetes/pkg/scheduler/util"
 
-	"github.com/gpusched/gpusched/pkg/plugins/gpugang"
+	"github.com/gpusched/gpusched/pkg/plugins/internal/gangview"
 )
 
 // unit is what goes as one victim: upstream's victim (a pod, or a Workload
@@ -37,9 +37,9 @@ func (u *unit) IsGroup() bool {
 // preemptor: of lower priority, eligible on every node they touch, and a
 // gang member together with its bound siblings — a gang none of whose pods
 // has the preemptor's priority or more. Each gang appears once.
-func (pl *GPUPreemption) units(nodeInfo fwk.NodeInfo, preemptor *v1.Pod, all []*preemption.DomainVictim) []*unit {
+func (pl *GPUPreemption) units(state fwk.CycleState, nodeInfo fwk.NodeInfo, preemptor *v1.Pod, all []*preemption.DomainVictim) []*unit {
 	priority := corev1helpers.PodPriority(preemptor)
-	gangs := gpugang.Of(pl.handle)
+	gangs := gangview.Read(state)
 	seen := map[string]bool{}
 	var out []*unit
 	for _, dv := range all {

@@ -11,7 +11,7 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework/preemption"
 
 	"github.com/gpusched/gpusched/pkg/gpu"
-	"github.com/gpusched/gpusched/pkg/plugins/gpuplacement"
+	"github.com/gpusched/gpusched/pkg/plugins/internal/gpuledger"
 )
 
 // SelectVictimsOnNode implements preemption.Interface: the units (see
@@ -31,7 +31,7 @@ import (
 // DefaultPreemption does.
 func (pl *GPUPreemption) SelectVictimsOnNode(ctx context.Context, state fwk.CycleState, preemptor *v1.Pod,
 	nodeInfo fwk.NodeInfo, all []*preemption.DomainVictim, pdbs []*policy.PodDisruptionBudget) ([]*v1.Pod, int, *fwk.Status) {
-	units := pl.units(nodeInfo, preemptor, all)
+	units := pl.units(state, nodeInfo, preemptor, all)
 	if len(units) == 0 {
 		return nil, 0, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "No preemption victims found for incoming pod")
 	}
@@ -89,7 +89,7 @@ func (pl *GPUPreemption) SelectVictimsOnNode(ctx context.Context, state fwk.Cycl
 // the pod's demand fit (gpu.ChooseVictims), or nil when the pod asks for no
 // GPU, the node's GPUs are DRA's, or no set of them would do.
 func (pl *GPUPreemption) propose(state fwk.CycleState, nodeInfo fwk.NodeInfo, units []*unit) map[*unit]bool {
-	placement := gpuplacement.Of(pl.handle)
+	placement := gpuledger.Read(state)
 	if placement == nil {
 		return nil
 	}
