@@ -33,15 +33,18 @@ const (
 //     lack free GPUs and 1 has too few), bad-milli (gpu-milli "lots", a
 //     malformed request), fresh (1 GPU, no word from the scheduler yet).
 //
-// Typical pods: the valid demands of every pod: 1 GPU (whole-1, fresh),
-// 250m (share-1), 2 GPUs (big): weights 2/4, 1/4, 1/4 (all four shapes are
+// Typical pods: the valid demands of every pod (gpu.WorkloadDemand), the
+// CPU-only one included: 1 GPU (whole-1, fresh), 250m (share-1), 2 GPUs
+// (big), no GPU (no-gpu): weights 2/5, 1/5, 1/5, 1/5 (all four shapes are
 // needed to cover 95%).
 //
 // Fragmentation of a100-0 (free: GPU 0 0m, GPU 1 750m; 750m in all):
 // 1 GPU and 2 GPUs fit no GPU (none has 1000m free), so they could use none
-// of the 750m; 250m fits GPU 1 and wastes GPU 0's 0m:
-// 0.5×750 + 0.25×750 + 0.25×0 = 562.5.
-// t4-0 (2000m free, both GPUs whole): every shape fits, nothing wasted: 0.
+// of the 750m; 250m fits GPU 1 and wastes GPU 0's 0m; a pod without GPUs
+// uses no free GPU at all:
+// 0.4×750 + 0.2×750 + 0.2×0 + 0.2×750 = 600.
+// t4-0 (2000m free, both GPUs whole): every GPU shape fits, and only the pod
+// without GPUs leaves the 2000m unused: 0.2×2000 = 400.
 func fixture() (nodes []*v1.Node, pods []*v1.Pod) {
 	nodes = []*v1.Node{
 		gt.MakeGPUNode("a100-0").GFD(a100, 2, 81920).Label("cloud.google.com/gke-nodepool", "train").Obj(),
@@ -116,18 +119,18 @@ func TestDashboardCollector(t *testing.T) {
 		`gpusched_gpu_unhealthy{gpu="1",model="Tesla-T4",node="t4-0"}`:                           1,
 		`gpusched_gpu_unhealthy{gpu="0",model="Tesla-T4",node="t4-0"}`:                           0,
 		`gpusched_gpu_allocated_milli{gpu="1",model="Tesla-T4",node="t4-0"}`:                     0,
-		// a100-0: 2 GPUs × 1000m = 2000m; 1000 + 250 = 1250m held; 562.5m fragmented (fixture).
+		// a100-0: 2 GPUs × 1000m = 2000m; 1000 + 250 = 1250m held; 600m fragmented (fixture).
 		`gpusched_node_gpu_capacity_milli{model="NVIDIA-A100-SXM4-80GB",node="a100-0",pool="train"}`:  2000,
 		`gpusched_node_gpu_allocated_milli{model="NVIDIA-A100-SXM4-80GB",node="a100-0",pool="train"}`: 1250,
-		`gpusched_node_fragmented_milli{model="NVIDIA-A100-SXM4-80GB",node="a100-0",pool="train"}`:    562.5,
-		`gpusched_node_fragmented_milli{model="Tesla-T4",node="t4-0",pool="serve"}`:                   0,
+		`gpusched_node_fragmented_milli{model="NVIDIA-A100-SXM4-80GB",node="a100-0",pool="train"}`:    600,
+		`gpusched_node_fragmented_milli{model="Tesla-T4",node="t4-0",pool="serve"}`:                   400,
 		`gpusched_node_gpu_inventory_invalid{node="broken",pool=""}`:                                  1,
 		`gpusched_node_gpu_inventory_invalid{node="t4-0",pool="serve"}`:                               0,
 		`gpusched_node_gpu_assignment_conflicts{node="a100-0",pool="train"}`:                          0,
-		// Cluster: 2000 + 2000 (t4-0) = 4000m; 1250m held; 562.5 + 0 fragmented; 4 GPUs.
+		// Cluster: 2000 + 2000 (t4-0) = 4000m; 1250m held; 600 + 400 = 1000m fragmented; 4 GPUs.
 		`gpusched_cluster_gpu_capacity_milli{}`:  4000,
 		`gpusched_cluster_gpu_allocated_milli{}`: 1250,
-		`gpusched_cluster_fragmented_milli{}`:    562.5,
+		`gpusched_cluster_fragmented_milli{}`:    1000,
 		`gpusched_cluster_gpus{}`:                4,
 		// big: 2 nodes insufficient free GPUs beat 1 too few; bad-milli: invalid; fresh: waiting.
 		`gpusched_pending_gpu_pods{reason="insufficient-free-gpus"}`: 1,

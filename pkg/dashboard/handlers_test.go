@@ -97,9 +97,9 @@ func TestDashboardHandlers(t *testing.T) {
 	if w.Version != 1 || w.Cluster.Nodes != 3 || w.Cluster.GPUs != 4 || w.Cluster.InvalidNodes != 1 {
 		t.Errorf("snapshot totals %+v (version %d)", w.Cluster, w.Version)
 	}
-	// 1250 of 4000 milli-GPU allocated: 31.25% -> 31.3 (one decimal); 562.5/4000 = 14.0625% -> 14.1.
-	if w.Cluster.AllocatedPct != 31.3 || w.Cluster.FragmentedPct != 14.1 {
-		t.Errorf("allocated %v%%, fragmented %v%%; want 31.3 and 14.1", w.Cluster.AllocatedPct, w.Cluster.FragmentedPct)
+	// 1250 of 4000 milli-GPU allocated: 31.25% -> 31.3 (one decimal); 1000/4000 = 25% fragmented (fixture).
+	if w.Cluster.AllocatedPct != 31.3 || w.Cluster.FragmentedPct != 25 {
+		t.Errorf("allocated %v%%, fragmented %v%%; want 31.3 and 25", w.Cluster.AllocatedPct, w.Cluster.FragmentedPct)
 	}
 	if got := names(w.Pending); got != "big bad-milli fresh" {
 		t.Errorf("pending in queue order: %q, want big (priority 10), bad-milli (5), fresh (0)", got)
@@ -117,7 +117,7 @@ func TestDashboardHandlers(t *testing.T) {
 	if n := byName["t4-0"]; n.Unhealthy[1] != "XID 79" || w.Pools[n.Pool] != "serve" || w.Models[n.Model] != t4 {
 		t.Errorf("t4-0 as %+v (pools %v, models %v)", n, w.Pools, w.Models)
 	}
-	if n := byName["a100-0"]; n.Alloc[0] != 1000 || n.Alloc[1] != 250 || n.MemAlloc[1] != 10240 || n.Fragmented != 562.5 {
+	if n := byName["a100-0"]; n.Alloc[0] != 1000 || n.Alloc[1] != 250 || n.MemAlloc[1] != 10240 || n.Fragmented != 600 {
 		t.Errorf("a100-0 as %+v", n)
 	}
 
@@ -314,8 +314,8 @@ func TestDashboardHistory(t *testing.T) {
 	if len(h) != 2 || h[0].Seq != 2 || h[1].Seq != 3 {
 		t.Fatalf("history %+v, want samples 2 and 3", h)
 	}
-	// 1250/4000 = 31.25% allocated; 562.5/4000 = 14.0625% fragmented; 3 pending.
-	if h[1].AllocatedPct != 31.25 || h[1].FragmentedPct != 14.0625 || h[1].Pending != 3 {
+	// 1250/4000 = 31.25% allocated; 1000/4000 = 25% fragmented; 3 pending.
+	if h[1].AllocatedPct != 31.25 || h[1].FragmentedPct != 25 || h[1].Pending != 3 {
 		t.Errorf("sample %+v", h[1])
 	}
 	if got := s.History(2); len(got) != 1 || got[0].Seq != 3 {

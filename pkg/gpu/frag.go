@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"math"
 	"slices"
+
+	v1 "k8s.io/api/core/v1"
 )
 
 // TypicalPod is one shape of pod that makes up most of a workload, with its
@@ -19,6 +21,41 @@ type TypicalPod struct {
 // TypicalCoverage is the share of a workload its typical pods cover: the
 // most frequent shapes are taken until they account for 95% of the pods.
 const TypicalCoverage = 0.95
+
+// InWorkload says whether pod is part of the workload now: it has not
+// succeeded or failed, and it is not a pending pod being deleted, which
+// will never run. A bound pod being deleted still holds its node until it
+// is gone.
+func InWorkload(pod *v1.Pod) bool {
+	switch {
+	case pod.Status.Phase == v1.PodSucceeded || pod.Status.Phase == v1.PodFailed:
+		return false
+	case pod.DeletionTimestamp != nil && pod.Spec.NodeName == "":
+		return false
+	}
+	return true
+}
+
+// WorkloadDemand is what pod adds to the workload whose typical pods
+// (TypicalPods) weigh fragmentation: its demand with its CPU and memory
+// (FillHost), CPU-only pods included, since a pod without GPUs takes the
+// CPU a GPU pod needs beside its GPUs. ok is false for a pod not in the
+// workload (InWorkload) and for a malformed demand, which the front end
+// reports where it places the pod. It is the one rule of which pods are
+// typical for every front end that reads pods: the simulator, what-if and
+// gpuview (kubectl gpusched, the dashboard); the plugin and the extender
+// observe each pod they place (Policy.Observe), CPU-only pods as well.
+func WorkloadDemand(pod *v1.Pod) (Demand, bool) {
+	if !InWorkload(pod) {
+		return Demand{}, false
+	}
+	d, err := DemandFromPod(pod)
+	if err != nil {
+		return Demand{}, false
+	}
+	d.FillHost(pod)
+	return d, true
+}
 
 // TypicalPods groups demands by shape (CPU request, GPU count, milli-GPU per
 // GPU, allowed models), takes the most frequent shapes until they cover

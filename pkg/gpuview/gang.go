@@ -69,7 +69,7 @@ func (s *Snapshot) explainGang(namespace, name string, pods []*v1.Pod, gangs map
 	var pending []gpu.Demand
 	var placedModels []string
 	for _, p := range pods {
-		if g, ok := gangOf(p); !ok || g != name || p.Namespace != namespace || finished(p) {
+		if g, ok := gangOf(p); !ok || g != name || p.Namespace != namespace || !gpu.InWorkload(p) {
 			continue
 		}
 		if p.Spec.NodeName != "" {

@@ -188,14 +188,13 @@ func Build(nodes []*v1.Node, pods []*v1.Pod, opts Options) *Snapshot {
 	onNode := map[string][]*v1.Pod{}
 	var demands []gpu.Demand
 	for _, p := range pods {
-		if finished(p) {
+		if !gpu.InWorkload(p) {
 			continue
 		}
-		d, err := gpu.DemandFromPod(p)
-		if err == nil && !d.IsZero() {
-			d.FillHost(p)
-			demands = append(demands, d)
+		if wd, ok := gpu.WorkloadDemand(p); ok {
+			demands = append(demands, wd)
 		}
+		d, err := gpu.DemandFromPod(p)
 		if p.Spec.NodeName != "" {
 			onNode[p.Spec.NodeName] = append(onNode[p.Spec.NodeName], p)
 			continue
@@ -338,10 +337,6 @@ func priorityOf(p *v1.Pod) int32 {
 		return *p.Spec.Priority
 	}
 	return 0
-}
-
-func finished(p *v1.Pod) bool {
-	return p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed || p.DeletionTimestamp != nil && p.Spec.NodeName == ""
 }
 
 func forScheduler(p *v1.Pod, names []string) bool {

@@ -520,12 +520,9 @@ func (e *episode) result() Run {
 func typicalPods(pods []TracePod) []gpu.TypicalPod {
 	demands := make([]gpu.Demand, 0, len(pods))
 	for _, p := range pods {
-		d, err := gpu.DemandFromPod(p.Pod)
-		if err != nil {
-			continue
+		if d, ok := gpu.WorkloadDemand(p.Pod); ok {
+			demands = append(demands, d)
 		}
-		d.FillHost(p.Pod)
-		demands = append(demands, d)
 	}
 	return gpu.TypicalPods(demands)
 }

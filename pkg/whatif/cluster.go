@@ -239,11 +239,10 @@ func (c *cluster) bind(pods []*v1.Pod, index map[string]int, isNew map[string]bo
 		if terminated(p) {
 			continue
 		}
-		d, demandErr := gpu.DemandFromPod(p)
-		if demandErr == nil && !isNew[podName(p)] {
-			d.FillHost(p)
+		if d, ok := gpu.WorkloadDemand(p); ok && !isNew[podName(p)] {
 			demands = append(demands, d)
 		}
+		_, demandErr := gpu.DemandFromPod(p)
 		at, ok := index[p.Spec.NodeName]
 		if p.Spec.NodeName == "" || !ok {
 			continue

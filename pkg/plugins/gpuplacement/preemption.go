@@ -44,6 +44,16 @@ func (p *GPUPlacement) PreemptionView(state fwk.CycleState, nodeInfo fwk.NodeInf
 	return p.nodeGPUs(nodeInfo), &gpu.Request{Demand: demand, Exclude: gpuhealth.Read(state)}, true
 }
 
+// Demand (gpuledger.Ledger) is the cycle's pod's demand as PreFilter read
+// it; ok is false when PreFilter skipped the pod or refused it.
+func (p *GPUPlacement) Demand(state fwk.CycleState) (*gpu.Demand, bool) {
+	data, err := state.Read(stateKey)
+	if err != nil {
+		return nil, false
+	}
+	return &data.(*podState).demand, true
+}
+
 // Held is the GPUs pod holds on its node as the ledger counts them: its
 // gpusched.io/gpu-assigned annotation once bound, or the ledger's
 // assumption while it is in flight.

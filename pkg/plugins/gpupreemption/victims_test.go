@@ -39,6 +39,8 @@ func (l *testLedger) PreemptionView(_ fwk.CycleState, ni fwk.NodeInfo) (*gpu.Nod
 	return l.NodeView(ni), &gpu.Request{Demand: &l.demand}, true
 }
 
+func (l *testLedger) Demand(fwk.CycleState) (*gpu.Demand, bool) { return &l.demand, true }
+
 func podsOn(ni fwk.NodeInfo) iter.Seq[*v1.Pod] {
 	return func(yield func(*v1.Pod) bool) {
 		for _, pi := range ni.GetPods() {

@@ -25,6 +25,7 @@ import (
 	"github.com/gpusched/gpusched/pkg/apis/config/load"
 	"github.com/gpusched/gpusched/pkg/gpu"
 	"github.com/gpusched/gpusched/pkg/plugins/internal/gpuhealth"
+	"github.com/gpusched/gpusched/pkg/plugins/internal/gpuledger"
 	"github.com/gpusched/gpusched/pkg/plugins/internal/normalize"
 	"github.com/gpusched/gpusched/pkg/telemetry"
 	"github.com/gpusched/gpusched/pkg/telemetry/prometheus"
@@ -203,8 +204,8 @@ func (p *GPUTelemetry) freshSnapshot(logger klog.Logger) *telemetry.Snapshot {
 // telemetry is fresh, it records the health view for GPUPlacement to choose
 // healthy GPUs only; otherwise the plugin's Filter is skipped.
 func (p *GPUTelemetry) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
-	demand, err := gpu.DemandFromPod(pod)
-	if err != nil || demand.IsZero() {
+	demand, ok := cycleDemand(state, pod)
+	if !ok || demand.IsZero() {
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
 	weights, err := telemetry.Sensitize(p.weights, pod.Annotations[telemetry.AnnotationSensitiveTo], p.factor)
@@ -318,6 +319,21 @@ func (p *GPUTelemetry) ScoreExtensions() fwk.ScoreExtensions { return p }
 func (p *GPUTelemetry) NormalizeScore(ctx context.Context, state fwk.CycleState, pod *v1.Pod, scores fwk.NodeScoreList) *fwk.Status {
 	normalize.Rescale(scores, gpu.RescaleMinMax)
 	return nil
+}
+
+// cycleDemand is the pod's GPU demand as GPUPlacement's PreFilter read it
+// earlier in the cycle (gpuledger), or, in a cycle where it has not run,
+// read from the pod; ok is false for a malformed demand, or a pod
+// GPUPlacement skipped.
+func cycleDemand(state fwk.CycleState, pod *v1.Pod) (gpu.Demand, bool) {
+	if l := gpuledger.Read(state); l != nil {
+		if d, ok := l.Demand(state); ok {
+			return *d, true
+		}
+		return gpu.Demand{}, false
+	}
+	d, err := gpu.DemandFromPod(pod)
+	return d, err == nil
 }
 
 // SignPod lets opportunistic batching treat pods alike when they take the same

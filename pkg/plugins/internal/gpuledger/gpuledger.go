@@ -1,5 +1,6 @@
-// Package gpuledger hands GPUPlacement's ledger of the profile's GPUs to the
-// other plugins of the same scheduling cycle (GPUPreemption, the
+// Package gpuledger hands GPUPlacement's ledger of the profile's GPUs, and
+// the demand of the cycle's pod as it read it, to the other plugins of the
+// same scheduling cycle (GPUGang, GPUPreemption, GPUTelemetry, the
 // simulator's environment) through the cycle's CycleState, so that they
 // read the same allocations, pods assumed in flight included, without a
 // second ledger and without finding the plugin through a package-level
@@ -30,6 +31,11 @@ type Ledger interface {
 	// (its demand, and the GPUs the telemetry excludes); ok is false when
 	// the pod asks for no GPU or DRA allocates the node's GPUs.
 	PreemptionView(state fwk.CycleState, nodeInfo fwk.NodeInfo) (n *gpu.NodeGPUs, req *gpu.Request, ok bool)
+	// Demand is the cycle's pod's GPU demand as GPUPlacement's PreFilter
+	// read it, so that the other plugins of the cycle do not parse it
+	// again; ok is false when the pod is malformed, or asks for no GPU and
+	// is not scored.
+	Demand(state fwk.CycleState) (d *gpu.Demand, ok bool)
 }
 
 type state struct{ l Ledger }
