@@ -64,3 +64,35 @@ func TestDemoWithGangConfig(t *testing.T) {
 		t.Errorf("the training gang was skipped:\n%s", out.String())
 	}
 }
+
+// TestDemoWithEveryExampleConfig runs the demo with each scheduler
+// configuration in examples/ that TestDemo and TestDemoWithGangConfig do
+// not run: every shipped configuration places the demo's pods and settles,
+// its profile's gangs included (the training gang names gpusched, which
+// every example's profile is).
+func TestDemoWithEveryExampleConfig(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join("..", "..", "examples", "*.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran := 0
+	for _, file := range files {
+		switch filepath.Base(file) {
+		case "gpusched-config.yaml", "gpusched-gang-config.yaml": // TestDemo, TestDemoWithGangConfig
+			continue
+		}
+		ran++
+		t.Run(filepath.Base(file), func(t *testing.T) {
+			_, out := runDemoWith(t, file)
+			if !strings.Contains(out.String(), "all pods settled") {
+				t.Errorf("the demo did not settle:\n%s", out.String())
+			}
+			if strings.Contains(out.String(), "Skipped examples/workloads/training-gang.yaml") {
+				t.Errorf("the training gang was skipped:\n%s", out.String())
+			}
+		})
+	}
+	if ran == 0 {
+		t.Fatal("no example configuration found")
+	}
+}
