@@ -24,9 +24,10 @@ var queueSortGPUGang = map[string]any{
 
 // PlaygroundConfig is the scheduler's configuration when Options names
 // none: DefaultSchedulerConfig (the example) with GangProfiles appended,
-// and every profile's queueSort GPUGang's, with the GPUGang args of the
-// last profile that sets them, as a scheduler needs one queue sort, with the
-// same args, for all its profiles.
+// and every profile's queueSort GPUGang's; a profile without GPUGang args
+// gets those of the last profile that sets them, as a scheduler needs one
+// queue sort, with the same args, for all its profiles (the shipped
+// profiles set the same).
 func PlaygroundConfig() (string, error) {
 	doc, err := schedconfig.Parse([]byte(DefaultSchedulerConfig))
 	if err != nil {

@@ -101,9 +101,11 @@ func (e *Extender) BindOnlyFor(names ...string) { e.schedulerNames = slices.Clon
 // MsgGangPod (Options.PodGroups).
 func (e *Extender) PlaceGangPods(place bool) { e.placeGangs = place }
 
-// MsgGangPod is why Filter refuses a pod of a gang on every node, unless
-// PlaceGangPods: placed one at a time, 3 pods of a 5-pod gang that can
-// never run would start and hold their GPUs for good.
+// MsgGangPod is why Filter refuses a pod of a gang that asks for GPUs on
+// every node, unless PlaceGangPods: placed one at a time, 3 pods of a 5-pod
+// gang that can never run would start and hold their GPUs for good. A gang
+// pod without GPUs (a launcher) is filtered as any pod: the extender, which
+// every pod may reach, does not decide where it runs.
 const MsgGangPod = "the pod is in a gang (label " + podgroup.LabelPodGroup + "), and the extender places pods one at a time: " +
 	"schedule gangs with gpusched's own scheduler (schedulerName: gpusched, docs/gang.md), " +
 	"or run the extender with --pod-groups=" + PodGroupsPlace + " beside a gang plugin of this scheduler"
@@ -198,7 +200,7 @@ func (e *Extender) Filter(ctx context.Context, args *extenderv1.ExtenderArgs) *e
 	if err == nil {
 		e.policy.Observe(args.Pod.UID, demand)
 	}
-	if _, gang := args.Pod.Labels[podgroup.LabelPodGroup]; gang && !e.placeGangs && err == nil {
+	if _, gang := args.Pod.Labels[podgroup.LabelPodGroup]; gang && !e.placeGangs && err == nil && !demand.IsZero() {
 		err = errGangPod
 	}
 	switch {

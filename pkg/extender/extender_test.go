@@ -137,6 +137,12 @@ func TestFilter(t *testing.T) {
 		pod:         gt.MakeGPUPod("p").GPUs(2).Label(podgroup.LabelPodGroup, "train").Obj(),
 		want:        map[string]string{"a100-0": gang, "a100-full": gang, "t4-0": gang, "mixed-0": gang, "cpu-0": gang},
 		ghostByName: gang, ghostObject: gang,
+	}, {
+		// A gang's launcher without GPUs: not the extender's to hold back.
+		name:        "a pod of a gang without GPUs fits every node",
+		pod:         gt.MakeGPUPod("p").CPU("1").Label(podgroup.LabelPodGroup, "train").Obj(),
+		want:        map[string]string{"a100-0": fits, "a100-full": fits, "t4-0": fits, "mixed-0": fits, "cpu-0": fits},
+		ghostByName: fits, ghostObject: fits,
 	}} {
 		t.Run(tc.name+"/nodeCacheCapable", func(t *testing.T) {
 			names := append(slices.Sorted(maps.Keys(tc.want)), "ghost")

@@ -84,7 +84,8 @@ type Options struct {
 	// so that the extender and the plugin can run from one set of args.
 	PlacementArgsFile string
 	// PodGroups is what the extender does with a pod of a gang (labelled
-	// podgroup.LabelPodGroup): PodGroupsRefuse or PodGroupsPlace.
+	// podgroup.LabelPodGroup) that asks for GPUs: PodGroupsRefuse or
+	// PodGroupsPlace.
 	PodGroups string
 }
 
@@ -154,7 +155,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Policy, "policy", o.Policy, fmt.Sprintf("placement policy, one of %s (docs/policies.md)", strings.Join(gpu.PolicyNames(), ", ")))
 	fs.Int64Var(&o.GPUWeight, "gpu-weight", o.GPUWeight, fmt.Sprintf("weight of GPU compute in the policy's score, 0..%d", validation.MaxWeight))
 	fs.Int64Var(&o.MemoryWeight, "memory-weight", o.MemoryWeight, fmt.Sprintf("weight of GPU memory in the policy's score, 0..%d", validation.MaxWeight))
-	fs.StringVar(&o.PodGroups, "pod-groups", o.PodGroups, fmt.Sprintf("pods of a gang (label %s): %q refuses them, naming gpusched's own scheduler, which places gangs whole; %q places them one by one, for a scheduler with a gang plugin of its own (Coscheduling)", podgroup.LabelPodGroup, PodGroupsRefuse, PodGroupsPlace))
+	fs.StringVar(&o.PodGroups, "pod-groups", o.PodGroups, fmt.Sprintf("pods of a gang (label %s) that ask for GPUs: %q refuses them, naming gpusched's own scheduler, which places gangs whole; %q places them one by one, for a scheduler with a gang plugin of its own (Coscheduling)", podgroup.LabelPodGroup, PodGroupsRefuse, PodGroupsPlace))
 	fs.StringVar(&o.PlacementArgsFile, "placement-args", o.PlacementArgsFile, "file of GPUPlacementArgs (YAML, as under the plugin's pluginConfig); replaces --policy, --gpu-weight and --memory-weight")
 }
 

@@ -36,25 +36,32 @@ func InWorkload(pod *v1.Pod) bool {
 	return true
 }
 
-// WorkloadDemand is what pod adds to the workload whose typical pods
-// (TypicalPods) weigh fragmentation: its demand with its CPU and memory
-// (FillHost), CPU-only pods included, since a pod without GPUs takes the
-// CPU a GPU pod needs beside its GPUs. ok is false for a pod not in the
-// workload (InWorkload) and for a malformed demand, which the front end
-// reports where it places the pod. It is the one rule of which pods are
-// typical for every front end that reads pods: the simulator, what-if and
-// gpuview (kubectl gpusched, the dashboard); the plugin and the extender
-// observe each pod they place (Policy.Observe), CPU-only pods as well.
-func WorkloadDemand(pod *v1.Pod) (Demand, bool) {
-	if !InWorkload(pod) {
-		return Demand{}, false
-	}
+// ShapeOf is pod's shape among the typical pods (TypicalPods): its demand
+// with its CPU and memory (FillHost), CPU-only pods included, since a pod
+// without GPUs takes the CPU a GPU pod needs beside its GPUs. ok is false
+// for a malformed demand, which the front end reports where it places the
+// pod. The simulator takes the shape of every pod of its trace (a trace
+// pod's deletion time is when it leaves, not a sign it never runs).
+func ShapeOf(pod *v1.Pod) (Demand, bool) {
 	d, err := DemandFromPod(pod)
 	if err != nil {
 		return Demand{}, false
 	}
 	d.FillHost(pod)
 	return d, true
+}
+
+// WorkloadDemand is what pod of a live cluster adds to the workload whose
+// typical pods weigh fragmentation: its shape (ShapeOf) if it is in the
+// workload now (InWorkload). It is the one rule of which pods of a cluster
+// are typical for the front ends that read a cluster's pods, what-if and
+// gpuview (kubectl gpusched, the dashboard); the plugin and the extender
+// observe each pod they place (Policy.Observe), CPU-only pods as well.
+func WorkloadDemand(pod *v1.Pod) (Demand, bool) {
+	if !InWorkload(pod) {
+		return Demand{}, false
+	}
+	return ShapeOf(pod)
 }
 
 // TypicalPods groups demands by shape (CPU request, GPU count, milli-GPU per

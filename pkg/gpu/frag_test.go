@@ -4,6 +4,9 @@ import (
 	"math"
 	"testing"
 
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/gpusched/gpusched/pkg/gpu"
 	gt "github.com/gpusched/gpusched/pkg/gpu/gputest"
 )
@@ -84,5 +87,45 @@ func TestFragment(t *testing.T) {
 	a100Only := []gpu.TypicalPod{{Demand: gpu.Demand{Count: 1, Milli: 500, Models: []string{"A100"}}, Weight: 1}}
 	if got := nodeWithPods(t, four).Fragment(32000, a100Only); got != 4000 {
 		t.Errorf("fragment for a pod of another model = %v, want 4000 (all free milli-GPU)", got)
+	}
+}
+
+// TestWorkloadDemand: which pods of a live cluster count for the typical
+// pods, and with what shape; the simulator's ShapeOf counts every pod of
+// its trace, a departing one too.
+func TestWorkloadDemand(t *testing.T) {
+	deleting := func(p *v1.Pod) *v1.Pod {
+		now := metav1.Now()
+		p.DeletionTimestamp = &now
+		return p
+	}
+	tests := []struct {
+		name     string
+		pod      *v1.Pod
+		workload bool // WorkloadDemand's ok
+		shape    bool // ShapeOf's ok
+		cpu      int64
+		gpus     int
+	}{
+		{"a pending GPU pod", gt.MakeGPUPod("p").GPUs(2).CPU("4").Obj(), true, true, 4000, 2},
+		{"a CPU-only pod counts, with its CPU", gt.MakeGPUPod("p").CPU("16").Obj(), true, true, 16000, 0},
+		{"a bound pod", gt.MakeGPUPod("p").GPUs(1).CPU("2").Node("n").Obj(), true, true, 2000, 1},
+		{"a bound pod being deleted still holds its node", deleting(gt.MakeGPUPod("p").GPUs(1).CPU("2").Node("n").Obj()), true, true, 2000, 1},
+		{"a pending pod being deleted never runs; a trace's departing pod is still a shape", deleting(gt.MakeGPUPod("p").GPUs(1).CPU("2").Obj()), false, true, 2000, 1},
+		{"a succeeded pod", gt.MakeGPUPod("p").GPUs(1).CPU("2").Node("n").Phase(v1.PodSucceeded).Obj(), false, true, 2000, 1},
+		{"a failed pod", gt.MakeGPUPod("p").GPUs(1).CPU("2").Node("n").Phase(v1.PodFailed).Obj(), false, true, 2000, 1},
+		{"a malformed demand", gt.MakeGPUPod("p").Annotation(gpu.AnnotationMilli, "half").Obj(), false, false, 0, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d, ok := gpu.WorkloadDemand(tt.pod)
+			if ok != tt.workload || (ok && (d.MilliCPU != tt.cpu || d.Count != tt.gpus)) {
+				t.Errorf("WorkloadDemand = %d milli-CPU, %d GPUs, %t; want %d, %d, %t", d.MilliCPU, d.Count, ok, tt.cpu, tt.gpus, tt.workload)
+			}
+			s, ok := gpu.ShapeOf(tt.pod)
+			if ok != tt.shape || (ok && (s.MilliCPU != tt.cpu || s.Count != tt.gpus)) {
+				t.Errorf("ShapeOf = %d milli-CPU, %d GPUs, %t; want %d, %d, %t", s.MilliCPU, s.Count, ok, tt.cpu, tt.gpus, tt.shape)
+			}
+		})
 	}
 }

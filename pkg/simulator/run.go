@@ -520,7 +520,7 @@ func (e *episode) result() Run {
 func typicalPods(pods []TracePod) []gpu.TypicalPod {
 	demands := make([]gpu.Demand, 0, len(pods))
 	for _, p := range pods {
-		if d, ok := gpu.WorkloadDemand(p.Pod); ok {
+		if d, ok := gpu.ShapeOf(p.Pod); ok {
 			demands = append(demands, d)
 		}
 	}

@@ -224,9 +224,10 @@ func newPodNames(pods []*v1.Pod) map[string]bool {
 // scheduler's NodeInfo sums them, their GPUs as the scheduler's ledger
 // counts them (gpu.Ledger.Node: the assignment annotations, then the GPUs
 // best fit would give a bound GPU pod without one). It returns the
-// demands of the workload's pods for the typical pods: every pod not
-// terminated, bound or pending, in order, but those that are new pods too
-// (isNew), which are counted as new pods.
+// demands of the workload's pods for the typical pods (gpu.WorkloadDemand:
+// every pod not terminated, bound or pending, but a pending pod being
+// deleted), in order, but those that are new pods too (isNew), which are
+// counted as new pods.
 func (c *cluster) bind(pods []*v1.Pod, index map[string]int, isNew map[string]bool) ([]gpu.Demand, error) {
 	var errs []error
 	var demands []gpu.Demand

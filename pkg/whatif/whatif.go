@@ -64,9 +64,10 @@ type Input struct {
 	// annotation and their CPU, memory and other requests on their node. A
 	// bound GPU pod without the annotation holds the GPUs best fit would
 	// give it, as the scheduler's ledger counts it. Every pod not
-	// terminated, bound or pending, is part of the workload whose typical
-	// pods fragmentation-aware policies measure against; a pod that is
-	// also among NewPods (by namespace/name) counts once.
+	// terminated, bound or pending (but not a pending pod being deleted),
+	// is part of the workload whose typical pods fragmentation-aware
+	// policies measure against (gpu.WorkloadDemand); a pod that is also
+	// among NewPods (by namespace/name) counts once.
 	Pods []*v1.Pod
 	// ExtraNodes are nodes to add to the cluster, after Nodes.
 	ExtraNodes []*v1.Node

@@ -91,7 +91,7 @@ func (p *GPUGang) podHandler() cache.ResourceEventHandler {
 		if !ok {
 			return
 		}
-		if name, ok, err := podgroup.NameOf(pod); ok && err == nil {
+		if name, ok, err := podgroup.NameOf(pod); ok && err == nil && p.ownsPod(pod) {
 			p.status.enqueue(groupKey(pod.Namespace, name))
 		}
 	}
@@ -154,6 +154,16 @@ func (p *GPUGang) podGroupHandler() cache.ResourceEventHandler {
 				return // a status update, ours most likely
 			}
 			changed(newObj)
+		},
+		DeleteFunc: func(obj any) {
+			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = tomb.Obj
+			}
+			if u, ok := obj.(*unstructured.Unstructured); ok {
+				key := groupKey(u.GetNamespace(), u.GetName())
+				p.status.forget(key)
+				p.fits.Delete(key)
+			}
 		},
 	}
 }

@@ -23,6 +23,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/discovery"
@@ -68,6 +69,9 @@ type GPUGang struct {
 	// without GPUPlacement, whose ledger the cycle carries otherwise.
 	ledger     *gpu.Ledger
 	ledgerOnce sync.Once
+	// orderWarning logs, once, a profile whose GPUPlacement does not come
+	// before GPUGang.
+	orderWarning sync.Once
 
 	// fits caches each gang's fitEmpty result (a fitResult by gang key).
 	fits sync.Map
@@ -78,6 +82,13 @@ type GPUGang struct {
 	reported     *reportedOnce
 	// served: the API server serves PodGroups (the CRD is installed).
 	served atomic.Bool
+	// active: this instance schedules (activate). Until then it writes no
+	// PodGroup status: a standby replica, whose informers run but whose
+	// scheduling loop does not, must not write over the leader's.
+	active atomic.Bool
+	// profile is the profile's scheduler name; the instance writes the
+	// status of gangs whose pods name it ("" when unknown: every gang).
+	profile string
 }
 
 var (
@@ -113,6 +124,9 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 		handle: h, args: *args, now: time.Now, dynamic: dyn,
 		reservations: gang.NewReservations(), backoff: gang.NewBackoff(nil),
 		reported: &reportedOnce{},
+	}
+	if h != nil {
+		p.profile = h.ProfileName()
 	}
 	p.status = newStatusWriter(p)
 	podInformer := h.SharedInformerFactory().Core().V1().Pods().Informer()
@@ -194,6 +208,31 @@ func (p *GPUGang) startWhenServed(ctx context.Context, d discovery.DiscoveryInte
 
 // Name implements fwk.Plugin.
 func (p *GPUGang) Name() string { return Name }
+
+// activate marks the instance as the one that schedules: PreFilter runs
+// only in the scheduling loop, which only the leader of the scheduler's
+// replicas runs (a leader that loses its lease exits). The first time, it
+// has the status of every cached PodGroup written, so that a replica that
+// takes over corrects what the previous leader left unwritten.
+func (p *GPUGang) activate() {
+	if p.active.Load() || !p.active.CompareAndSwap(false, true) {
+		return
+	}
+	objs, err := p.podGroups.List(labels.Everything())
+	if err != nil {
+		return
+	}
+	for _, o := range objs {
+		if u, ok := o.(*unstructured.Unstructured); ok {
+			p.status.enqueue(groupKey(u.GetNamespace(), u.GetName()))
+		}
+	}
+}
+
+// ownsPod says whether pod is one this instance's profile schedules.
+func (p *GPUGang) ownsPod(pod *v1.Pod) bool {
+	return p.profile == "" || pod.Spec.SchedulerName == p.profile
+}
 
 // groupKey is a gang's "namespace/name".
 func groupKey(namespace, name string) string { return namespace + "/" + name }

@@ -8,7 +8,9 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/gpusched/gpusched/pkg/apis/config"
 	"github.com/gpusched/gpusched/pkg/podgroup"
@@ -110,5 +112,49 @@ func TestStatusPatch(t *testing.T) {
 	want := `{"status":{"failed":0,"phase":"Pending","running":0,"scheduled":0,"succeeded":0}}`
 	if string(patch) != want {
 		t.Errorf("patch %s, want %s", patch, want)
+	}
+}
+
+// TestStatusWaitsForTheScheduler: an instance that has not scheduled (a
+// standby replica, whose informers run) queues no PodGroup status; its
+// first PreFilter queues every cached gang's, once; after that a pod's
+// event queues its gang's status only when the pod names this profile.
+func TestStatusWaitsForTheScheduler(t *testing.T) {
+	indexer := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	for _, name := range []string{"a", "b"} {
+		pg := &unstructured.Unstructured{}
+		pg.SetAPIVersion(podgroup.Group + "/" + podgroup.Version)
+		pg.SetKind(podgroup.Kind)
+		pg.SetNamespace("ml")
+		pg.SetName(name)
+		if err := indexer.Add(pg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := &GPUGang{podGroups: cache.NewGenericLister(indexer, podgroup.Resource.GroupResource()), profile: "gpusched"}
+	p.status = newStatusWriter(p)
+	defer p.status.queue.ShutDown()
+	pod := func(name, scheduler string) *v1.Pod {
+		return &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: name, Labels: map[string]string{podgroup.LabelPodGroup: "c"}},
+			Spec: v1.PodSpec{SchedulerName: scheduler}}
+	}
+	handler := p.podHandler()
+
+	handler.OnAdd(pod("c-0", "gpusched"), false)
+	if n := p.status.queue.Len(); n != 0 {
+		t.Fatalf("before scheduling: %d statuses queued, want 0", n)
+	}
+	p.activate()
+	p.activate()
+	if n := p.status.queue.Len(); n != 2 {
+		t.Fatalf("after the first PreFilter: %d statuses queued, want 2 (ml/a, ml/b)", n)
+	}
+	handler.OnAdd(pod("c-1", "another-scheduler"), false)
+	if n := p.status.queue.Len(); n != 2 {
+		t.Fatalf("a pod of another scheduler queued its gang's status: %d queued, want 2", n)
+	}
+	handler.OnAdd(pod("c-2", "gpusched"), false)
+	if n := p.status.queue.Len(); n != 3 {
+		t.Fatalf("a pod of this profile: %d queued, want 3 (ml/c too)", n)
 	}
 }

@@ -36,6 +36,12 @@ import (
 // Filter enforces.
 func (p *GPUGang) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
 	gangview.Write(state, p)
+	p.activate()
+	if gpuledger.Read(state) == nil {
+		p.orderWarning.Do(func() {
+			logger(ctx).Error(nil, "No GPUPlacement ran before GPUGang in this profile: gangs are checked against GPUGang's own reading of the nodes' GPUs, without the pods in flight; list GPUPlacement before GPUGang", "profile", p.profile)
+		})
+	}
 	name, ok, err := podgroup.NameOf(pod)
 	if !ok {
 		return nil, fwk.NewStatus(fwk.Skip)

@@ -42,8 +42,16 @@ func newStatusWriter(p *GPUGang) *statusWriter {
 		workqueue.TypedRateLimitingQueueConfig[string]{Name: "gpusched-podgroup-status"})}
 }
 
-// enqueue marks the gang key's status for an update.
-func (w *statusWriter) enqueue(key string) { w.queue.Add(key) }
+// enqueue marks the gang key's status for an update, once the instance
+// schedules (GPUGang.activate).
+func (w *statusWriter) enqueue(key string) {
+	if w.p.active.Load() {
+		w.queue.Add(key)
+	}
+}
+
+// forget drops what the writer keeps of a deleted gang.
+func (w *statusWriter) forget(key string) { w.last.Delete(key) }
 
 // writeNow writes the gang key's status at once, on the caller's goroutine,
 // for a caller that is about to report what the status says. A failed write
@@ -94,11 +102,16 @@ func (w *statusWriter) write(ctx context.Context, key string) error {
 		return fmt.Errorf("listing the pods of PodGroup %s: %w", key, err)
 	}
 	status := statusOf(pg, pods.Items, len(w.p.reservations.Of(key)), w.p.now())
+	if !w.p.ownsAny(pods.Items) {
+		return nil // the gang of another profile's pods: its instance writes
+	}
 	var last *lastWrite
 	if l, ok := w.last.Load(key); ok {
 		last = l.(*lastWrite)
 		if last.version == obj.GetResourceVersion() {
-			w.last.Delete(key) // the cache holds the patch
+			// The cache holds the patch. Not a newer entry stored since
+			// by a write on another goroutine (writeNow).
+			w.last.CompareAndDelete(key, l)
 			last = nil
 		}
 	}
@@ -150,6 +163,20 @@ func needsWrite(cached podgroup.Status, last *lastWrite, status podgroup.Status)
 		return true
 	}
 	return last != nil && !statusEqual(last.status, status)
+}
+
+// ownsAny says whether the instance writes the status of a gang whose pods
+// are pods: one of them is its profile's, or the gang has none left.
+func (p *GPUGang) ownsAny(pods []v1.Pod) bool {
+	if len(pods) == 0 {
+		return true
+	}
+	for i := range pods {
+		if p.ownsPod(&pods[i]) {
+			return true
+		}
+	}
+	return false
 }
 
 // statusOf is the status of pg whose pods are pods, reserved of them in
