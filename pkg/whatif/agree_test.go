@@ -16,9 +16,10 @@ import (
 // the cluster's fragmentation as `kubectl gpusched nodes` and the dashboard
 // report it (gpuview), on a cluster whose workload has CPU-only pods: both
 // weigh the same typical pods (gpu.WorkloadDemand), so the two commands
-// agree. Two 4-GPU A100 nodes with 64 CPUs; n0 has GPUs 0-1 whole and
-// 48 CPUs of CPU-only pods, so its 2 free GPUs have 16 CPUs left; n1 has a
-// half share on GPU 0. Pending: more CPU-only pods of 16 CPUs and 1-GPU
+// agree, and both count a pod resized in place as the scheduler does. Two
+// 4-GPU A100 nodes with 64 CPUs; n0 has GPUs 0-1 whole and 48 CPUs of
+// CPU-only pods, so its 2 free GPUs have 16 CPUs left; n1 has a half share
+// on GPU 0 and a CPU-only pod resized from 4 CPUs to 58. Pending: more CPU-only pods of 16 CPUs and 1-GPU
 // pods of 8 CPUs, a finished pod and a pending pod being deleted, which
 // count for neither.
 func TestFragmentationAsGPUView(t *testing.T) {
@@ -31,6 +32,11 @@ func TestFragmentationAsGPUView(t *testing.T) {
 		gt.MakeGPUPod("c0").CPU("24").Node("n0").Obj(),
 		gt.MakeGPUPod("c1").CPU("16").Node("n0").Obj(),
 		gt.MakeGPUPod("s0").Milli(500).CPU("4").Node("n1").Assigned(gpu.Assignment{Node: "n1", Devices: []int{0}, Milli: 500}).Obj(),
+		// Resized in place from 4 CPUs to 58: n1 has 64 - 4 - 58 = 2 CPUs
+		// left as the scheduler counts them (gpu.RequestsOnNode), too few
+		// for any typical GPU pod (8 CPUs), so all its free GPU is
+		// fragmented; counted from the spec it would have 56.
+		resized(gt.MakeGPUPod("r0").CPU("4").Node("n1").Obj(), "58"),
 		gt.MakeGPUPod("c2").CPU("16").Obj(),
 		gt.MakeGPUPod("c3").CPU("16").Obj(),
 		gt.MakeGPUPod("c4").CPU("16").Obj(),

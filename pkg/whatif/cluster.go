@@ -115,36 +115,10 @@ func podRequests(pod *v1.Pod) resources {
 }
 
 // boundRequests is a bound pod's requests as the scheduler's NodeInfo sums
-// them on 1.37 (PodInfo.CalculateResource): a container resized in place
-// counts with the larger of its spec and its status. A pod whose status
-// reports no resources counts with its spec, which is what that
-// computation gives it, computed more cheaply.
+// them (gpu.RequestsOnNode: a container resized in place counts with the
+// larger of its spec and its status).
 func boundRequests(pod *v1.Pod) resources {
-	if !hasStatusResources(pod) {
-		return podRequests(pod)
-	}
-	return resourcesOf(resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{
-		UseStatusResources: true,
-		InPlacePodLevelResourcesVerticalScalingEnabled: true,
-	}))
-}
-
-// hasStatusResources reports whether the pod's status says anything about
-// its resources: resources allocated or actuated, for the pod or a
-// container, or a resize found infeasible.
-func hasStatusResources(pod *v1.Pod) bool {
-	st := &pod.Status
-	if st.Resources != nil || st.AllocatedResources != nil || resourcehelper.IsPodResizeInfeasible(pod) {
-		return true
-	}
-	for _, statuses := range [][]v1.ContainerStatus{st.ContainerStatuses, st.InitContainerStatuses} {
-		for i := range statuses {
-			if statuses[i].AllocatedResources != nil || statuses[i].Resources != nil {
-				return true
-			}
-		}
-	}
-	return false
+	return resourcesOf(gpu.RequestsOnNode(pod))
 }
 
 // newCluster reads and checks the input.
