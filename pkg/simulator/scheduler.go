@@ -157,7 +157,7 @@ func newScheduler(ctx context.Context, registry frameworkruntime.Registry, p Pro
 		fw:       f,
 		cache:    internalcache.New(ctx, nil, false, false),
 		snapshot: snapshot,
-		rng:      rand.New(rand.NewPCG(uint64(seed), 0x5deece66d)),
+		rng:      gpu.TieBreakRand(seed),
 		logger:   logger,
 		pct:      profile.PercentageOfNodesToScore,
 		dirty:    true,
@@ -172,9 +172,9 @@ func newScheduler(ctx context.Context, registry frameworkruntime.Registry, p Pro
 		s.cache.AddNode(logger, n)
 	}
 	if tieBreak == TieBreakNodeOrder {
-		s.rank = map[string]int{}
-		for i, j := range s.rng.Perm(len(nodes)) {
-			s.rank[nodes[j].Name] = i
+		s.rank = make(map[string]int, len(nodes))
+		for i, r := range gpu.NodeOrderRank(len(nodes), seed) {
+			s.rank[nodes[i].Name] = r
 		}
 	}
 	return s, nil

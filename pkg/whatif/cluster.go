@@ -3,7 +3,6 @@ package whatif
 import (
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"slices"
 
 	v1 "k8s.io/api/core/v1"
@@ -166,21 +165,8 @@ func newCluster(in Input, seed int64) (*cluster, error) {
 		return nil, err
 	}
 	c.typical = gpu.TypicalPods(demands)
-	c.rank = tieBreakRank(len(c.nodes), seed)
+	c.rank = gpu.NodeOrderRank(len(c.nodes), seed)
 	return c, nil
-}
-
-// tieBreakRank is the node order the simulator's node-order tie-break
-// draws for a run with this seed over n nodes (pkg/simulator,
-// newScheduler): the j-th node of rng.Perm(n) gets rank j, rng being the
-// run's generator, PCG seeded with (seed, 0x5deece66d).
-func tieBreakRank(n int, seed int64) []int {
-	rng := rand.New(rand.NewPCG(uint64(seed), 0x5deece66d))
-	rank := make([]int, n)
-	for i, j := range rng.Perm(n) {
-		rank[j] = i
-	}
-	return rank
 }
 
 // newPodNames is the set of the new pods' namespace/names.
