@@ -23,8 +23,10 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	configv1 "k8s.io/kube-scheduler/config/v1"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/apis/config"
+	"k8s.io/kubernetes/pkg/scheduler/apis/config/scheme"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/defaultpreemption"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
 	"k8s.io/kubernetes/pkg/scheduler/framework/preemption"
@@ -36,12 +38,19 @@ import (
 // DefaultPreemption at postFilter.
 const Name = "GPUPreemption"
 
-// Upstream's defaults for DefaultPreemptionArgs: dry-run preemption on 10 %
-// of the nodes, and at least 100.
-const (
-	minCandidateNodesPercentage = 10
-	minCandidateNodesAbsolute   = 100
-)
+// defaultArgs are DefaultPreemption's args as the kube-scheduler defaults
+// them for a profile that gives none (dry-run preemption on 10 % of the
+// nodes, and at least 100, in 1.37), taken from its own defaulting so that
+// they follow upstream.
+func defaultArgs() (*config.DefaultPreemptionArgs, error) {
+	versioned := &configv1.DefaultPreemptionArgs{}
+	scheme.Scheme.Default(versioned)
+	args := &config.DefaultPreemptionArgs{}
+	if err := scheme.Scheme.Convert(versioned, args, nil); err != nil {
+		return nil, fmt.Errorf("%s: DefaultPreemption's default args: %w", Name, err)
+	}
+	return args, nil
+}
 
 // GPUPreemption is DefaultPreemption with GPU-aware victim selection. See
 // the package comment.
@@ -63,9 +72,9 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	if err := noargs.Check(Name, obj, "its candidate sampling is DefaultPreemption's default"); err != nil {
 		return nil, err
 	}
-	args := &config.DefaultPreemptionArgs{
-		MinCandidateNodesPercentage: minCandidateNodesPercentage,
-		MinCandidateNodesAbsolute:   minCandidateNodesAbsolute,
+	args, err := defaultArgs()
+	if err != nil {
+		return nil, err
 	}
 	dp, err := defaultpreemption.New(ctx, args, h, feature.NewSchedulerFeaturesFromGates(utilfeature.DefaultFeatureGate))
 	if err != nil {

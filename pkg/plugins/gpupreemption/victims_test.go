@@ -155,3 +155,17 @@ func TestGangUnit(t *testing.T) {
 		t.Errorf("unit type %v, want a pod group", u.Type())
 	}
 }
+
+// TestDefaultArgs: the plugin runs DefaultPreemption with the args the
+// kube-scheduler gives a profile that sets none: in 1.37, dry-run
+// preemption on 10 % of the nodes and at least 100. A change upstream
+// shows here.
+func TestDefaultArgs(t *testing.T) {
+	args, err := defaultArgs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if args.MinCandidateNodesPercentage != 10 || args.MinCandidateNodesAbsolute != 100 {
+		t.Errorf("args %+v, want 10 %% and at least 100 nodes", args)
+	}
+}
