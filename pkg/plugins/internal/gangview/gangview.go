@@ -8,6 +8,8 @@ package gangview
 import (
 	v1 "k8s.io/api/core/v1"
 	fwk "k8s.io/kube-scheduler/framework"
+
+	"github.com/gpusched/gpusched/pkg/plugins/internal/cyclestate"
 )
 
 // StateKey is where the cycle's view of gangs is kept.
@@ -27,22 +29,11 @@ type Gangs interface {
 	Siblings(pod *v1.Pod) (key string, bound []*v1.Pod)
 }
 
-type state struct{ g Gangs }
-
-// Clone implements fwk.StateData; the view is shared.
-func (s *state) Clone() fwk.StateData { return s }
-
 // Write records g as the cycle's view of gangs.
-func Write(cs fwk.CycleState, g Gangs) { cs.Write(StateKey, &state{g: g}) }
+func Write(cs fwk.CycleState, g Gangs) { cyclestate.Write(cs, StateKey, g) }
 
 // Read returns the cycle's view of gangs, or nil.
 func Read(cs fwk.CycleState) Gangs {
-	if cs == nil {
-		return nil
-	}
-	data, err := cs.Read(StateKey)
-	if err != nil {
-		return nil
-	}
-	return data.(*state).g
+	g, _ := cyclestate.Read[Gangs](cs, StateKey)
+	return g
 }

@@ -8,28 +8,18 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/gpusched/gpusched/pkg/gpu"
+	"github.com/gpusched/gpusched/pkg/plugins/internal/cyclestate"
 )
 
 // StateKey is where the cycle's excluder is kept.
 const StateKey fwk.StateKey = "gpusched.io/excluded-gpus"
 
-type state struct{ e gpu.Excluder }
-
-// Clone implements fwk.StateData; the excluder is immutable.
-func (s *state) Clone() fwk.StateData { return s }
-
 // Write records e as the cycle's excluder. Call it in PreFilter, so every
 // later extension point of the cycle (Filter, Score, Reserve) sees the same.
-func Write(cs fwk.CycleState, e gpu.Excluder) { cs.Write(StateKey, &state{e: e}) }
+func Write(cs fwk.CycleState, e gpu.Excluder) { cyclestate.Write(cs, StateKey, e) }
 
 // Read returns the cycle's excluder, or nil.
 func Read(cs fwk.CycleState) gpu.Excluder {
-	if cs == nil {
-		return nil
-	}
-	data, err := cs.Read(StateKey)
-	if err != nil {
-		return nil
-	}
-	return data.(*state).e
+	e, _ := cyclestate.Read[gpu.Excluder](cs, StateKey)
+	return e
 }

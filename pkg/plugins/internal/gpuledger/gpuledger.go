@@ -13,6 +13,7 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/gpusched/gpusched/pkg/gpu"
+	"github.com/gpusched/gpusched/pkg/plugins/internal/cyclestate"
 )
 
 // StateKey is where the cycle's ledger is kept.
@@ -38,23 +39,12 @@ type Ledger interface {
 	Demand(state fwk.CycleState) (d *gpu.Demand, ok bool)
 }
 
-type state struct{ l Ledger }
-
-// Clone implements fwk.StateData; the ledger is shared, not copied: a
-// preemption's clone of the cycle must see the same allocations.
-func (s *state) Clone() fwk.StateData { return s }
-
-// Write records l as the cycle's ledger.
-func Write(cs fwk.CycleState, l Ledger) { cs.Write(StateKey, &state{l: l}) }
+// Write records l as the cycle's ledger. The ledger is shared, not
+// copied: a preemption's clone of the cycle sees the same allocations.
+func Write(cs fwk.CycleState, l Ledger) { cyclestate.Write(cs, StateKey, l) }
 
 // Read returns the cycle's ledger, or nil.
 func Read(cs fwk.CycleState) Ledger {
-	if cs == nil {
-		return nil
-	}
-	data, err := cs.Read(StateKey)
-	if err != nil {
-		return nil
-	}
-	return data.(*state).l
+	l, _ := cyclestate.Read[Ledger](cs, StateKey)
+	return l
 }
