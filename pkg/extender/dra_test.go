@@ -110,15 +110,19 @@ func TestDRANodesGetNoGPUs(t *testing.T) {
 	if err := client.ResourceV1().ResourceSlices().Delete(ctx, slice.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	// Once the informers have delivered all three events, only the claim
-	// holds the node.
+	// Once the informers have delivered the slice's deletion and the held
+	// claim, only the claim holds the node: no slice of the driver is left
+	// (nic's is another driver's, never counted), and the monitoring claim,
+	// with admin access, holds nothing.
 	err = wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
 		cluster.dra.mu.RLock()
 		defer cluster.dra.mu.RUnlock()
-		return len(cluster.dra.slices) == 1 && len(cluster.dra.claims) == 1, nil // nic's slice, the held claim
+		return len(cluster.dra.slices) == 0 && len(cluster.dra.claims) == 1, nil
 	})
 	if err != nil {
-		t.Fatalf("slices %v, claims %v; want nic's slice and the held claim", cluster.dra.slices, cluster.dra.claims)
+		cluster.dra.mu.RLock()
+		defer cluster.dra.mu.RUnlock()
+		t.Fatalf("slices %v, claims %v; want no slice of the driver and the held claim", cluster.dra.slices, cluster.dra.claims)
 	}
 	refused(true)
 
