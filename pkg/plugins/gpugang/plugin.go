@@ -123,10 +123,7 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	p := &GPUGang{
 		handle: h, args: *args, now: time.Now, dynamic: dyn,
 		reservations: gang.NewReservations(), backoff: gang.NewBackoff(nil),
-		reported: &reportedOnce{},
-	}
-	if h != nil {
-		p.profile = h.ProfileName()
+		reported: &reportedOnce{}, profile: h.ProfileName(),
 	}
 	p.status = newStatusWriter(p)
 	podInformer := h.SharedInformerFactory().Core().V1().Pods().Informer()
