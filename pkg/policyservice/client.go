@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -17,7 +18,10 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	v1 "k8s.io/api/core/v1"
+
 	"github.com/gpusched/gpusched/pkg/apis/config"
+	"github.com/gpusched/gpusched/pkg/gpu"
 	pb "github.com/gpusched/gpusched/pkg/policyservice/v1alpha1"
 )
 
@@ -49,10 +53,14 @@ type Fallback struct {
 func (f *Fallback) Error() string { return fmt.Sprintf("%s: %v", f.Cause, f.Err) }
 
 // Scorer asks a policy service for node scores, one call per pod, within
-// the configured deadline, behind a circuit breaker. It is safe for
-// concurrent use.
+// the configured deadline, behind a circuit breaker; or, configured with a
+// model (ExternalPolicy.Model), scores with it in-process, with no deadline
+// or breaker. It is safe for concurrent use.
 type Scorer struct {
-	cfg     config.ExternalPolicy
+	cfg config.ExternalPolicy
+	// model, when the configuration names one, scores in-process: no call,
+	// no deadline, no breaker.
+	model   *Model
 	conn    *grpc.ClientConn
 	client  pb.PolicyServiceClient
 	breaker breaker
@@ -60,9 +68,18 @@ type Scorer struct {
 
 // New returns a Scorer for the validated configuration. It does not
 // connect: the first call does, so a service that starts after the
-// scheduler is used once it is up. A TLS file that cannot be read is an
-// error here, at startup.
+// scheduler is used once it is up. A TLS file that cannot be read, or a
+// model file that cannot be read or is not a model, is an error here, at
+// startup.
 func New(cfg config.ExternalPolicy) (*Scorer, error) {
+	if cfg.Model != "" {
+		m, err := LoadModel(cfg.Model)
+		if err != nil {
+			return nil, err
+		}
+		registerMetrics()
+		return &Scorer{cfg: cfg, model: m}, nil
+	}
 	creds := insecure.NewCredentials()
 	if cfg.TLS != nil {
 		tc, err := tlsConfig(cfg.TLS)
@@ -105,15 +122,42 @@ func tlsConfig(t *config.ExternalTLS) (*tls.Config, error) {
 // Config is the configuration the Scorer was built with.
 func (s *Scorer) Config() config.ExternalPolicy { return s.cfg }
 
+// Request is the request for one pod over its feasible nodes: the whole
+// ScoreRequest for a service, the ModelRequest for a model.
+func (s *Scorer) Request(pod *v1.Pod, d *gpu.Demand, nodes []gpu.NodeFeatures, fallback gpu.PolicyType) *pb.ScoreRequest {
+	if s.model != nil {
+		return ModelRequest(nodes, d)
+	}
+	return ScoreRequest(pod, d, nodes, fallback)
+}
+
+// Source names where the scores come from, for messages: "policy service
+// ENDPOINT" or "model PATH".
+func (s *Scorer) Source() string {
+	if s.model != nil {
+		return "model " + s.cfg.Model
+	}
+	return "policy service " + s.cfg.Endpoint
+}
+
 // Shadow reports whether the service's scores are only compared, never used.
 func (s *Scorer) Shadow() bool { return s.cfg.Mode == config.ExternalShadow }
 
-// Close closes the connection.
-func (s *Scorer) Close() error { return s.conn.Close() }
+// Close closes the connection, if there is one.
+func (s *Scorer) Close() error {
+	if s.conn == nil {
+		return nil
+	}
+	return s.conn.Close()
+}
 
-// Score asks the service to score req's nodes and returns their scores in
-// req's order; or, when the answer cannot be used, why (and counts it).
+// Score asks the service (or the model) to score req's nodes and returns
+// their scores in req's order; or, when the answer cannot be used, why (and
+// counts it).
 func (s *Scorer) Score(ctx context.Context, req *pb.ScoreRequest) ([]float64, *Fallback) {
+	if s.model != nil {
+		return s.scoreWithModel(req)
+	}
 	if !s.breaker.allow(time.Now()) {
 		fallbacks.WithLabelValues(string(CauseCircuitOpen)).Inc()
 		return nil, &Fallback{Cause: CauseCircuitOpen, Err: fmt.Errorf("%d calls in a row failed; the next try is within %v", s.cfg.CircuitBreaker.Failures, s.cfg.CircuitBreaker.OpenFor)}
@@ -147,6 +191,28 @@ func (s *Scorer) Score(ctx context.Context, req *pb.ScoreRequest) ([]float64, *F
 		circuitOpen.Set(0)
 	}
 	return scores, fb
+}
+
+// scoreWithModel scores req's nodes with the configured model: one call
+// counted, with its duration; a score that is not finite (a product or sum
+// past float64's range) is a malformed answer, as from a service.
+func (s *Scorer) scoreWithModel(req *pb.ScoreRequest) ([]float64, *Fallback) {
+	start := time.Now()
+	scores, err := s.model.ScoreMatrix(req.Features)
+	callDuration.Observe(time.Since(start).Seconds())
+	var fb *Fallback
+	if err != nil {
+		fb = &Fallback{Cause: CauseError, Err: err}
+	} else if i := slices.IndexFunc(scores, notFinite); i >= 0 {
+		fb = &Fallback{Cause: CauseMalformed, Err: fmt.Errorf("the model scores node %q %v: want a finite number", req.Nodes[i].GetName(), scores[i])}
+	}
+	if fb != nil {
+		fallbacks.WithLabelValues(string(fb.Cause)).Inc()
+		calls.WithLabelValues(string(fb.Cause)).Inc()
+		return nil, fb
+	}
+	calls.WithLabelValues("ok").Inc()
+	return scores, nil
 }
 
 // checkReply returns the reply's scores in the request's node order, or

@@ -17,6 +17,7 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
+	"github.com/gpusched/gpusched/pkg/apis/config"
 	"github.com/gpusched/gpusched/pkg/gpu"
 	"github.com/gpusched/gpusched/pkg/plugins/gpuplacement"
 	"github.com/gpusched/gpusched/pkg/policyservice"
@@ -79,7 +80,9 @@ type Env struct {
 	fitsColumn, builtinColumn int
 	// scoreWeight is GPUPlacement's Score weight in the episode's
 	// framework, which its normalized score is multiplied by; 0 when it
-	// does not score.
+	// does not score, or when its scores are not its policy's (the External
+	// strategy in Enforce mode: a policy service's or a model's), so that
+	// they cannot stand for the builtin_score column.
 	scoreWeight int64
 	// noCache describes every fitting node anew at every step (tests).
 	noCache bool
@@ -94,6 +97,8 @@ type Env struct {
 	// when no episode is under way or it is over.
 	pending *decision
 	mask    []byte
+	// fit is the nodes of the mask, for the observation's rows.
+	fit     []fwk.NodeInfo
 	timings EnvTimings
 }
 
@@ -108,7 +113,8 @@ type cachedRow struct {
 
 // EnvTimings is where an environment's time went, summed over its calls.
 type EnvTimings struct {
-	// Steps counts the calls to Step that placed a pod.
+	// Steps counts the pods placed: by Step, by a reset's replayed
+	// actions, and by Finish.
 	Steps int
 	// Schedule is the scheduler's time (Filter, Score, Reserve, bind),
 	// Features the observations' node features and mask, Measure the
@@ -180,8 +186,10 @@ func (e *Env) Close() {
 func (e *Env) Timings() EnvTimings { return e.timings }
 
 // Reset starts an episode with seed (nil: the last seed + 1, from 42),
-// advanced to the first pod that fits somewhere.
-func (e *Env) Reset(ctx context.Context, seed *int64) (*pb.ResetReply, error) {
+// advanced to the first pod that fits somewhere, then replays actions (each
+// taken as Step takes it, with no observation in between): the state a
+// reset with the actions an episode took returns to.
+func (e *Env) Reset(ctx context.Context, seed *int64, actions ...int32) (*pb.ResetReply, error) {
 	e.Close()
 	s := e.nextSeed
 	if seed != nil {
@@ -201,10 +209,40 @@ func (e *Env) Reset(ctx context.Context, seed *int64) (*pb.ResetReply, error) {
 			e.scoreWeight = int64(pl.Weight)
 		}
 	}
-	obs, err := e.advance()
-	if err != nil {
+	if args := findGPUPlacementArgs(e.profile.Profile); args != nil && args.ScoringStrategy.Type == config.ScoringStrategyExternal &&
+		args.External.Mode != config.ExternalShadow {
+		e.scoreWeight = 0
+	}
+	if len(actions) > 0 && seed == nil {
+		e.Close()
+		return nil, &ActionError{"actions: replaying needs the episode's seed"}
+	}
+	if err := e.advance(observeMask); err != nil {
 		e.Close()
 		return nil, err
+	}
+	for i, a := range actions {
+		if e.pending == nil {
+			e.Close()
+			return nil, &ActionError{fmt.Sprintf("actions[%d]: the episode ended after %d actions", i, i)}
+		}
+		if err := e.check(a); err != nil {
+			e.Close()
+			return nil, &ActionError{fmt.Sprintf("actions[%d]: %v", i, err)}
+		}
+		e.place(a)
+		if err := e.advance(observeMask); err != nil {
+			e.Close()
+			return nil, err
+		}
+	}
+	var obs *pb.Observation
+	if e.pending != nil {
+		var err error
+		if obs, err = e.observeTimed(e.pending); err != nil {
+			e.Close()
+			return nil, err
+		}
 	}
 	return &pb.ResetReply{Observation: obs, Info: e.info(), Nodes: e.names, NodeModels: e.models}, nil
 }
@@ -220,12 +258,59 @@ func (e *Env) Step(ctx context.Context, action int32) (*pb.StepReply, error) {
 	if e.ep == nil {
 		return nil, &ActionError{"step before reset: no episode is under way"}
 	}
+	if err := e.check(action); err != nil {
+		return nil, err
+	}
+	out := &pb.StepReply{Reward: e.place(action)}
+	if err := e.advance(observeMask); err != nil {
+		return nil, err
+	}
+	if e.pending != nil {
+		var err error
+		if out.Observation, err = e.observeTimed(e.pending); err != nil {
+			return nil, err
+		}
+	}
+	e.finishReply(out)
+	return out, nil
+}
+
+// Finish places every remaining pod on the scheduler's own choice, observing
+// none, and returns the episode's last step: its reward the sum of the
+// steps' rewards.
+func (e *Env) Finish(ctx context.Context) (*pb.StepReply, error) {
+	if e.ep == nil {
+		return nil, &ActionError{"finish before reset: no episode is under way"}
+	}
 	if e.pending == nil {
 		return nil, &ActionError{"the episode is over: reset to start another"}
 	}
-	if action < 0 || int(action) >= len(e.names) || e.mask[action] == 0 {
-		return nil, &ActionError{e.refusal(action)}
+	out := &pb.StepReply{}
+	for e.pending != nil {
+		out.Reward += e.place(int32(e.index[e.pending.node]))
+		if err := e.advance(observeNothing); err != nil {
+			return nil, err
+		}
 	}
+	e.finishReply(out)
+	return out, nil
+}
+
+// check says why action may not be taken now, or nil.
+func (e *Env) check(action int32) error {
+	if e.pending == nil {
+		return &ActionError{"the episode is over: reset to start another"}
+	}
+	if action < 0 || int(action) >= len(e.names) || e.mask[action] == 0 {
+		return &ActionError{e.refusal(action)}
+	}
+	return nil
+}
+
+// place places the pending pod on node action and returns the step's
+// reward (but the final reward of RewardUnallocated, which finishReply
+// adds).
+func (e *Env) place(action int32) float64 {
 	ep := e.ep
 	fragBefore := ep.frag.total
 	usedBefore := ep.used
@@ -233,25 +318,25 @@ func (e *Env) Step(ctx context.Context, action int32) (*pb.StepReply, error) {
 	ep.place(e.names[action])
 	e.timings.Steps++
 	e.timings.Schedule += time.Since(t0)
-	out := &pb.StepReply{}
 	switch e.reward {
 	case RewardFragmentation:
-		out.Reward = -100 * (ep.frag.total - fragBefore) / float64(e.capacity)
+		return -100 * (ep.frag.total - fragBefore) / float64(e.capacity)
 	case RewardAllocation:
-		out.Reward = 100 * float64(ep.used-usedBefore) / float64(e.capacity)
+		return 100 * float64(ep.used-usedBefore) / float64(e.capacity)
 	}
-	obs, err := e.advance()
-	if err != nil {
-		return nil, err
-	}
-	out.Observation, out.Info = obs, e.info()
+	return 0
+}
+
+// finishReply fills in a step's info and, at the episode's end, its
+// termination and final reward.
+func (e *Env) finishReply(out *pb.StepReply) {
+	out.Info = e.info()
 	if e.pending == nil {
 		out.Terminated = true
 		if u := out.Info.UnallocatedPctAt_100; u != nil && e.reward == RewardUnallocated {
 			out.Reward = -*u
 		}
 	}
-	return out, nil
 }
 
 // refusal says why action is not allowed, and which are.
@@ -276,40 +361,64 @@ func (e *Env) refusal(action int32) string {
 		action, e.names[action], e.pending.pod.Name, list, n, len(e.names))
 }
 
-// advance runs the episode to the next pod that fits somewhere and
-// observes it; nil when the episode is over.
-func (e *Env) advance() (*pb.Observation, error) {
+// What advance observes of the next pod.
+const (
+	// observeMask sets the action mask, which the next action is checked
+	// against.
+	observeMask = true
+	// observeNothing leaves the mask as it was: the next action is the
+	// scheduler's own (Finish).
+	observeNothing = false
+)
+
+// advance runs the episode to the next pod that fits somewhere (e.pending;
+// nil when the episode is over) and, with observeMask, sets its action
+// mask. The observation's rows are observeTimed's.
+func (e *Env) advance(mask bool) error {
 	sched0, measure0 := e.ep.schedTime, e.ep.metricTime
 	d, err := e.ep.advance()
 	e.timings.Schedule += e.ep.schedTime - sched0
 	e.timings.Measure += e.ep.metricTime - measure0
 	e.pending = d
-	if err != nil || d == nil {
-		return nil, err
+	if err != nil || d == nil || !mask {
+		return err
 	}
+	return e.setMask(d)
+}
+
+// observeTimed is observe, its time counted as the features'.
+func (e *Env) observeTimed(d *decision) (*pb.Observation, error) {
 	t0 := time.Now()
 	obs, err := e.observe(d)
 	e.timings.Features += time.Since(t0)
 	return obs, err
 }
 
+// setMask sets the action mask of the decision's pod and e.fit: the nodes
+// every Filter plugin accepts.
+func (e *Env) setMask(d *decision) error {
+	fit, err := e.fitting(d)
+	if err != nil {
+		return err
+	}
+	e.fit = fit
+	e.mask = make([]byte, len(e.names))
+	for _, ni := range fit {
+		e.mask[e.index[ni.Node().Name]] = 1
+	}
+	return nil
+}
+
 // observe is the observation of a decision: the pod, every node's row, the
-// mask of the nodes every Filter plugin accepts, and the scheduler's own
-// choice.
+// mask of the nodes every Filter plugin accepts (set by advance), and the
+// scheduler's own choice.
 func (e *Env) observe(d *decision) (*pb.Observation, error) {
 	demand, err := gpu.DemandFromPod(d.pod)
 	if err != nil {
 		return nil, fmt.Errorf("pod %s: %w", d.pod.Name, err)
 	}
 	demand.FillHost(d.pod)
-	fit, err := e.fitting(d)
-	if err != nil {
-		return nil, err
-	}
-	e.mask = make([]byte, len(e.names))
-	for _, ni := range fit {
-		e.mask[e.index[ni.Node().Name]] = 1
-	}
+	fit := e.fit
 	width := 4 * len(e.columns)
 	values := make([]byte, width*len(e.names))
 	if err := e.nodeRows(values); err != nil {
@@ -475,7 +584,7 @@ func (e *Env) info() *pb.Info {
 func (e *Env) Handle(ctx context.Context, req *pb.EnvRequest) *pb.EnvReply {
 	switch call := req.GetCall().(type) {
 	case *pb.EnvRequest_Reset_:
-		reply, err := e.Reset(ctx, call.Reset_.Seed)
+		reply, err := e.Reset(ctx, call.Reset_.Seed, call.Reset_.Actions...)
 		if err != nil {
 			return &pb.EnvReply{Reply: &pb.EnvReply_Error{Error: "reset: " + err.Error()}}
 		}
@@ -486,13 +595,20 @@ func (e *Env) Handle(ctx context.Context, req *pb.EnvRequest) *pb.EnvReply {
 			return &pb.EnvReply{Reply: &pb.EnvReply_Error{Error: "step: " + err.Error()}}
 		}
 		return &pb.EnvReply{Reply: &pb.EnvReply_Step{Step: reply}}
+	case *pb.EnvRequest_Finish:
+		reply, err := e.Finish(ctx)
+		if err != nil {
+			return &pb.EnvReply{Reply: &pb.EnvReply_Error{Error: "finish: " + err.Error()}}
+		}
+		return &pb.EnvReply{Reply: &pb.EnvReply_Step{Step: reply}}
 	default:
-		return &pb.EnvReply{Reply: &pb.EnvReply_Error{Error: "empty request: want reset or step"}}
+		return &pb.EnvReply{Reply: &pb.EnvReply_Error{Error: "empty request: want reset, step or finish"}}
 	}
 }
 
-// maxFrame bounds a request frame: a request is a seed or an action.
-const maxFrame = 1 << 20
+// maxFrame bounds a request frame: a seed, an action, or the actions a reset
+// replays (a few bytes each).
+const maxFrame = 16 << 20
 
 // ServeEnv answers the environment's requests read from in, each frame a
 // 4-byte little-endian length and an EnvRequest, with EnvReply frames

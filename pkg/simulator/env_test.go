@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 
@@ -294,4 +295,122 @@ func BenchmarkEnvironmentTrace(b *testing.B) {
 	}
 	t := env.Timings()
 	b.ReportMetric(float64(t.Steps)/b.Elapsed().Seconds(), "steps/s")
+}
+
+// TestEnvironmentReplayAndFinish: a reset with the actions an episode took
+// returns to the same state, observation for observation; Finish from
+// there places the rest as the scheduler does, ending where stepping
+// builtin_action to the end ends; and a replayed action the mask refuses
+// fails the reset, naming its position.
+func TestEnvironmentReplayAndFinish(t *testing.T) {
+	env, opts := newTestEnv(t, "FragFit", ArrivalFGD, TieBreakNodeOrder)
+	ctx := context.Background()
+	seed := int64(5)
+	// An episode that takes the last allowed node, to reach states the
+	// scheduler would not.
+	reset, err := env.Reset(ctx, &seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var actions []int32
+	var observed []*pb.Observation
+	obs := reset.Observation
+	for {
+		observed = append(observed, obs)
+		a := int32(strings.LastIndexByte(string(obs.ActionMask), 1))
+		actions = append(actions, a)
+		reply, err := env.Step(ctx, a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if reply.Terminated {
+			break
+		}
+		obs = reply.Observation
+	}
+	if len(actions) < 20 {
+		t.Fatalf("%d steps: too short an episode to branch from", len(actions))
+	}
+	for _, k := range []int{0, 1, len(actions) / 2, len(actions) - 1} {
+		replayed, err := env.Reset(ctx, &seed, actions[:k]...)
+		if err != nil {
+			t.Fatalf("reset with %d actions: %v", k, err)
+		}
+		if !proto.Equal(replayed.Observation, observed[k]) {
+			t.Errorf("reset with %d actions: the observation differs from the one the episode made there", k)
+		}
+		// The rollout from here under the built-in policy, stepped and
+		// finished.
+		stepped := replayed.Observation
+		var last *pb.StepReply
+		for {
+			if last, err = env.Step(ctx, stepped.BuiltinAction); err != nil {
+				t.Fatal(err)
+			}
+			if last.Terminated {
+				break
+			}
+			stepped = last.Observation
+		}
+		if _, err := env.Reset(ctx, &seed, actions[:k]...); err != nil {
+			t.Fatal(err)
+		}
+		finished, err := env.Finish(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !finished.Terminated || !proto.Equal(finished.Info, last.Info) {
+			t.Errorf("from step %d: finish ended at %v, stepping at %v", k, finished.Info, last.Info)
+		}
+	}
+	// Finish from the start is simulate's run.
+	opts.Seeds = []int64{seed}
+	runs, err := Simulate(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.Reset(ctx, &seed); err != nil {
+		t.Fatal(err)
+	}
+	finished, err := env.Finish(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := finished.Info.GetUnallocatedPctAt_100(), *runs[0].UnallocatedPctAt100; got != want || int(finished.Info.PlacedPods) != runs[0].Placed {
+		t.Errorf("finish from the start: %.2f%% unallocated, %d placed; simulate %.2f%%, %d", got, finished.Info.PlacedPods, want, runs[0].Placed)
+	}
+	if _, err := env.Finish(ctx); err == nil || !strings.Contains(err.Error(), "the episode is over") {
+		t.Errorf("finish after the end: %v", err)
+	}
+
+	// A replayed action outside the mask: find a step whose mask refuses a
+	// node, and replay that node there.
+	k := slices.IndexFunc(observed, func(o *pb.Observation) bool { return strings.IndexByte(string(o.ActionMask), 0) >= 0 })
+	if k < 0 {
+		t.Fatal("no step had a node outside the mask")
+	}
+	bad := append(slices.Clone(actions[:k]), int32(strings.IndexByte(string(observed[k].ActionMask), 0)))
+	reply := env.Handle(ctx, &pb.EnvRequest{Call: &pb.EnvRequest_Reset_{Reset_: &pb.ResetRequest{Seed: &seed, Actions: bad}}})
+	if want := fmt.Sprintf("reset: actions[%d]: action %d", k, bad[k]); !strings.HasPrefix(reply.GetError(), want) || !strings.Contains(reply.GetError(), "outside the action mask") {
+		t.Errorf("reset replaying a masked action: %v, want an error starting %q", reply, want)
+	}
+	if _, err := env.Step(ctx, 0); err == nil {
+		t.Error("after a failed reset an episode is under way")
+	}
+	if _, err := env.Reset(ctx, nil, actions[:3]...); err == nil || !strings.Contains(err.Error(), "replaying needs the episode's seed") {
+		t.Errorf("replay without a seed: %v", err)
+	}
+	// Replaying every action ends the episode: no observation, the final
+	// info.
+	all, err := env.Reset(ctx, &seed, actions...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if all.Observation != nil || all.Info.UnallocatedPctAt_100 == nil {
+		t.Errorf("reset replaying the whole episode: observation %v, info %v; want none and the final info", all.Observation != nil, all.Info)
+	}
+	long := append(slices.Clone(actions), 0)
+	if _, err := env.Reset(ctx, &seed, long...); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("actions[%d]: the episode ended after %d actions", len(actions), len(actions))) {
+		t.Errorf("reset replaying past the end: %v", err)
+	}
 }

@@ -1,7 +1,9 @@
 """Measures the environment's speed: steps per second of an episode driven
 by builtin_action from Python, and where the time goes (the Go side's
 scheduling, features and measurements, as it reports them on stderr at
-exit; Python's decoding; the rest is the pipe).
+exit; Python's decoding; the rest is the pipe); with --rollouts, also the
+speed of branching from a state (a reset replaying the actions taken, then
+finish()).
 
     /usr/bin/python3 python/examples/bench_env.py \
         --nodes ../shared/traces/alibaba-gpu-2023/openb_node_list_gpu_node.csv \
@@ -26,6 +28,7 @@ def main():
     ap.add_argument("--arrival", default="fgd")
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--binary")
+    ap.add_argument("--rollouts", action="store_true", help="also time replaying to a state and finishing from it")
     args = ap.parse_args()
 
     env = SimEnv(args.nodes, args.pods, binary=args.binary, policy=args.policy, arrival=args.arrival,
@@ -49,6 +52,29 @@ def main():
           f"({1e3 * wall / steps:.3f} ms/step, of which {1e3 * t_call / steps:.3f} ms in step())")
     print(f"info at the end: {info}")
     print(env.stderr_text.strip().splitlines()[-1])
+    if args.rollouts:
+        # Branching: from states half-way and three quarters of the way
+        # through the episode, a reset replaying the actions taken and a
+        # finish() placing the rest as the scheduler does.
+        env = SimEnv(args.nodes, args.pods, binary=args.binary, policy=args.policy, arrival=args.arrival)
+        obs, _ = env.reset(seed=args.seed)
+        actions = []
+        while True:
+            actions.append(obs["builtin_action"])
+            obs, _, terminated, _, _ = env.step(actions[-1])
+            if terminated:
+                break
+        for frac in (0.5, 0.75):
+            k = int(frac * len(actions))
+            t0 = time.perf_counter()
+            env.reset(seed=args.seed, options={"actions": actions[:k]})
+            t1 = time.perf_counter()
+            _, end = env.finish()
+            t2 = time.perf_counter()
+            print(f"branch at step {k}: replay {t1 - t0:.2f}s ({k / (t1 - t0):.0f} steps/s), finish "
+                  f"{t2 - t1:.2f}s ({(len(actions) - k) / (t2 - t1):.0f} steps/s), "
+                  f"{end.get('unallocated_pct_at_100')}% unallocated")
+        env.close()
 
 
 if __name__ == "__main__":

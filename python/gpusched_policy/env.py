@@ -74,14 +74,25 @@ class SimEnv(_Base):
     # --- Gymnasium's API -------------------------------------------------
 
     def reset(self, seed=None, options=None):
+        """Starts an episode. options={"actions": [...]} replays those actions
+        after the reset, with no observation in between, and observes the pod
+        after the last: the reset with the actions an episode took so far
+        returns to its state, to branch from it (see finish); they need the
+        seed. When they end the episode, the observation is empty (an empty
+        mask) and info is the episode's last."""
         if _gym is not None:
             super().reset(seed=seed)
         req = pb.ResetRequest()
         if seed is not None:
             req.seed = int(seed)
+        if options and options.get("actions") is not None:
+            req.actions.extend(int(a) for a in options["actions"])
         reply = self._call(pb.EnvRequest(reset=req)).reset
         self.node_names = list(reply.nodes)
         self.node_models = list(reply.node_models)
+        if not reply.HasField("observation"):
+            # The replayed actions ended the episode: info is its last.
+            return self._empty_observation(), self._info(reply.info)
         self.columns = list(reply.observation.nodes.columns)
         if _gym is not None and self.action_space is None:
             from gymnasium import spaces
@@ -93,6 +104,13 @@ class SimEnv(_Base):
         reply = self._call(pb.EnvRequest(step=pb.StepRequest(action=int(action)))).step
         obs = self._observation(reply.observation) if reply.HasField("observation") else self._empty_observation()
         return obs, reply.reward, reply.terminated, reply.truncated, self._info(reply.info)
+
+    def finish(self):
+        """Places every remaining pod where the scheduler itself would, without
+        observing them: a rollout under the built-in policy at the scheduler's
+        speed. Returns (reward summed over the steps, info at the end)."""
+        reply = self._call(pb.EnvRequest(finish=pb.FinishRequest())).step
+        return reply.reward, self._info(reply.info)
 
     def close(self):
         proc, self._proc = getattr(self, "_proc", None), None

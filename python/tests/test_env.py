@@ -106,6 +106,34 @@ class SimEnvTest(unittest.TestCase):
                 self.assertEqual(info["failed_pods"], run["failed_pods"])
                 self.assertEqual(info.get("unallocated_pct_at_100"), run["unallocated_pct_at_100"])
 
+    def test_branch_with_replay_and_finish(self):
+        """A reset with the actions taken so far returns to the same state;
+        finish from there ends where stepping builtin_action ends; so a
+        rollout of each candidate node from a state compares them."""
+        env = self.env(reward="unallocated")
+        obs, _ = env.reset(seed=3)
+        actions = []
+        for _ in range(10):
+            actions.append(int(np.flatnonzero(obs["action_mask"])[-1]))  # not the scheduler's choice
+            obs, _, terminated, _, _ = env.step(actions[-1])
+            self.assertFalse(terminated)
+        replayed, _ = env.reset(seed=3, options={"actions": actions})
+        np.testing.assert_array_equal(replayed["nodes"], obs["nodes"])
+        np.testing.assert_array_equal(replayed["action_mask"], obs["action_mask"])
+        self.assertEqual(replayed["builtin_action"], obs["builtin_action"])
+        while True:
+            obs, reward, terminated, _, stepped = env.step(obs["builtin_action"])
+            if terminated:
+                break
+        env.reset(seed=3, options={"actions": actions})
+        finished_reward, finished = env.finish()
+        self.assertEqual(finished, stepped)
+        self.assertEqual(finished_reward, reward)  # the unallocated reward: −(unallocated at 100%)
+        with self.assertRaisesRegex(EnvError, "the episode is over"):
+            env.finish()
+        with self.assertRaisesRegex(EnvError, r"reset: actions\[0\]: action 99 is out of range"):
+            env.reset(seed=3, options={"actions": [99]})
+
     def test_bad_flag_is_reported(self):
         env = SimEnv(self.nodes, self.pods, binary=self.binary, reward="nonsense")
         with self.assertRaisesRegex(RuntimeError, "reward .*nonsense.*want fragmentation"):

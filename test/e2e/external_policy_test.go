@@ -16,6 +16,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/gpusched/gpusched/internal/pythontest"
 	gt "github.com/gpusched/gpusched/pkg/gpu/gputest"
 	"github.com/gpusched/gpusched/pkg/plugins"
 	"github.com/gpusched/gpusched/pkg/policyservice/policyservicetest"
@@ -52,7 +53,7 @@ profiles:
 // trained linear scorer), binds every pod to a node the service scored
 // best (a set, since equal nodes score alike), and never falls back.
 func TestExternalPolicyServedFromPython(t *testing.T) {
-	python := debianPython(t)
+	python := pythontest.Python(t, "numpy", "grpc", "google.protobuf")
 	ctx := context.Background()
 	root := repoRoot()
 	addr := freeLoopbackAddr(t)
@@ -151,29 +152,6 @@ func totalFallbacks(t *testing.T) float64 {
 		sum += policyservicetest.Metric(t, "gpusched_external_policy_fallbacks_total", "cause", cause)
 	}
 	return sum
-}
-
-// debianPython is a python3 with numpy, grpc and protobuf (Debian's
-// python3-numpy, python3-grpcio, python3-protobuf): $GPUSCHED_PYTHON,
-// /usr/bin/python3 or python3 on PATH. Without one the test is skipped,
-// or fails under CI.
-func debianPython(t *testing.T) string {
-	t.Helper()
-	candidates := []string{os.Getenv("GPUSCHED_PYTHON"), "/usr/bin/python3", "python3"}
-	for _, p := range candidates {
-		if p == "" {
-			continue
-		}
-		if err := exec.Command(p, "-c", "import numpy, grpc, google.protobuf").Run(); err == nil {
-			return p
-		}
-	}
-	msg := "no python3 with numpy, grpc and protobuf; install them with: apt-get install python3-numpy python3-grpcio python3-protobuf"
-	if os.Getenv("CI") != "" {
-		t.Fatal(msg)
-	}
-	t.Skip(msg)
-	return ""
 }
 
 // waitForListener waits until something accepts connections on addr.

@@ -16,6 +16,7 @@ import (
 
 	gpuconfig "github.com/gpusched/gpusched/pkg/apis/config"
 	"github.com/gpusched/gpusched/pkg/gpu"
+	"github.com/gpusched/gpusched/pkg/policyservice"
 )
 
 // helmInstall is how .ci/run installs helm (see also `make tools`).
@@ -82,6 +83,15 @@ func TestHelmChart(t *testing.T) {
 	objs = decodeObjects(t, telemetry)
 	telemetryCfg := checkSchedulerDeployment(t, objs, 2, gpuPlacementProfile)
 	assertTelemetry(t, telemetryCfg, objs)
+
+	// plugin.model: the shipped model ranks the nodes, read from the
+	// ConfigMap mounted beside the configuration, and PairFit chooses the
+	// GPUs.
+	modelFile := filepath.Join("python", "examples", "learned_model.json")
+	learned := command(t, nil, helm, "template", "gpusched", "charts/gpusched", "--namespace=kube-system", "--set-file=plugin.model="+modelFile)
+	command(t, learned, kubectl, kc, "apply", "--dry-run=server", "-f", "-")
+	objs = decodeObjects(t, learned)
+	assertModel(t, checkSchedulerDeployment(t, objs, 2, gpuPlacementProfile), objs, modelFile)
 
 	values := filepath.Join(t.TempDir(), "values.yaml")
 	if err := os.WriteFile(values, []byte(customValues), 0o600); err != nil {
@@ -220,5 +230,32 @@ func assertTelemetry(t *testing.T, cfg *kubeschedulerconfig.KubeSchedulerConfigu
 	})
 	if !mounted || !fromSecret {
 		t.Errorf("telemetry.secretName: mounted %v, from the Secret %v: %+v %+v", mounted, fromSecret, spec.Containers[0].VolumeMounts, spec.Volumes)
+	}
+}
+
+// assertModel checks a release with plugin.model: GPUPlacement scores with
+// the External strategy from a model at /etc/gpusched/model.json, PairFit
+// its fallback, and the ConfigMap mounted there holds the model file as
+// given, which the scheduler's model parser accepts.
+func assertModel(t *testing.T, cfg *kubeschedulerconfig.KubeSchedulerConfiguration, objs []*unstructured.Unstructured, modelFile string) {
+	t.Helper()
+	var args *gpuconfig.GPUPlacementArgs
+	for _, pc := range cfg.Profiles[0].PluginConfig {
+		if a, ok := pc.Args.(*gpuconfig.GPUPlacementArgs); ok {
+			args = a
+		}
+	}
+	if args == nil || args.ScoringStrategy.Type != gpuconfig.ScoringStrategyExternal || args.External.Model != "/etc/gpusched/model.json" ||
+		args.External.Endpoint != "" || args.External.Fallback != gpu.DefaultPolicy {
+		t.Fatalf("plugin.model: GPUPlacement args %+v", args)
+	}
+	var cm v1.ConfigMap
+	findObject(t, objs, "ConfigMap", "gpusched", &cm)
+	want := readRepoFile(t, modelFile)
+	if got := cm.Data["model.json"]; strings.TrimSpace(got) != strings.TrimSpace(string(want)) {
+		t.Errorf("plugin.model: the ConfigMap's model.json is not the file given (%d bytes, want %d)", len(got), len(want))
+	}
+	if _, err := policyservice.ParseModel([]byte(cm.Data["model.json"])); err != nil {
+		t.Errorf("plugin.model: the mounted model: %v", err)
 	}
 }

@@ -8,7 +8,8 @@ import (
 
 // ScoringStrategyExternal is the scoring strategy whose scores come from a
 // policy service (docs/policy-service.md): one call per pod over its
-// feasible nodes. The engine's policies are the other strategies
+// feasible nodes; or from a model file the scheduler evaluates itself
+// (ExternalPolicy.Model). The engine's policies are the other strategies
 // (gpu.Policies); External is not one of them, since it places nothing: the
 // fallback policy (ExternalPolicy.Fallback) chooses the GPUs on the node
 // the service ranks first, and decides alone when the service does not
@@ -24,8 +25,12 @@ func ScoringStrategyTypes() []string {
 // ExternalPolicy configures the External scoring strategy.
 type ExternalPolicy struct {
 	// Endpoint is the policy service's address: host:port, or
-	// unix:///path for a Unix socket.
+	// unix:///path for a Unix socket. Exactly one of Endpoint and Model.
 	Endpoint string
+	// Model is a model file (policyservice.ModelFormat) the scheduler
+	// evaluates in-process instead of calling a service: no deadline, no
+	// circuit breaker. Exactly one of Endpoint and Model.
+	Model string
 	// TLS, when set, secures the connection; nil connects in plain text.
 	TLS *ExternalTLS
 	// Timeout bounds one call, per pod.

@@ -47,7 +47,7 @@ func (p *GPUPlacement) preScoreExternal(ctx context.Context, state fwk.CycleStat
 		p.reportFallback(pod, &policyservice.Fallback{Cause: policyservice.CauseError, Err: err})
 		return
 	}
-	req := policyservice.ScoreRequest(pod, demand, feats, p.policy.Type())
+	req := p.external.Request(pod, demand, feats, p.policy.Type())
 	scores, fb := p.external.Score(ctx, req)
 	if fb != nil {
 		p.reportFallback(pod, fb)
@@ -83,6 +83,6 @@ func externalOf(state fwk.CycleState) *externalState {
 func (p *GPUPlacement) reportFallback(pod *v1.Pod, fb *policyservice.Fallback) {
 	if recorder := p.handle.EventRecorder(); recorder != nil {
 		recorder.Eventf(pod, nil, v1.EventTypeWarning, "ExternalPolicyFallback", "Scheduling",
-			"policy service %s not used (%v): %s scored the nodes", p.external.Config().Endpoint, fb, p.policy.Type())
+			"%s not used (%v): %s scored the nodes", p.external.Source(), fb, p.policy.Type())
 	}
 }

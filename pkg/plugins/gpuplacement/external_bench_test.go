@@ -3,6 +3,8 @@ package gpuplacement_test
 import (
 	"context"
 	"fmt"
+	"path/filepath"
+	"runtime"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
@@ -18,8 +20,9 @@ import (
 // whole-GPU pod over 500 eight-GPU nodes, a quarter of their GPUs taken:
 // "FragFit" alone, and "External" asking a policy service on loopback that
 // answers at once (its time to decode the request and answer included, as
-// it runs in this process). Their ratio is the policy service's cost per
-// cycle (docs/benchmarks.md).
+// it runs in this process); "PairFit" alone, and "Model" scoring with the
+// shipped learned model in-process, PairFit its fallback. Each ratio is the
+// cost per cycle of scoring outside the policy (docs/benchmarks.md).
 func BenchmarkExternalPolicyCycle(b *testing.B) {
 	const nodeCount = 500
 	var nodes []*v1.Node
@@ -34,9 +37,13 @@ func BenchmarkExternalPolicyCycle(b *testing.B) {
 	srv := policyservicetest.Start(b, policyservicetest.Prefer("node-7"))
 	pod := gt.MakeGPUPod("p").GPUs(1).Obj()
 	ctx := context.Background()
+	_, file, _, _ := runtime.Caller(0)
+	model := filepath.Join(filepath.Dir(file), "..", "..", "..", "python", "examples", "learned_model.json")
 	for _, tc := range []struct{ name, yaml string }{
 		{"FragFit", "scoringStrategy:\n  type: FragFit\n"},
 		{"External", fmt.Sprintf("scoringStrategy:\n  type: External\nexternal:\n  endpoint: %q\n  fallback: FragFit\n  timeout: 1s\n", srv.Addr)},
+		{"PairFit", "scoringStrategy:\n  type: PairFit\n"},
+		{"Model", fmt.Sprintf("scoringStrategy:\n  type: External\nexternal:\n  model: %q\n  fallback: PairFit\n", model)},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			args, err := load.GPUPlacementArgsFromYAML([]byte(tc.yaml))

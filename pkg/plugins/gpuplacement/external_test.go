@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -261,5 +263,52 @@ func TestExternalPolicyShadowNeverDecides(t *testing.T) {
 	}
 	if got := policyservicetest.Metric(t, "gpusched_external_policy_compared_total", "mode", "Shadow") - compared; got != 2 {
 		t.Errorf("compared grew by %v, want 2", got)
+	}
+}
+
+// TestExternalModelScoresRankNodes: with external.model the scheduler
+// scores the nodes with the model file itself, rescaled as a service's
+// answer is; a model whose scores overflow falls back to FragFit's scores
+// exactly.
+func TestExternalModelScoresRankNodes(t *testing.T) {
+	pod := gt.MakeGPUPod("share").Milli(500).Obj()
+	dir := t.TempDir()
+	model := func(name, columns, weights string) *config.GPUPlacementArgs {
+		path := filepath.Join(dir, name+".json")
+		if err := os.WriteFile(path, []byte(`{"format": "gpusched.io/model/v1", "columns": `+columns+
+			`, "layers": [{"weights": [`+weights+`], "bias": [0]}]}`), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		args, err := load.GPUPlacementArgsFromYAML([]byte(fmt.Sprintf(
+			"scoringStrategy:\n  type: External\nexternal:\n  model: %q\n  fallback: FragFit\n", path)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return args
+	}
+	for _, tc := range []struct {
+		name             string
+		columns, weights string
+		want             map[string]int64
+	}{
+		// free_gpu_after of the largest node's 2 GPUs: t4 (idle) keeps
+		// 1500 milli free, 0.75; a100 (500 used) 1000, 0.5. Min-max: t4
+		// 100, a100 0.
+		{"emptiest node", `["free_gpu_after"]`, `[1]`, map[string]int64{"t4": 100, "a100": 0}},
+		// FragFit's own score: a100 is its best (1), t4 less.
+		{"fallback's score", `["builtin_score"]`, `[1]`, map[string]int64{"t4": 0, "a100": 100}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			nodes, pods := externalNodes()
+			c := newCluster(t, model(tc.name, tc.columns, tc.weights), nodes, pods)
+			if got := scoreAll(t, c, pod); !equalScores(got, tc.want) {
+				t.Errorf("scores %v, want %v", got, tc.want)
+			}
+		})
+	}
+	nodes, pods := externalNodes()
+	c := newCluster(t, model("overflow", `["builtin_score", "fits"]`, `[1e308, 1e308]`), nodes, pods)
+	if got, want := scoreAll(t, c, pod), fallbackScores(t, pod); !equalScores(got, want) {
+		t.Errorf("an overflowing model: scores %v, want FragFit's %v", got, want)
 	}
 }

@@ -570,6 +570,7 @@ type EnvRequest struct {
 	//
 	//	*EnvRequest_Reset_
 	//	*EnvRequest_Step
+	//	*EnvRequest_Finish
 	Call          isEnvRequest_Call `protobuf_oneof:"call"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -630,6 +631,15 @@ func (x *EnvRequest) GetStep() *StepRequest {
 	return nil
 }
 
+func (x *EnvRequest) GetFinish() *FinishRequest {
+	if x != nil {
+		if x, ok := x.Call.(*EnvRequest_Finish); ok {
+			return x.Finish
+		}
+	}
+	return nil
+}
+
 type isEnvRequest_Call interface {
 	isEnvRequest_Call()
 }
@@ -642,9 +652,15 @@ type EnvRequest_Step struct {
 	Step *StepRequest `protobuf:"bytes,2,opt,name=step,proto3,oneof"`
 }
 
+type EnvRequest_Finish struct {
+	Finish *FinishRequest `protobuf:"bytes,3,opt,name=finish,proto3,oneof"`
+}
+
 func (*EnvRequest_Reset_) isEnvRequest_Call() {}
 
 func (*EnvRequest_Step) isEnvRequest_Call() {}
+
+func (*EnvRequest_Finish) isEnvRequest_Call() {}
 
 // EnvReply answers an EnvRequest. error, when set, says why the request
 // was refused (an action outside the mask, a step before reset); the
@@ -734,6 +750,7 @@ type EnvReply_Reset_ struct {
 }
 
 type EnvReply_Step struct {
+	// step answers a StepRequest, and a FinishRequest.
 	Step *StepReply `protobuf:"bytes,2,opt,name=step,proto3,oneof"`
 }
 
@@ -750,8 +767,18 @@ func (*EnvReply_Error) isEnvReply_Reply() {}
 // ResetRequest starts an episode: the pods arrive in the order the
 // arrival protocol draws with the seed.
 type ResetRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Seed          *int64                 `protobuf:"varint,1,opt,name=seed,proto3,oneof" json:"seed,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Seed  *int64                 `protobuf:"varint,1,opt,name=seed,proto3,oneof" json:"seed,omitempty"`
+	// actions, when given, replay the start of the episode: after the reset
+	// each is taken in turn, as a StepRequest would take it, with no
+	// observation in between, and the reply observes the pod after the last.
+	// A reset with the actions taken so far returns to the same state, pod
+	// for pod: the way to branch from a state (several actions tried, each
+	// rolled out with FinishRequest). Replaying needs the seed. When the
+	// actions end the episode, the reply has no observation and its info is
+	// the episode's last. An action the mask refuses fails the reset, naming
+	// its position; no episode is then under way.
+	Actions       []int32 `protobuf:"varint,2,rep,packed,name=actions,proto3" json:"actions,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -793,6 +820,54 @@ func (x *ResetRequest) GetSeed() int64 {
 	return 0
 }
 
+func (x *ResetRequest) GetActions() []int32 {
+	if x != nil {
+		return x.Actions
+	}
+	return nil
+}
+
+// FinishRequest places every remaining pod of the episode on the node the
+// scheduler itself would choose (builtin_action), observing none of them,
+// and replies as the episode's last StepReply, its reward the sum of the
+// rewards of the steps it took: a rollout under the built-in policy, at the
+// scheduler's speed.
+type FinishRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FinishRequest) Reset() {
+	*x = FinishRequest{}
+	mi := &file_gpusched_policy_v1alpha1_policy_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FinishRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FinishRequest) ProtoMessage() {}
+
+func (x *FinishRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_gpusched_policy_v1alpha1_policy_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FinishRequest.ProtoReflect.Descriptor instead.
+func (*FinishRequest) Descriptor() ([]byte, []int) {
+	return file_gpusched_policy_v1alpha1_policy_proto_rawDescGZIP(), []int{9}
+}
+
 type ResetReply struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	Observation *Observation           `protobuf:"bytes,1,opt,name=observation,proto3" json:"observation,omitempty"`
@@ -807,7 +882,7 @@ type ResetReply struct {
 
 func (x *ResetReply) Reset() {
 	*x = ResetReply{}
-	mi := &file_gpusched_policy_v1alpha1_policy_proto_msgTypes[9]
+	mi := &file_gpusched_policy_v1alpha1_policy_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -819,7 +894,7 @@ func (x *ResetReply) String() string {
 func (*ResetReply) ProtoMessage() {}
 
 func (x *ResetReply) ProtoReflect() protoreflect.Message {
-	mi := &file_gpusched_policy_v1alpha1_policy_proto_msgTypes[9]
+	mi := &file_gpusched_policy_v1alpha1_policy_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -832,7 +907,7 @@ func (x *ResetReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetReply.ProtoReflect.Descriptor instead.
 func (*ResetReply) Descriptor() ([]byte, []int) {
-	return file_gpusched_policy_v1alpha1_policy_proto_rawDescGZIP(), []int{9}
+	return file_gpusched_policy_v1alpha1_policy_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ResetReply) GetObservation() *Observation {
@@ -875,7 +950,7 @@ type StepRequest struct {
 
 func (x *StepRequest) Reset() {
 	*x = StepRequest{}
-	mi := &file_gpusched_policy_v1alpha1_policy_proto_msgTypes[10]
+	mi := &file_gpusched_policy_v1alpha1_policy_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -887,7 +962,7 @@ func (x *StepRequest) String() string {
 func (*StepRequest) ProtoMessage() {}
 
 func (x *StepRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpusched_policy_v1alpha1_policy_proto_msgTypes[10]
+	mi := &file_gpusched_policy_v1alpha1_policy_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -900,7 +975,7 @@ func (x *StepRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepRequest.ProtoReflect.Descriptor instead.
 func (*StepRequest) Descriptor() ([]byte, []int) {
-	return file_gpusched_policy_v1alpha1_policy_proto_rawDescGZIP(), []int{10}
+	return file_gpusched_policy_v1alpha1_policy_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *StepRequest) GetAction() int32 {
@@ -925,7 +1000,7 @@ type StepReply struct {
 
 func (x *StepReply) Reset() {
 	*x = StepReply{}
-	mi := &file_gpusched_policy_v1alpha1_policy_proto_msgTypes[11]
+	mi := &file_gpusched_policy_v1alpha1_policy_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -937,7 +1012,7 @@ func (x *StepReply) String() string {
 func (*StepReply) ProtoMessage() {}
 
 func (x *StepReply) ProtoReflect() protoreflect.Message {
-	mi := &file_gpusched_policy_v1alpha1_policy_proto_msgTypes[11]
+	mi := &file_gpusched_policy_v1alpha1_policy_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -950,7 +1025,7 @@ func (x *StepReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepReply.ProtoReflect.Descriptor instead.
 func (*StepReply) Descriptor() ([]byte, []int) {
-	return file_gpusched_policy_v1alpha1_policy_proto_rawDescGZIP(), []int{11}
+	return file_gpusched_policy_v1alpha1_policy_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *StepReply) GetObservation() *Observation {
@@ -1008,7 +1083,7 @@ type Observation struct {
 
 func (x *Observation) Reset() {
 	*x = Observation{}
-	mi := &file_gpusched_policy_v1alpha1_policy_proto_msgTypes[12]
+	mi := &file_gpusched_policy_v1alpha1_policy_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1020,7 +1095,7 @@ func (x *Observation) String() string {
 func (*Observation) ProtoMessage() {}
 
 func (x *Observation) ProtoReflect() protoreflect.Message {
-	mi := &file_gpusched_policy_v1alpha1_policy_proto_msgTypes[12]
+	mi := &file_gpusched_policy_v1alpha1_policy_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1033,7 +1108,7 @@ func (x *Observation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Observation.ProtoReflect.Descriptor instead.
 func (*Observation) Descriptor() ([]byte, []int) {
-	return file_gpusched_policy_v1alpha1_policy_proto_rawDescGZIP(), []int{12}
+	return file_gpusched_policy_v1alpha1_policy_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Observation) GetPod() *Pod {
@@ -1086,7 +1161,7 @@ type Info struct {
 
 func (x *Info) Reset() {
 	*x = Info{}
-	mi := &file_gpusched_policy_v1alpha1_policy_proto_msgTypes[13]
+	mi := &file_gpusched_policy_v1alpha1_policy_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1098,7 +1173,7 @@ func (x *Info) String() string {
 func (*Info) ProtoMessage() {}
 
 func (x *Info) ProtoReflect() protoreflect.Message {
-	mi := &file_gpusched_policy_v1alpha1_policy_proto_msgTypes[13]
+	mi := &file_gpusched_policy_v1alpha1_policy_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1111,7 +1186,7 @@ func (x *Info) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Info.ProtoReflect.Descriptor instead.
 func (*Info) Descriptor() ([]byte, []int) {
-	return file_gpusched_policy_v1alpha1_policy_proto_rawDescGZIP(), []int{13}
+	return file_gpusched_policy_v1alpha1_policy_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Info) GetSubmittedPods() int32 {
@@ -1212,20 +1287,23 @@ const file_gpusched_policy_v1alpha1_policy_proto_rawDesc = "" +
 	"\x06scores\x18\x01 \x03(\v2#.gpusched.policy.v1alpha1.NodeScoreR\x06scores\"5\n" +
 	"\tNodeScore\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x14\n" +
-	"\x05score\x18\x02 \x01(\x01R\x05score\"\x91\x01\n" +
+	"\x05score\x18\x02 \x01(\x01R\x05score\"\xd4\x01\n" +
 	"\n" +
 	"EnvRequest\x12>\n" +
 	"\x05reset\x18\x01 \x01(\v2&.gpusched.policy.v1alpha1.ResetRequestH\x00R\x05reset\x12;\n" +
-	"\x04step\x18\x02 \x01(\v2%.gpusched.policy.v1alpha1.StepRequestH\x00R\x04stepB\x06\n" +
+	"\x04step\x18\x02 \x01(\v2%.gpusched.policy.v1alpha1.StepRequestH\x00R\x04step\x12A\n" +
+	"\x06finish\x18\x03 \x01(\v2'.gpusched.policy.v1alpha1.FinishRequestH\x00R\x06finishB\x06\n" +
 	"\x04call\"\xa4\x01\n" +
 	"\bEnvReply\x12<\n" +
 	"\x05reset\x18\x01 \x01(\v2$.gpusched.policy.v1alpha1.ResetReplyH\x00R\x05reset\x129\n" +
 	"\x04step\x18\x02 \x01(\v2#.gpusched.policy.v1alpha1.StepReplyH\x00R\x04step\x12\x16\n" +
 	"\x05error\x18\x03 \x01(\tH\x00R\x05errorB\a\n" +
-	"\x05reply\"0\n" +
+	"\x05reply\"J\n" +
 	"\fResetRequest\x12\x17\n" +
-	"\x04seed\x18\x01 \x01(\x03H\x00R\x04seed\x88\x01\x01B\a\n" +
-	"\x05_seed\"\xc0\x01\n" +
+	"\x04seed\x18\x01 \x01(\x03H\x00R\x04seed\x88\x01\x01\x12\x18\n" +
+	"\aactions\x18\x02 \x03(\x05R\aactionsB\a\n" +
+	"\x05_seed\"\x0f\n" +
+	"\rFinishRequest\"\xc0\x01\n" +
 	"\n" +
 	"ResetReply\x12G\n" +
 	"\vobservation\x18\x01 \x01(\v2%.gpusched.policy.v1alpha1.ObservationR\vobservation\x122\n" +
@@ -1276,7 +1354,7 @@ func file_gpusched_policy_v1alpha1_policy_proto_rawDescGZIP() []byte {
 	return file_gpusched_policy_v1alpha1_policy_proto_rawDescData
 }
 
-var file_gpusched_policy_v1alpha1_policy_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_gpusched_policy_v1alpha1_policy_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_gpusched_policy_v1alpha1_policy_proto_goTypes = []any{
 	(*Pod)(nil),           // 0: gpusched.policy.v1alpha1.Pod
 	(*Node)(nil),          // 1: gpusched.policy.v1alpha1.Node
@@ -1287,11 +1365,12 @@ var file_gpusched_policy_v1alpha1_policy_proto_goTypes = []any{
 	(*EnvRequest)(nil),    // 6: gpusched.policy.v1alpha1.EnvRequest
 	(*EnvReply)(nil),      // 7: gpusched.policy.v1alpha1.EnvReply
 	(*ResetRequest)(nil),  // 8: gpusched.policy.v1alpha1.ResetRequest
-	(*ResetReply)(nil),    // 9: gpusched.policy.v1alpha1.ResetReply
-	(*StepRequest)(nil),   // 10: gpusched.policy.v1alpha1.StepRequest
-	(*StepReply)(nil),     // 11: gpusched.policy.v1alpha1.StepReply
-	(*Observation)(nil),   // 12: gpusched.policy.v1alpha1.Observation
-	(*Info)(nil),          // 13: gpusched.policy.v1alpha1.Info
+	(*FinishRequest)(nil), // 9: gpusched.policy.v1alpha1.FinishRequest
+	(*ResetReply)(nil),    // 10: gpusched.policy.v1alpha1.ResetReply
+	(*StepRequest)(nil),   // 11: gpusched.policy.v1alpha1.StepRequest
+	(*StepReply)(nil),     // 12: gpusched.policy.v1alpha1.StepReply
+	(*Observation)(nil),   // 13: gpusched.policy.v1alpha1.Observation
+	(*Info)(nil),          // 14: gpusched.policy.v1alpha1.Info
 }
 var file_gpusched_policy_v1alpha1_policy_proto_depIdxs = []int32{
 	0,  // 0: gpusched.policy.v1alpha1.ScoreRequest.pod:type_name -> gpusched.policy.v1alpha1.Pod
@@ -1299,22 +1378,23 @@ var file_gpusched_policy_v1alpha1_policy_proto_depIdxs = []int32{
 	2,  // 2: gpusched.policy.v1alpha1.ScoreRequest.features:type_name -> gpusched.policy.v1alpha1.FeatureMatrix
 	5,  // 3: gpusched.policy.v1alpha1.ScoreReply.scores:type_name -> gpusched.policy.v1alpha1.NodeScore
 	8,  // 4: gpusched.policy.v1alpha1.EnvRequest.reset:type_name -> gpusched.policy.v1alpha1.ResetRequest
-	10, // 5: gpusched.policy.v1alpha1.EnvRequest.step:type_name -> gpusched.policy.v1alpha1.StepRequest
-	9,  // 6: gpusched.policy.v1alpha1.EnvReply.reset:type_name -> gpusched.policy.v1alpha1.ResetReply
-	11, // 7: gpusched.policy.v1alpha1.EnvReply.step:type_name -> gpusched.policy.v1alpha1.StepReply
-	12, // 8: gpusched.policy.v1alpha1.ResetReply.observation:type_name -> gpusched.policy.v1alpha1.Observation
-	13, // 9: gpusched.policy.v1alpha1.ResetReply.info:type_name -> gpusched.policy.v1alpha1.Info
-	12, // 10: gpusched.policy.v1alpha1.StepReply.observation:type_name -> gpusched.policy.v1alpha1.Observation
-	13, // 11: gpusched.policy.v1alpha1.StepReply.info:type_name -> gpusched.policy.v1alpha1.Info
-	0,  // 12: gpusched.policy.v1alpha1.Observation.pod:type_name -> gpusched.policy.v1alpha1.Pod
-	2,  // 13: gpusched.policy.v1alpha1.Observation.nodes:type_name -> gpusched.policy.v1alpha1.FeatureMatrix
-	3,  // 14: gpusched.policy.v1alpha1.PolicyService.Score:input_type -> gpusched.policy.v1alpha1.ScoreRequest
-	4,  // 15: gpusched.policy.v1alpha1.PolicyService.Score:output_type -> gpusched.policy.v1alpha1.ScoreReply
-	15, // [15:16] is the sub-list for method output_type
-	14, // [14:15] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	11, // 5: gpusched.policy.v1alpha1.EnvRequest.step:type_name -> gpusched.policy.v1alpha1.StepRequest
+	9,  // 6: gpusched.policy.v1alpha1.EnvRequest.finish:type_name -> gpusched.policy.v1alpha1.FinishRequest
+	10, // 7: gpusched.policy.v1alpha1.EnvReply.reset:type_name -> gpusched.policy.v1alpha1.ResetReply
+	12, // 8: gpusched.policy.v1alpha1.EnvReply.step:type_name -> gpusched.policy.v1alpha1.StepReply
+	13, // 9: gpusched.policy.v1alpha1.ResetReply.observation:type_name -> gpusched.policy.v1alpha1.Observation
+	14, // 10: gpusched.policy.v1alpha1.ResetReply.info:type_name -> gpusched.policy.v1alpha1.Info
+	13, // 11: gpusched.policy.v1alpha1.StepReply.observation:type_name -> gpusched.policy.v1alpha1.Observation
+	14, // 12: gpusched.policy.v1alpha1.StepReply.info:type_name -> gpusched.policy.v1alpha1.Info
+	0,  // 13: gpusched.policy.v1alpha1.Observation.pod:type_name -> gpusched.policy.v1alpha1.Pod
+	2,  // 14: gpusched.policy.v1alpha1.Observation.nodes:type_name -> gpusched.policy.v1alpha1.FeatureMatrix
+	3,  // 15: gpusched.policy.v1alpha1.PolicyService.Score:input_type -> gpusched.policy.v1alpha1.ScoreRequest
+	4,  // 16: gpusched.policy.v1alpha1.PolicyService.Score:output_type -> gpusched.policy.v1alpha1.ScoreReply
+	16, // [16:17] is the sub-list for method output_type
+	15, // [15:16] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_gpusched_policy_v1alpha1_policy_proto_init() }
@@ -1325,6 +1405,7 @@ func file_gpusched_policy_v1alpha1_policy_proto_init() {
 	file_gpusched_policy_v1alpha1_policy_proto_msgTypes[6].OneofWrappers = []any{
 		(*EnvRequest_Reset_)(nil),
 		(*EnvRequest_Step)(nil),
+		(*EnvRequest_Finish)(nil),
 	}
 	file_gpusched_policy_v1alpha1_policy_proto_msgTypes[7].OneofWrappers = []any{
 		(*EnvReply_Reset_)(nil),
@@ -1332,14 +1413,14 @@ func file_gpusched_policy_v1alpha1_policy_proto_init() {
 		(*EnvReply_Error)(nil),
 	}
 	file_gpusched_policy_v1alpha1_policy_proto_msgTypes[8].OneofWrappers = []any{}
-	file_gpusched_policy_v1alpha1_policy_proto_msgTypes[13].OneofWrappers = []any{}
+	file_gpusched_policy_v1alpha1_policy_proto_msgTypes[14].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gpusched_policy_v1alpha1_policy_proto_rawDesc), len(file_gpusched_policy_v1alpha1_policy_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   14,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

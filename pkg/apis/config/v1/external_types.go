@@ -13,8 +13,12 @@ import (
 // scores the feasible nodes of each pod (docs/policy-service.md).
 type ExternalPolicy struct {
 	// Endpoint is the policy service's address: host:port, or
-	// unix:///path. Required.
-	Endpoint string `json:"endpoint"`
+	// unix:///path. Exactly one of endpoint and model.
+	Endpoint string `json:"endpoint,omitempty"`
+	// Model is the path of a model file (format gpusched.io/model/v1,
+	// docs/policy-service.md#models) that the scheduler evaluates itself,
+	// with no service to call. Exactly one of endpoint and model.
+	Model string `json:"model,omitempty"`
 	// TLS secures the connection; absent, it is plain text.
 	TLS *ExternalTLS `json:"tls,omitempty"`
 	// Timeout bounds the call for one pod; past it the fallback policy
@@ -90,7 +94,7 @@ func setDefaultsExternal(e *ExternalPolicy) {
 }
 
 func convertExternalToConfig(in *ExternalPolicy, out *config.ExternalPolicy) {
-	*out = config.ExternalPolicy{Endpoint: in.Endpoint, Fallback: gpu.PolicyType(in.Fallback), Mode: config.ExternalMode(in.Mode)}
+	*out = config.ExternalPolicy{Endpoint: in.Endpoint, Model: in.Model, Fallback: gpu.PolicyType(in.Fallback), Mode: config.ExternalMode(in.Mode)}
 	if in.TLS != nil {
 		out.TLS = &config.ExternalTLS{CAFile: in.TLS.CAFile, CertFile: in.TLS.CertFile, KeyFile: in.TLS.KeyFile, ServerName: in.TLS.ServerName}
 	}
@@ -108,11 +112,11 @@ func convertExternalToConfig(in *ExternalPolicy, out *config.ExternalPolicy) {
 }
 
 func convertExternalFromConfig(in *config.ExternalPolicy) *ExternalPolicy {
-	if in.Endpoint == "" && in.Timeout == 0 {
+	if in.Endpoint == "" && in.Model == "" && in.Timeout == 0 {
 		return nil
 	}
 	failures := in.CircuitBreaker.Failures
-	out := &ExternalPolicy{Endpoint: in.Endpoint, Fallback: string(in.Fallback), Mode: string(in.Mode),
+	out := &ExternalPolicy{Endpoint: in.Endpoint, Model: in.Model, Fallback: string(in.Fallback), Mode: string(in.Mode),
 		Timeout:        &metav1.Duration{Duration: in.Timeout},
 		CircuitBreaker: &CircuitBreaker{Failures: &failures, OpenFor: &metav1.Duration{Duration: in.CircuitBreaker.OpenFor}}}
 	if in.TLS != nil {

@@ -26,6 +26,18 @@ func TestValidateExternalPolicyArgs(t *testing.T) {
 		{name: "shadow", strategy: config.ScoringStrategyExternal, edit: func(e *config.ExternalPolicy) { e.Mode = config.ExternalShadow }},
 		{name: "no endpoint", strategy: config.ScoringStrategyExternal, edit: func(e *config.ExternalPolicy) { e.Endpoint = "" },
 			want: []string{`args.external.endpoint: Invalid value: "": want host:port, or unix:///path/to/socket`}},
+		{name: "model instead of endpoint", strategy: config.ScoringStrategyExternal, edit: func(e *config.ExternalPolicy) { e.Endpoint, e.Model = "", "/etc/gpusched/model.json" }},
+		{name: "model with TLS and no deadline", strategy: config.ScoringStrategyExternal, edit: func(e *config.ExternalPolicy) {
+			e.Endpoint, e.Model, e.Timeout, e.Mode = "", "/etc/gpusched/model.json", 0, "Canary"
+			e.TLS = &config.ExternalTLS{CAFile: "ca.crt"}
+		}, want: []string{
+			"args.external.tls: Forbidden: only with endpoint: a model is not called over the network",
+			`args.external.mode: Unsupported value: "Canary"`,
+		}},
+		{name: "model and endpoint", strategy: config.ScoringStrategyExternal, edit: func(e *config.ExternalPolicy) { e.Model = "/etc/gpusched/model.json" },
+			want: []string{`args.external.model: Invalid value: "/etc/gpusched/model.json": set endpoint (a policy service) or model (a model file), not both`}},
+		{name: "model with another strategy", strategy: "PairFit", edit: func(e *config.ExternalPolicy) { e.Endpoint, e.Model = "", "/etc/gpusched/model.json" },
+			want: []string{"args.external: Forbidden: only with scoringStrategy.type External"}},
 		{name: "endpoint without port", strategy: config.ScoringStrategyExternal, edit: func(e *config.ExternalPolicy) { e.Endpoint = "policy.example" },
 			want: []string{`args.external.endpoint: Invalid value: "policy.example"`}},
 		{name: "everything wrong", strategy: config.ScoringStrategyExternal, edit: func(e *config.ExternalPolicy) {
