@@ -40,19 +40,15 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from gpusched_policy.model import Model  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from train_linear import parse_seeds  # noqa: E402
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEFAULT_COLUMNS = "chosen_free_after,partial_gpus_after,fragment_delta,free_gpu_after,idle_gpus_after"
 # The profile the candidates run in: the simulator's own (the scheduler's
 # filters, GPUPlacement the only scorer), with PairFit's scoring replaced.
 BASE_CONFIG = os.path.join(REPO, "pkg", "simulator", "default-config.yaml")
 POLICY_LINE = "      scoringStrategy:\n        type: PairFit\n"
-
-
-def parse_seeds(s):
-    if ".." in s:
-        lo, hi = s.split("..")
-        return list(range(int(lo), int(hi) + 1))
-    return [int(x) for x in s.split(",") if x.strip()]
 
 
 def write_config(models, directory, fallback):

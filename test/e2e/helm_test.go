@@ -142,6 +142,7 @@ func TestHelmChart(t *testing.T) {
 		{"telemetry.secretName=Bad_Name", "/telemetry/secretName"},
 		{"schedulerName=GPU_Sched", "/schedulerName"},
 		{"leaderElection.enabled=false", "leaderElection.enabled=false with replicas=2"},
+		{"plugin.model=x,plugin.scoringStrategy.type=External", "plugin.model with plugin.scoringStrategy.type=External"},
 	} {
 		_, err := tryCommand(nil, helm, "template", "gpusched", "charts/gpusched", "--set", bad.set)
 		if err == nil || !strings.Contains(err.Error(), bad.want) {
