@@ -63,14 +63,13 @@ func (e *Extender) prioritizeExternal(ctx context.Context, args *extenderv1.Exte
 		alloc := c.node.Status.Allocatable
 		feats[k] = e.policy.Features(n, &req, true, c.chosen, float64(builtin[k])/100, alloc.Cpu().MilliValue(), alloc.Memory().Value()>>20)
 	}
-	req := policyservice.ScoreRequest(args.Pod, demand, feats, e.policy.Type())
-	scores, fb := e.external.Score(ctx, req)
+	scores, fb := e.external.ScoreNodes(ctx, args.Pod, demand, feats, e.policy.Type())
 	logger := klog.FromContext(ctx)
 	if fb != nil {
 		logger.Info("Policy service not used; the fallback policy scored the nodes", "pod", klog.KObj(args.Pod), "cause", fb.Cause, "err", fb.Err, "fallbackPolicy", e.policy.Type())
 		return false
 	}
-	if agree, external, builtin := e.external.Compare(req, scores); !agree {
+	if agree, external, builtin := e.external.Compare(feats, scores); !agree {
 		logger.V(2).Info("Policy service's best node differs from the fallback policy's", "pod", klog.KObj(args.Pod),
 			"mode", e.external.Config().Mode, "external", external, "fallback", builtin)
 	}

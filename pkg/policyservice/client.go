@@ -122,13 +122,18 @@ func tlsConfig(t *config.ExternalTLS) (*tls.Config, error) {
 // Config is the configuration the Scorer was built with.
 func (s *Scorer) Config() config.ExternalPolicy { return s.cfg }
 
-// Request is the request for one pod over its feasible nodes: the whole
-// ScoreRequest for a service, the ModelRequest for a model.
-func (s *Scorer) Request(pod *v1.Pod, d *gpu.Demand, nodes []gpu.NodeFeatures, fallback gpu.PolicyType) *pb.ScoreRequest {
-	if s.model != nil {
-		return ModelRequest(nodes, d)
+// ScoreNodes scores a pod's nodes, described by nodes: a service is sent
+// the whole ScoreRequest (Score); a model scores their feature rows
+// in-process. The scores are in nodes' order; or, when they cannot be
+// used, why (and counts it).
+func (s *Scorer) ScoreNodes(ctx context.Context, pod *v1.Pod, d *gpu.Demand, nodes []gpu.NodeFeatures, fallback gpu.PolicyType) ([]float64, *Fallback) {
+	if s.model == nil {
+		return s.Score(ctx, ScoreRequest(pod, d, nodes, fallback))
 	}
-	return ScoreRequest(pod, d, nodes, fallback)
+	start := time.Now()
+	scores := s.model.ScoreFeatures(nodes, d)
+	callDuration.Observe(time.Since(start).Seconds())
+	return s.checkModel(scores, func(i int) string { return nodes[i].Name })
 }
 
 // Source names where the scores come from, for messages: "policy service
@@ -193,18 +198,26 @@ func (s *Scorer) Score(ctx context.Context, req *pb.ScoreRequest) ([]float64, *F
 	return scores, fb
 }
 
-// scoreWithModel scores req's nodes with the configured model: one call
-// counted, with its duration; a score that is not finite (a product or sum
-// past float64's range) is a malformed answer, as from a service.
+// scoreWithModel scores req's nodes with the configured model.
 func (s *Scorer) scoreWithModel(req *pb.ScoreRequest) ([]float64, *Fallback) {
 	start := time.Now()
 	scores, err := s.model.ScoreMatrix(req.Features)
 	callDuration.Observe(time.Since(start).Seconds())
-	var fb *Fallback
 	if err != nil {
-		fb = &Fallback{Cause: CauseError, Err: err}
-	} else if i := slices.IndexFunc(scores, notFinite); i >= 0 {
-		fb = &Fallback{Cause: CauseMalformed, Err: fmt.Errorf("the model scores node %q %v: want a finite number", req.Nodes[i].GetName(), scores[i])}
+		fallbacks.WithLabelValues(string(CauseError)).Inc()
+		calls.WithLabelValues(string(CauseError)).Inc()
+		return nil, &Fallback{Cause: CauseError, Err: err}
+	}
+	return s.checkModel(scores, func(i int) string { return req.Nodes[i].GetName() })
+}
+
+// checkModel counts one call of the model and returns its scores; a score
+// that is not finite (a product or sum past float64's range) is a
+// malformed answer, as from a service. name names the i-th node.
+func (s *Scorer) checkModel(scores []float64, name func(int) string) ([]float64, *Fallback) {
+	var fb *Fallback
+	if i := slices.IndexFunc(scores, notFinite); i >= 0 {
+		fb = &Fallback{Cause: CauseMalformed, Err: fmt.Errorf("the model scores node %q %v: want a finite number", name(i), scores[i])}
 	}
 	if fb != nil {
 		fallbacks.WithLabelValues(string(fb.Cause)).Inc()
@@ -288,9 +301,9 @@ func (b *breaker) record(ok bool, now time.Time) (open bool) {
 }
 
 // Compare counts whether the service's best node (the first of the highest
-// scores) is among the fallback policy's best nodes for req (the highest
-// builtin_score), and returns both nodes.
-func (s *Scorer) Compare(req *pb.ScoreRequest, scores []float64) (agree bool, external, builtin string) {
+// scores) is among the fallback policy's best nodes (the highest
+// BuiltinScore), and returns both nodes.
+func (s *Scorer) Compare(nodes []gpu.NodeFeatures, scores []float64) (agree bool, external, builtin string) {
 	best, top := 0, math.Inf(-1)
 	for i, v := range scores {
 		if v > top {
@@ -298,22 +311,22 @@ func (s *Scorer) Compare(req *pb.ScoreRequest, scores []float64) (agree bool, ex
 		}
 	}
 	topBuiltin := math.Inf(-1)
-	for _, n := range req.Nodes {
-		topBuiltin = math.Max(topBuiltin, n.BuiltinScore)
+	for i := range nodes {
+		topBuiltin = math.Max(topBuiltin, nodes[i].BuiltinScore)
 	}
-	for _, n := range req.Nodes {
-		if n.BuiltinScore == topBuiltin {
-			builtin = n.Name
+	for i := range nodes {
+		if nodes[i].BuiltinScore == topBuiltin {
+			builtin = nodes[i].Name
 			break
 		}
 	}
-	agree = req.Nodes[best].BuiltinScore == topBuiltin
+	agree = nodes[best].BuiltinScore == topBuiltin
 	mode := string(s.cfg.Mode)
 	compared.WithLabelValues(mode).Inc()
 	if !agree {
 		disagreements.WithLabelValues(mode).Inc()
 	}
-	return agree, req.Nodes[best].Name, builtin
+	return agree, nodes[best].Name, builtin
 }
 
 // Rescale maps scores min-max onto 0..maxOut, rounding, as the scheduler's

@@ -105,19 +105,6 @@ func Matrix(nodes []gpu.NodeFeatures, d *gpu.Demand, buf []byte) *pb.FeatureMatr
 	return &pb.FeatureMatrix{Columns: columns, Rows: int32(len(nodes)), Values: buf}
 }
 
-// ModelRequest is the request a model scores: the nodes' names and built-in
-// scores and the feature matrix, without the per-GPU columns a service is
-// sent, which a model does not read.
-func ModelRequest(nodes []gpu.NodeFeatures, d *gpu.Demand) *pb.ScoreRequest {
-	req := &pb.ScoreRequest{Nodes: make([]*pb.Node, len(nodes)), Features: Matrix(nodes, d, nil)}
-	all := make([]pb.Node, len(nodes))
-	for i := range nodes {
-		all[i].Name, all[i].BuiltinScore = nodes[i].Name, nodes[i].BuiltinScore
-		req.Nodes[i] = &all[i]
-	}
-	return req
-}
-
 // ScoreRequest is the request for one pod over its feasible nodes.
 func ScoreRequest(pod *v1.Pod, d *gpu.Demand, nodes []gpu.NodeFeatures, fallback gpu.PolicyType) *pb.ScoreRequest {
 	req := &pb.ScoreRequest{Pod: PodMessage(pod, d), Nodes: make([]*pb.Node, len(nodes)),

@@ -168,6 +168,17 @@ func (m *Model) score(row []float32, scratch []float64) float64 {
 	return x[0]
 }
 
+// ScoreFeatures scores each node's row of gpu.FeatureColumns for demand d.
+func (m *Model) ScoreFeatures(nodes []gpu.NodeFeatures, d *gpu.Demand) []float64 {
+	out := make([]float64, len(nodes))
+	row, scratch := make([]float32, 0, len(gpu.FeatureColumns())), m.scratch()
+	for i := range nodes {
+		row = nodes[i].AppendRow(row[:0], d)
+		out[i] = m.score(row, scratch)
+	}
+	return out
+}
+
 // ScoreMatrix scores each row of a request's feature matrix, whose columns
 // must be gpu.FeatureColumns (as Matrix writes them).
 func (m *Model) ScoreMatrix(f *pb.FeatureMatrix) ([]float64, error) {

@@ -47,13 +47,12 @@ func (p *GPUPlacement) preScoreExternal(ctx context.Context, state fwk.CycleStat
 		p.reportFallback(pod, &policyservice.Fallback{Cause: policyservice.CauseError, Err: err})
 		return
 	}
-	req := p.external.Request(pod, demand, feats, p.policy.Type())
-	scores, fb := p.external.Score(ctx, req)
+	scores, fb := p.external.ScoreNodes(ctx, pod, demand, feats, p.policy.Type())
 	if fb != nil {
 		p.reportFallback(pod, fb)
 		return
 	}
-	agree, external, builtin := p.external.Compare(req, scores)
+	agree, external, builtin := p.external.Compare(feats, scores)
 	if !agree {
 		logger(ctx).V(2).Info("Policy service's best node differs from the fallback policy's", "pod", klog.KObj(pod),
 			"mode", p.external.Config().Mode, "external", external, "fallback", builtin, "fallbackPolicy", p.policy.Type())
@@ -63,8 +62,8 @@ func (p *GPUPlacement) preScoreExternal(ctx context.Context, state fwk.CycleStat
 	}
 	rescaled := policyservice.Rescale(scores, fwk.MaxNodeScore)
 	ext := &externalState{scores: make(map[string]int64, len(nodes))}
-	for i, n := range req.Nodes {
-		ext.scores[n.Name] = rescaled[i]
+	for i := range feats {
+		ext.scores[feats[i].Name] = rescaled[i]
 	}
 	state.Write(externalKey, ext)
 }
