@@ -80,6 +80,34 @@ func TestModelScore(t *testing.T) {
 	}
 }
 
+// TestModelScoreWideLayers: hidden layers wider than the inputs and than
+// each other (1 → 3 → 2 → 1), whose values pass through the scratch buffer
+// in turn. With builtin_score b = 0.5:
+//
+//	h = relu(1·b, −1·b, 2·b + 1) = (0.5, 0, 2)
+//	g = relu(h0 + h1 + h2, h2 − 3) = (2.5, 0)
+//	score = 2·g0 − g1 + 0.5 = 5.5
+//
+// and with b = 0, scored next with the same scratch: h = (0, 0, 1),
+// g = relu(1, −2) = (1, 0), score = 2 + 0.5 = 2.5.
+func TestModelScoreWideLayers(t *testing.T) {
+	m, err := ParseModel([]byte(`{"format": "gpusched.io/model/v1", "columns": ["builtin_score"], "layers": [
+		{"weights": [[1], [-1], [2]], "bias": [0, 0, 1], "activation": "relu"},
+		{"weights": [[1, 1, 1], [0, 0, 1]], "bias": [0, -3], "activation": "relu"},
+		{"weights": [[2, -1]], "bias": [0.5]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	scores := m.ScoreFeatures([]gpu.NodeFeatures{{BuiltinScore: 0.5, Fits: true}, {BuiltinScore: 0, Fits: true}},
+		&gpu.Demand{Count: 1, Milli: gpu.MilliPerGPU})
+	if len(scores) != 2 || scores[0] != 5.5 || scores[1] != 2.5 {
+		t.Errorf("scores %v, want [5.5 2.5]", scores)
+	}
+	if s := m.Score(row(t, map[string]float32{"builtin_score": 0.5})); s != 5.5 {
+		t.Errorf("one row: score %v, want 5.5", s)
+	}
+}
+
 // TestReLUOfNegativeZero: a pre-activation of −0 (bias −0 plus −1·0) is +0
 // after the ReLU, as the Python package computes it.
 func TestReLUOfNegativeZero(t *testing.T) {

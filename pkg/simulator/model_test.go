@@ -150,7 +150,7 @@ func TestModelDecidesAlikeInGoAndPython(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%s: %v\n%s", cmd, err, stderr.Bytes())
 	}
-	// The scheduler's path scores a request's matrix: the same scores.
+	// A request's matrix of the same rows scores the same.
 	fromMatrix, err := model.ScoreMatrix(&pb.FeatureMatrix{Columns: columns, Rows: int32(len(goScores)), Values: recorded.Bytes()})
 	if err != nil {
 		t.Fatal(err)

@@ -7,12 +7,13 @@ A candidate is a linear model: builtin_score (the built-in policy's score,
 rescaled 0..1 over the feasible nodes) with weight 1, plus a weight on each
 of --columns. The search starts at weights 0, so its first candidate is the
 built-in policy itself, and every candidate it keeps did at least as well on
-the training seeds. Each iteration samples --population weight vectors
-around the mean, runs every one on the same training seeds (common random
-numbers: the candidates differ only by their weights), keeps the --elite
-best by mean unallocated GPU % at 100% arrived, and refits the mean and
-spread to them. The first iteration probes each column alone, +sigma and
--sigma, so that a weight that helps on its own is found at once.
+the training seeds. Each iteration runs --population candidates, the best
+so far and new weight vectors sampled around the mean, every one on the
+same training seeds (common random numbers: the candidates differ only by
+their weights), keeps the --elite best by mean unallocated GPU % at 100%
+arrived, and refits the mean and spread to them. In the first iteration the
+new vectors probe each column alone, +sigma and -sigma, as many as the
+population holds, so that a weight that helps on its own is found at once.
 
 Each candidate runs in gpusched's own simulator as a profile whose
 GPUPlacement evaluates the model itself (scoringStrategy External,
