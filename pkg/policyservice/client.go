@@ -123,12 +123,12 @@ func tlsConfig(t *config.ExternalTLS) (*tls.Config, error) {
 func (s *Scorer) Config() config.ExternalPolicy { return s.cfg }
 
 // ScoreNodes scores a pod's nodes, described by nodes: a service is sent
-// the whole ScoreRequest (Score); a model scores their feature rows
+// the whole ScoreRequest; a model scores their feature rows
 // in-process. The scores are in nodes' order; or, when they cannot be
 // used, why (and counts it).
 func (s *Scorer) ScoreNodes(ctx context.Context, pod *v1.Pod, d *gpu.Demand, nodes []gpu.NodeFeatures, fallback gpu.PolicyType) ([]float64, *Fallback) {
 	if s.model == nil {
-		return s.Score(ctx, ScoreRequest(pod, d, nodes, fallback))
+		return s.call(ctx, ScoreRequest(pod, d, nodes, fallback))
 	}
 	start := time.Now()
 	scores := s.model.ScoreFeatures(nodes, d)
@@ -156,13 +156,9 @@ func (s *Scorer) Close() error {
 	return s.conn.Close()
 }
 
-// Score asks the service (or the model) to score req's nodes and returns
-// their scores in req's order; or, when the answer cannot be used, why (and
-// counts it).
-func (s *Scorer) Score(ctx context.Context, req *pb.ScoreRequest) ([]float64, *Fallback) {
-	if s.model != nil {
-		return s.scoreWithModel(req)
-	}
+// call asks the service to score req's nodes and returns their scores in
+// req's order; or, when the answer cannot be used, why (and counts it).
+func (s *Scorer) call(ctx context.Context, req *pb.ScoreRequest) ([]float64, *Fallback) {
 	if !s.breaker.allow(time.Now()) {
 		fallbacks.WithLabelValues(string(CauseCircuitOpen)).Inc()
 		return nil, &Fallback{Cause: CauseCircuitOpen, Err: fmt.Errorf("%d calls in a row failed; the next try is within %v", s.cfg.CircuitBreaker.Failures, s.cfg.CircuitBreaker.OpenFor)}
@@ -196,19 +192,6 @@ func (s *Scorer) Score(ctx context.Context, req *pb.ScoreRequest) ([]float64, *F
 		circuitOpen.Set(0)
 	}
 	return scores, fb
-}
-
-// scoreWithModel scores req's nodes with the configured model.
-func (s *Scorer) scoreWithModel(req *pb.ScoreRequest) ([]float64, *Fallback) {
-	start := time.Now()
-	scores, err := s.model.ScoreMatrix(req.Features)
-	callDuration.Observe(time.Since(start).Seconds())
-	if err != nil {
-		fallbacks.WithLabelValues(string(CauseError)).Inc()
-		calls.WithLabelValues(string(CauseError)).Inc()
-		return nil, &Fallback{Cause: CauseError, Err: err}
-	}
-	return s.checkModel(scores, func(i int) string { return req.Nodes[i].GetName() })
 }
 
 // checkModel counts one call of the model and returns its scores; a score

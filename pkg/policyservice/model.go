@@ -2,7 +2,6 @@ package policyservice
 
 import (
 	"bytes"
-	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -11,7 +10,6 @@ import (
 	"strings"
 
 	"github.com/gpusched/gpusched/pkg/gpu"
-	pb "github.com/gpusched/gpusched/pkg/policyservice/v1alpha1"
 )
 
 // ModelFormat is the value of a model file's "format" field: a small
@@ -177,26 +175,4 @@ func (m *Model) ScoreFeatures(nodes []gpu.NodeFeatures, d *gpu.Demand) []float64
 		out[i] = m.score(row, scratch)
 	}
 	return out
-}
-
-// ScoreMatrix scores each row of a request's feature matrix, whose columns
-// must be gpu.FeatureColumns (as Matrix writes them).
-func (m *Model) ScoreMatrix(f *pb.FeatureMatrix) ([]float64, error) {
-	width := len(gpu.FeatureColumns())
-	if !slices.Equal(f.GetColumns(), gpu.FeatureColumns()) {
-		return nil, fmt.Errorf("feature columns %v: want %v", f.GetColumns(), gpu.FeatureColumns())
-	}
-	rows := int(f.GetRows())
-	if len(f.GetValues()) != 4*width*rows {
-		return nil, fmt.Errorf("%d bytes of features for %d rows of %d columns: want %d", len(f.GetValues()), rows, width, 4*width*rows)
-	}
-	out := make([]float64, rows)
-	row, scratch := make([]float32, width), m.scratch()
-	for r := range rows {
-		for c := range row {
-			row[c] = math.Float32frombits(binary.LittleEndian.Uint32(f.Values[4*(r*width+c):]))
-		}
-		out[r] = m.score(row, scratch)
-	}
-	return out, nil
 }

@@ -173,8 +173,8 @@ func TestScorerWithModel(t *testing.T) {
 	}
 	nodes := []gpu.NodeFeatures{{Name: "a", BuiltinScore: 1, Fits: true}, {Name: "b", BuiltinScore: 0.75, Fits: true}}
 	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "p"}}
-	req := ScoreRequest(pod, &gpu.Demand{Count: 1, Milli: gpu.MilliPerGPU}, nodes, gpu.DefaultPolicy)
-	scores, fb := s.Score(context.Background(), req)
+	demand := &gpu.Demand{Count: 1, Milli: gpu.MilliPerGPU}
+	scores, fb := s.ScoreNodes(context.Background(), pod, demand, nodes, gpu.DefaultPolicy)
 	if fb != nil {
 		t.Fatal(fb)
 	}
@@ -195,7 +195,7 @@ func TestScorerWithModel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, fb := hs.Score(context.Background(), req); fb == nil || fb.Cause != CauseMalformed || !strings.Contains(fb.Error(), `the model scores node "a" +Inf: want a finite number`) {
+	if _, fb := hs.ScoreNodes(context.Background(), pod, demand, nodes, gpu.DefaultPolicy); fb == nil || fb.Cause != CauseMalformed || !strings.Contains(fb.Error(), `the model scores node "a" +Inf: want a finite number`) {
 		t.Errorf("an overflowing model: fallback %v, want malformed naming node a", fb)
 	}
 

@@ -55,7 +55,7 @@ func TestExternalPolicyMutualTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if scores, fb := s.Score(context.Background(), req); fb != nil || scores[1] != 1 {
+	if scores, fb := s.call(context.Background(), req); fb != nil || scores[1] != 1 {
 		t.Fatalf("mutual TLS: scores %v, fallback %v", scores, fb)
 	}
 
@@ -69,7 +69,7 @@ func TestExternalPolicyMutualTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s2.Close()
-	if _, fb := s2.Score(context.Background(), req); fb == nil || fb.Cause != CauseError {
+	if _, fb := s2.call(context.Background(), req); fb == nil || fb.Cause != CauseError {
 		t.Errorf("an untrusted service: fallback %v, want cause error", fb)
 	}
 
