@@ -95,7 +95,7 @@ func (pl *GPUPreemption) Name() string { return Name }
 // PostFilter plugins that follow, and GPUGang's must run to release a gang
 // whose pod found no room.
 func (pl *GPUPreemption) PostFilter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, m fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
-	if status := pl.gangGate(state, pod); status != nil {
+	if status := pl.gangGate(ctx, state, pod); status != nil {
 		return nil, status
 	}
 	result, status := pl.DefaultPreemption.PostFilter(ctx, state, pod, m)

@@ -6,6 +6,8 @@
 package gangview
 
 import (
+	"context"
+
 	v1 "k8s.io/api/core/v1"
 	fwk "k8s.io/kube-scheduler/framework"
 
@@ -17,13 +19,17 @@ const StateKey fwk.StateKey = "gpusched.io/gangs"
 
 // Gangs is what GPUGang knows of the gangs of the profile's pods.
 type Gangs interface {
-	// Unplaced is what the cycle's gang pod still lacks, as GPUGang's
-	// PreFilter read the gang in this cycle: key is the gang's
-	// "namespace/name", pending its members neither reserved nor bound
-	// (the pod of the cycle among them), and needed how many of those must
-	// still be placed for the gang to reach minMember. ok is false for a
-	// pod outside a gang.
-	Unplaced(state fwk.CycleState) (key string, pending []*v1.Pod, needed int, ok bool)
+	// FitAfterEviction is whether the cycle's gang pod's gang could still
+	// reach minMember if every pod for which evicted is true were gone:
+	// the GPU demands of its members neither reserved nor bound (their
+	// annotations, resources or claims, as GPUGang's PreFilter reads
+	// them) placed on the nodes their GPUs may go to, each node's GPUs as
+	// they would be after those evictions. key is the gang's
+	// "namespace/name" and needed how many members must still be placed;
+	// reason is empty when they fit (or none is needed) and else says what
+	// they lack. ok is false for a pod outside a gang, or a profile
+	// without GPUPlacement, whose ledger says what each pod holds.
+	FitAfterEviction(ctx context.Context, state fwk.CycleState, nodes []fwk.NodeInfo, evicted func(*v1.Pod) bool) (key string, needed int, reason string, ok bool)
 	// Siblings returns the gang pod belongs to ("namespace/name") and its
 	// bound members, pod included; an empty key for a pod outside a gang.
 	Siblings(pod *v1.Pod) (key string, bound []*v1.Pod)
