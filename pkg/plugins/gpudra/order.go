@@ -3,6 +3,7 @@ package gpudra
 import (
 	"cmp"
 	"slices"
+	"sync"
 	"sync/atomic"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -46,6 +47,7 @@ func orderOf(state fwk.CycleState) Order {
 type orderedManager struct {
 	fwk.SharedDRAManager
 	order atomic.Pointer[Order]
+	memo  reorderMemo
 }
 
 // ResourceSlices implements fwk.SharedDRAManager.
@@ -64,7 +66,41 @@ func (l orderedLister) ListWithDeviceTaintRules() ([]*resourceapi.ResourceSlice,
 	if order == nil || len(*order) == 0 {
 		return all, nil
 	}
-	return Reorder(all, *order), nil
+	return reorder(all, *order, &l.m.memo), nil
+}
+
+// reorderMemo keeps the last reordering of each slice: a node's preferred
+// devices are often the same from one cycle to the next (the node did not
+// change, and pods of the same shape follow each other), and slices are
+// never modified, so the reordered copy is handed out again. It keeps at
+// most one entry per slice object, and starts afresh when it holds more
+// than twice as many as the listing has slices (slices replaced by newer
+// versions).
+type reorderMemo struct {
+	mu      sync.Mutex
+	entries map[*resourceapi.ResourceSlice]reordered
+}
+
+// reordered is a slice's reordering for a node's preference.
+type reordered struct {
+	prefer []DeviceName
+	best   int
+	out    *resourceapi.ResourceSlice
+}
+
+// devices is reorderDevices through the memo.
+func (m *reorderMemo) devices(s *resourceapi.ResourceSlice, prefer []DeviceName, listed int) (best int, out *resourceapi.ResourceSlice) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if e, ok := m.entries[s]; ok && slices.Equal(e.prefer, prefer) {
+		return e.best, e.out
+	}
+	if m.entries == nil || len(m.entries) > 2*listed {
+		m.entries = make(map[*resourceapi.ResourceSlice]reordered, listed)
+	}
+	best, out = reorderDevices(s, rankOf(prefer))
+	m.entries[s] = reordered{prefer: prefer, best: best, out: out}
+	return best, out
 }
 
 // Reorder returns the slices with the devices of each node in the order's
@@ -87,6 +123,11 @@ func (l orderedLister) ListWithDeviceTaintRules() ([]*resourceapi.ResourceSlice,
 // within each slice: the regrouping of a node's slices serves the stable
 // allocator.
 func Reorder(all []*resourceapi.ResourceSlice, order Order) []*resourceapi.ResourceSlice {
+	return reorder(all, order, nil)
+}
+
+// reorder is Reorder, through memo when it is not nil.
+func reorder(all []*resourceapi.ResourceSlice, order Order, memo *reorderMemo) []*resourceapi.ResourceSlice {
 	out := slices.Clone(all)
 	type group struct{ node, driver, pool string }
 	at := map[group][]int{} // positions in out of each node's slices of a pool
@@ -99,13 +140,13 @@ func Reorder(all []*resourceapi.ResourceSlice, order Order) []*resourceapi.Resou
 		if !ok || len(prefer) == 0 {
 			continue
 		}
-		rank := make(map[DeviceName]int, len(prefer))
-		for r, d := range prefer {
-			if _, dup := rank[d]; !dup {
-				rank[d] = r
-			}
+		var best int
+		var sorted *resourceapi.ResourceSlice
+		if memo != nil {
+			best, sorted = memo.devices(s, prefer, len(all))
+		} else {
+			best, sorted = reorderDevices(s, rankOf(prefer))
 		}
-		best, sorted := reorderDevices(s, rank)
 		out[i] = sorted
 		bestOf[sorted] = best
 		g := group{*s.Spec.NodeName, s.Spec.Driver, s.Spec.Pool.Name}
@@ -127,6 +168,17 @@ func Reorder(all []*resourceapi.ResourceSlice, order Order) []*resourceapi.Resou
 		}
 	}
 	return out
+}
+
+// rankOf ranks each device of a preference by its first place in it.
+func rankOf(prefer []DeviceName) map[DeviceName]int {
+	rank := make(map[DeviceName]int, len(prefer))
+	for r, d := range prefer {
+		if _, dup := rank[d]; !dup {
+			rank[d] = r
+		}
+	}
+	return rank
 }
 
 // notRanked is the rank of a device the order does not list.

@@ -124,7 +124,39 @@ func TestReorder(t *testing.T) {
 					t.Errorf("slice %d is a copy, want the listed object", i)
 				}
 			}
+			// Through the memo the listing is the same, and a second
+			// cycle with the same preference gets the same objects.
+			memo := &reorderMemo{}
+			first, second := reorder(tt.all, tt.order, memo), reorder(tt.all, tt.order, memo)
+			if listing(first) != tt.want || listing(second) != tt.want {
+				t.Errorf("through the memo: %s, then %s; want %s", listing(first), listing(second), tt.want)
+			}
+			for i := range first {
+				if first[i] != second[i] {
+					t.Errorf("through the memo, slice %d was made again", i)
+				}
+			}
 		})
+	}
+}
+
+// TestReorderMemoFollowsThePreference: the memo hands out a slice's
+// reordering only for the preference it was made for.
+func TestReorderMemoFollowsThePreference(t *testing.T) {
+	all := []*resourceapi.ResourceSlice{slice("a", "a", "a", 1, "g0", "g1", "g2", "g3")}
+	memo := &reorderMemo{}
+	for _, step := range []struct {
+		order Order
+		want  string
+	}{
+		{Order{"a": names("a", "g2", "g0")}, "a:g2,g0,g1,g3"},
+		{Order{"a": names("a", "g1")}, "a:g1,g0,g2,g3"},
+		{Order{"a": names("a", "g2", "g0")}, "a:g2,g0,g1,g3"},
+		{Order{"a": names("a", "g2", "g1")}, "a:g2,g1,g0,g3"},
+	} {
+		if got := listing(reorder(all, step.order, memo)); got != step.want {
+			t.Errorf("order %v: got %s, want %s", step.order["a"], got, step.want)
+		}
 	}
 }
 

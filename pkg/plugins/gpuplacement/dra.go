@@ -3,6 +3,7 @@ package gpuplacement
 import (
 	"context"
 	"fmt"
+	"hash/maphash"
 	"slices"
 	"strings"
 	"sync"
@@ -44,10 +45,13 @@ type draCycle struct {
 	// onNode and nonLocalSlices are as in publishedGPUs.
 	onNode         map[string][]*resourceapi.ResourceSlice
 	nonLocalSlices bool
-	// shared are the devices with at least one shared allocation, read
-	// from allocated on first use (takenOn).
-	sharedOnce sync.Once
-	shared     sets.Set[structured.DeviceID]
+	// shared says which devices of the nodes pub indexes, node after node
+	// (pub.offsets), have at least one shared allocation, and signatures
+	// sums up the allocations on each node, by its index in pub; both read
+	// from allocated on first use (readAllocations).
+	readOnce   sync.Once
+	shared     []bool
+	signatures []uint64
 	// slices and allocated are what was read, for the structured allocator
 	// (see preScoreClaims).
 	slices    []*resourceapi.ResourceSlice
@@ -83,8 +87,8 @@ type draReader struct {
 	last atomic.Pointer[publishedGPUs]
 	// classes maps "node/class" to the node's last *classDevices.
 	classes sync.Map
-	// selections maps node, class and selectors to the node's last
-	// *selectedDevices (drachoice.go); selectionCount bounds it.
+	// selections maps an askSelector's key to its last *selectionSet
+	// (draselect.go); selectionCount bounds the selections they hold.
 	selections     sync.Map
 	selectionCount atomic.Int64
 	// models maps an askSelector's key to its last *askModels;
@@ -107,10 +111,13 @@ type memoInventory struct {
 }
 
 // draDevice is one device of the driver, named as the engine and as the
-// allocated state name it.
+// allocated state name it, with the inventory position of its GPU (the
+// GPU itself, or the one a partition is part of; -1 for a device the
+// inventory does not read).
 type draDevice struct {
 	id  gpu.DRADeviceID
 	key structured.DeviceID
+	pos int
 }
 
 // newDRAReader returns nil when DRA is disabled in args or the scheduler
@@ -179,7 +186,12 @@ type publishedGPUs struct {
 	nonLocalSlices bool
 	// index numbers the nodes of nodes; lastViews[index[node]] is the last
 	// view of the node's GPUs with DRA's allocations (viewOf).
-	index     map[string]int
+	index map[string]int
+	// offsets[index[node]] is where the node's devices begin when the
+	// devices of all indexed nodes are numbered node after node, and flat
+	// is where each device is (readAllocations).
+	offsets   []int
+	flat      map[structured.DeviceID]deviceAt
 	lastViews []atomic.Pointer[draView]
 	// empties are the nodes' GPUs with nothing allocated, by index, made
 	// on first use (EmptyNodeGPUs).
@@ -187,6 +199,11 @@ type publishedGPUs struct {
 	// models counts the GPUs of nodes by model (draFleet).
 	models gpu.ModelGPUs
 }
+
+// deviceAt is where a device is in a listing: its node's index, and its
+// number when the devices of all indexed nodes are numbered node after
+// node.
+type deviceAt struct{ node, device int }
 
 // published groups a listing of the slices by node and reads each node's
 // inventory, or returns the last grouping when the listing holds the same
@@ -217,6 +234,19 @@ func (r *draReader) published(ctx context.Context, all []*resourceapi.ResourceSl
 		inventories = append(inventories, m.inv.Inventory)
 	}
 	pub.models = gpu.CountModels(inventories)
+	pub.offsets = make([]int, len(pub.index)+1)
+	for node, i := range pub.index {
+		pub.offsets[i+1] = len(pub.devices[node])
+	}
+	for i := range len(pub.index) {
+		pub.offsets[i+1] += pub.offsets[i]
+	}
+	pub.flat = make(map[structured.DeviceID]deviceAt, pub.offsets[len(pub.index)])
+	for node, i := range pub.index {
+		for j, dev := range pub.devices[node] {
+			pub.flat[dev.key] = deviceAt{node: i, device: pub.offsets[i] + j}
+		}
+	}
 	pub.lastViews = make([]atomic.Pointer[draView], len(pub.index))
 	pub.empties = make([]atomic.Pointer[gpu.NodeGPUs], len(pub.index))
 	r.last.Store(pub)
@@ -235,10 +265,15 @@ func (r *draReader) inventory(ctx context.Context, node string, nodeSlices []*re
 	for _, s := range nodeSlices {
 		for i := range s.Spec.Devices {
 			name := s.Spec.Devices[i].Name
-			m.devices = append(m.devices, draDevice{
+			dev := draDevice{
 				id:  gpu.DRADeviceID{Driver: s.Spec.Driver, Pool: s.Spec.Pool.Name, Device: name},
 				key: structured.MakeDeviceID(s.Spec.Driver, s.Spec.Pool.Name, name),
-			})
+				pos: -1,
+			}
+			if pos, _, found := inv.Position(dev.id); found {
+				dev.pos = pos
+			}
+			m.devices = append(m.devices, dev)
 		}
 	}
 	r.inventories.Store(node, m)
@@ -285,29 +320,58 @@ type deviceTaken struct {
 	memoryMiB         int64
 }
 
-// takenOn is DRA's allocated state on each of a node's devices of the
-// driver, in the node's device order. It looks up only the node's devices,
-// since Filter, Score and the device choice ask for one node at a time.
-func (c *draCycle) takenOn(node string) []deviceTaken {
-	c.sharedOnce.Do(c.indexShared)
+// What DRA has allocated on a node changes only when an allocation there
+// comes or goes, while every cycle of a claim pod reads the devices of
+// every node (the device choice places the pod on each). So a cycle reads
+// the allocated state once, in one pass over the allocations
+// (readAllocations), which gives each node a signature of the allocations
+// on its devices; a node whose signature and inventory are those of its
+// last view gets that view again (viewOf), and only the other nodes look
+// their devices up (takenOn).
+
+// allocationSeed seeds the signatures' hashes.
+var allocationSeed = maphash.MakeSeed()
+
+// readAllocations reads DRA's allocated state onto the nodes the listing
+// indexes: which devices have a shared allocation (the state names each
+// share, not each device), and each node's signature, the sum of the
+// hashes of the devices allocated whole and of the shares on it.
+func (c *draCycle) readAllocations() {
+	c.shared = make([]bool, c.pub.offsets[len(c.pub.offsets)-1])
+	c.signatures = make([]uint64, len(c.pub.index))
+	for id := range c.allocated.AllocatedDevices {
+		if at, ok := c.pub.flat[id]; ok {
+			c.signatures[at.node] += maphash.Comparable(allocationSeed, id)
+		}
+	}
+	for id := range c.allocated.AllocatedSharedDeviceIDs {
+		if at, ok := c.pub.flat[id.GetDeviceID()]; ok {
+			c.shared[at.device] = true
+			c.signatures[at.node] += maphash.Comparable(allocationSeed, id)
+		}
+	}
+}
+
+// takenOn is DRA's allocated state on each of the devices of the driver
+// on the node the listing numbers i, in the node's device order.
+func (c *draCycle) takenOn(node string, i int) []deviceTaken {
+	shared := c.shared[c.pub.offsets[i]:c.pub.offsets[i+1]]
 	devices := c.devices[node]
 	out := make([]deviceTaken, len(devices))
-	for i, dev := range devices {
-		out[i] = deviceTaken{exclusive: c.allocated.AllocatedDevices.Has(dev.key), shared: c.shared.Has(dev.key)}
-		if q := c.allocated.AggregatedCapacity[dev.key]["memory"]; q != nil && q.Sign() > 0 {
-			out[i].memoryMiB = ceilMiB(q)
-		}
+	for j, dev := range devices {
+		out[j] = deviceTaken{exclusive: c.allocated.AllocatedDevices.Has(dev.key), shared: shared[j]}
+		out[j].memoryMiB = memoryTaken(c.allocated.AggregatedCapacity[dev.key])
 	}
 	return out
 }
 
-// indexShared reads which devices have a shared allocation: the allocated
-// state names each share, with its share ID.
-func (c *draCycle) indexShared() {
-	c.shared = sets.New[structured.DeviceID]()
-	for id := range c.allocated.AllocatedSharedDeviceIDs {
-		c.shared.Insert(id.GetDeviceID())
+// memoryTaken is the memory a device's allocations consume together, in
+// MiB rounded up; 0 when they consume none.
+func memoryTaken(capacity map[resourceapi.QualifiedName]*resource.Quantity) int64 {
+	if q := capacity["memory"]; q != nil && q.Sign() > 0 {
+		return ceilMiB(q)
 	}
+	return 0
 }
 
 // allocatedOn is DRA's allocated state on a node's devices of the driver
@@ -327,33 +391,35 @@ func (c *draCycle) allocatedOn(node string, taken []deviceTaken) *gpu.DRAAllocat
 }
 
 // draView is a node's GPUs with DRA's allocations counted, and what it was
-// computed from: the node's inventory and what is taken of each device.
+// computed from: the node's inventory and the signature of the
+// allocations on its devices (readAllocations).
 type draView struct {
-	inv   *gpu.DRAInventory
-	taken []deviceTaken
-	view  *gpu.NodeGPUs
+	inv       *gpu.DRAInventory
+	signature uint64
+	view      *gpu.NodeGPUs
 }
 
 // viewOf is the node's GPUs with DRA's allocations counted. The view of
-// the last cycle is handed out again while the node's inventory and what
-// is taken of its devices are the same, and with it the answers its memo
-// holds: most nodes do not change between two cycles, and views are never
-// modified.
+// the last cycle is handed out again while the node's inventory and the
+// allocations on its devices are the same, and with it the answers its
+// memo holds: most nodes do not change between two cycles, and views are
+// never modified.
 func (c *draCycle) viewOf(node string, d *gpu.DRAInventory) *gpu.NodeGPUs {
 	i, ok := c.pub.index[node]
 	if !ok {
-		return gpu.EmptyDRANodeGPUs(node, d).WithDRA(d, c.allocatedOn(node, c.takenOn(node)))
+		return gpu.EmptyDRANodeGPUs(node, d) // the listing publishes no device of the driver there
 	}
 	if view := c.views[i].Load(); view != nil {
 		return view
 	}
-	taken := c.takenOn(node)
-	if last := c.pub.lastViews[i].Load(); last != nil && last.inv == d && slices.Equal(last.taken, taken) {
+	c.readOnce.Do(c.readAllocations)
+	signature := c.signatures[i]
+	if last := c.pub.lastViews[i].Load(); last != nil && last.inv == d && last.signature == signature {
 		c.views[i].Store(last.view)
 		return last.view
 	}
-	view := gpu.EmptyDRANodeGPUs(node, d).WithDRA(d, c.allocatedOn(node, taken))
-	c.pub.lastViews[i].Store(&draView{inv: d, taken: taken, view: view})
+	view := gpu.EmptyDRANodeGPUs(node, d).WithDRA(d, c.allocatedOn(node, c.takenOn(node, i)))
+	c.pub.lastViews[i].Store(&draView{inv: d, signature: signature, view: view})
 	c.views[i].Store(view)
 	return view
 }

@@ -4,11 +4,9 @@ import (
 	"context"
 	"maps"
 	"slices"
-	"strings"
 
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
-	"k8s.io/dynamic-resource-allocation/cel"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	schedconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
@@ -176,6 +174,7 @@ func (p *GPUPlacement) chooseDRADevices(ctx context.Context, state fwk.CycleStat
 	}
 	results := make([]*result, len(nodes))
 	selector := p.dra.selectorOf(ask)
+	selections := p.dra.selectionsOf(cycle, selector)
 	models, _ := p.dra.modelsOf(ctx, cycle, selector)
 	p.handle.Parallelizer().Until(ctx, len(nodes), func(i int) {
 		nodeInfo := nodes[i]
@@ -184,7 +183,7 @@ func (p *GPUPlacement) chooseDRADevices(ctx context.Context, state fwk.CycleStat
 		if d == nil || (only != nil && !only(nodeInfo)) {
 			return
 		}
-		sel := p.dra.selected(ctx, cycle, name, d, selector)
+		sel := selections.at(ctx, p.dra, cycle, name, d)
 		if !sel.ok || sel.partitions || sel.gpus == 0 {
 			return // the allocator decides alone: first fit
 		}
@@ -203,10 +202,10 @@ func (p *GPUPlacement) chooseDRADevices(ctx context.Context, state fwk.CycleStat
 		if !fit.OK() {
 			return
 		}
-		results[i] = &result{node: name, choice: nodeChoice{demand: demand, chosen: chosen}, order: cycle.devicesAt(name, d, chosen)}
+		results[i] = &result{node: name, choice: nodeChoice{demand: demand, chosen: chosen}, order: cycle.devicesAt(name, chosen)}
 	}, Name)
-	choice := &draChoice{nodes: map[string]nodeChoice{}}
-	order := gpudra.Order{}
+	choice := &draChoice{nodes: make(map[string]nodeChoice, len(cycle.nodes))}
+	order := make(gpudra.Order, len(cycle.nodes))
 	for _, r := range results {
 		if r != nil {
 			choice.nodes[r.node] = r.choice
@@ -231,41 +230,14 @@ func (s onlyAmong) Excluded(_ string, inv *gpu.Inventory) (gpu.DeviceSet, string
 
 // devicesAt names the driver's devices at the chosen positions of a node,
 // in published order: each chosen GPU and its partitions.
-func (c *draCycle) devicesAt(node string, d *gpu.DRAInventory, chosen gpu.DeviceSet) []gpudra.DeviceName {
+func (c *draCycle) devicesAt(node string, chosen gpu.DeviceSet) []gpudra.DeviceName {
 	var out []gpudra.DeviceName
 	for _, dev := range c.devices[node] {
-		if pos, _, found := d.Position(dev.id); found && chosen.Has(pos) {
+		if dev.pos >= 0 && chosen.Has(dev.pos) {
 			out = append(out, gpudra.DeviceName{Driver: dev.id.Driver, Pool: dev.id.Pool, Device: dev.id.Device})
 		}
 	}
 	return out
-}
-
-// selectedDevices is which devices of the driver on a node a class and
-// selectors select, with what they were computed from: whole GPUs (by
-// inventory position), those of them that allow several allocations
-// (consumable capacity), and whether any partition (MIG) is selected. ok is
-// false when the selection could not be evaluated.
-type selectedDevices struct {
-	slices     []*resourceapi.ResourceSlice
-	class      *resourceapi.DeviceClass
-	gpus       gpu.DeviceSet
-	shareable  gpu.DeviceSet
-	partitions bool
-	ok         bool
-}
-
-// maxSelections bounds the selections kept: claims with selectors of their
-// own (a UUID pin) add one per node.
-const maxSelections = 1 << 14
-
-// askSelector is an ask's device class and the CEL expressions of the
-// class's and the request's selectors, read once per cycle; key names
-// them in the selections kept.
-type askSelector struct {
-	class *resourceapi.DeviceClass
-	exprs []string
-	key   string
 }
 
 // modelsOf is the GPU models whose devices the ask's class and selectors
@@ -289,8 +261,9 @@ func (r *draReader) modelsOf(ctx context.Context, cycle *draCycle, sel *askSelec
 	m := &askModels{pub: cycle.pub, class: sel.class}
 	admitted := map[string]bool{}
 	constrained, ok := false, true
+	selections := r.selectionsOf(cycle, sel)
 	for node, d := range cycle.nodes {
-		sd := r.selected(ctx, cycle, node, d, sel)
+		sd := selections.at(ctx, r, cycle, node, d)
 		if !sd.ok {
 			ok = false
 			break
@@ -322,92 +295,6 @@ type askModels struct {
 	class       *resourceapi.DeviceClass
 	models      []string
 	selectsGPUs bool
-}
-
-// selectionKey is where a node's selection by an askSelector is kept.
-type selectionKey struct{ node, selector string }
-
-// selectorOf reads the ask's class and selectors; nil when the class
-// cannot be read: the allocator then decides alone.
-func (r *draReader) selectorOf(ask *draAsk) *askSelector {
-	class, err := r.manager.DeviceClasses().Get(ask.class)
-	if err != nil {
-		return nil
-	}
-	exprs := make([]string, 0, len(class.Spec.Selectors)+len(ask.selectors))
-	for _, sel := range slices.Concat(class.Spec.Selectors, ask.selectors) {
-		if sel.CEL != nil {
-			exprs = append(exprs, sel.CEL.Expression)
-		}
-	}
-	return &askSelector{class: class, exprs: exprs, key: ask.class + "\x00" + strings.Join(exprs, "\x00")}
-}
-
-// selected is the devices of the driver on the node that the ask's class
-// and request selectors select, evaluated with DRA's CEL library and the
-// scheduler's CEL features, and kept until the node's slices or the class
-// change. It is not ok when a selector does not compile or the class could
-// not be read (sel nil): the allocator then decides alone.
-func (r *draReader) selected(ctx context.Context, cycle *draCycle, node string, d *gpu.DRAInventory, sel *askSelector) *selectedDevices {
-	if sel == nil {
-		return &selectedDevices{}
-	}
-	nodeSlices := cycle.onNode[node]
-	key := selectionKey{node: node, selector: sel.key}
-	if c, ok := r.selections.Load(key); ok {
-		if sd := c.(*selectedDevices); sd.class == sel.class && slices.Equal(sd.slices, nodeSlices) {
-			return sd
-		}
-	}
-	sd := r.evaluate(ctx, node, d, nodeSlices, sel.exprs)
-	sd.slices, sd.class = nodeSlices, sel.class
-	if r.selectionCount.Add(1) > maxSelections {
-		r.selections.Clear()
-		r.selectionCount.Store(0)
-	}
-	r.selections.Store(key, sd)
-	return sd
-}
-
-// evaluate runs the selectors on each device of the driver on the node.
-func (r *draReader) evaluate(ctx context.Context, node string, d *gpu.DRAInventory, nodeSlices []*resourceapi.ResourceSlice, exprs []string) *selectedDevices {
-	programs := make([]cel.CompilationResult, len(exprs))
-	for i, expr := range exprs {
-		if programs[i] = r.celCache.GetOrCompile(expr); programs[i].Error != nil {
-			logger(ctx).V(4).Info("Not choosing DRA devices: a selector does not compile", "node", node, "expression", expr, "err", programs[i].Error)
-			return &selectedDevices{}
-		}
-	}
-	sd := &selectedDevices{ok: true}
-	for _, s := range nodeSlices {
-		if s.Spec.Driver != r.src.Driver {
-			continue
-		}
-	devices:
-		for i := range s.Spec.Devices {
-			dev := &s.Spec.Devices[i]
-			pos, partition, found := d.Position(gpu.DRADeviceID{Driver: s.Spec.Driver, Pool: s.Spec.Pool.Name, Device: dev.Name})
-			if !found {
-				continue
-			}
-			input := cel.Device{Driver: s.Spec.Driver, AllowMultipleAllocations: dev.AllowMultipleAllocations, Attributes: dev.Attributes, Capacity: dev.Capacity}
-			for _, program := range programs {
-				if match, _, err := program.DeviceMatches(ctx, input); err != nil || !match {
-					continue devices
-				}
-			}
-			switch {
-			case partition:
-				sd.partitions = true
-			default:
-				sd.gpus |= 1 << uint(pos)
-				if ptr.Deref(dev.AllowMultipleAllocations, false) {
-					sd.shareable |= 1 << uint(pos)
-				}
-			}
-		}
-	}
-	return sd
 }
 
 // claimsToAllocate is the pod's claims that DRA has yet to allocate

@@ -1,0 +1,114 @@
+package gpuplacement
+
+import (
+	"context"
+	"testing"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/dynamic-resource-allocation/cel"
+	"k8s.io/dynamic-resource-allocation/structured"
+	fwk "k8s.io/kube-scheduler/framework"
+
+	"github.com/gpusched/gpusched/pkg/gpu"
+)
+
+// stateManager is a modelsManager whose allocated state the test changes
+// in place between cycles, as the simulator's DRA manager does.
+type stateManager struct {
+	modelsManager
+	state *structured.AllocatedState
+}
+
+func (m *stateManager) ResourceClaims() fwk.ResourceClaimTracker { return stateClaims{m: m} }
+
+type stateClaims struct {
+	noClaims
+	m *stateManager
+}
+
+func (c stateClaims) GatherAllocatedState() (*structured.AllocatedState, error) { return c.m.state, nil }
+
+// TestDRAViewsFollowAllocations: a node's view of its DRA GPUs is handed
+// out again while the allocations on its devices are the same, and made
+// anew when one comes or goes there, whole or shared, even when the state
+// changes in place and the node's count of allocations stays the same.
+// Nodes a and b each publish two GPUs of 81920 MiB (devices gpu-0, gpu-1
+// in pools a and b).
+func TestDRAViewsFollowAllocations(t *testing.T) {
+	const product = "NVIDIA A100-SXM4-80GB"
+	state := &structured.AllocatedState{
+		AllocatedDevices:         sets.New[structured.DeviceID](),
+		AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](),
+		AggregatedCapacity:       structured.NewConsumedCapacityCollection(),
+	}
+	m := &stateManager{modelsManager: modelsManager{slices: []*resourceapi.ResourceSlice{twoGPUSlice("a", product), twoGPUSlice("b", product)}}, state: state}
+	r := &draReader{manager: m, src: gpu.DRASource{Driver: gpu.DefaultDRADriver}, celCache: cel.NewCache(10, cel.Features{})}
+	ctx := context.Background()
+	views := func() (a, b *gpu.NodeGPUs) {
+		t.Helper()
+		cycle, err := r.read(ctx, false)
+		if err != nil || cycle == nil {
+			t.Fatalf("read: %v, %v", cycle, err)
+		}
+		return cycle.NodeGPUs("a"), cycle.NodeGPUs("b")
+	}
+	device := func(node string, i int) structured.DeviceID {
+		return structured.MakeDeviceID(gpu.DefaultDRADriver, node, []string{"gpu-0", "gpu-1"}[i])
+	}
+	share := func(node string, i int, uid string, memory string) (structured.SharedDeviceID, structured.DeviceConsumedCapacity) {
+		id := device(node, i)
+		shareID := types.UID(uid)
+		return structured.MakeSharedDeviceID(id, &shareID),
+			structured.NewDeviceConsumedCapacity(id, map[resourceapi.QualifiedName]resource.Quantity{"memory": resource.MustParse(memory)})
+	}
+	free := func(v *gpu.NodeGPUs) [2]int64 { return [2]int64{v.FreeMilli(0), v.FreeMilli(1)} }
+	freeMemory := func(v *gpu.NodeGPUs) [2]int64 { return [2]int64{v.FreeMemoryMiB(0), v.FreeMemoryMiB(1)} }
+
+	a1, b1 := views()
+	if free(a1) != [2]int64{1000, 1000} || free(b1) != [2]int64{1000, 1000} {
+		t.Fatalf("nothing allocated: free %v and %v, want every GPU", free(a1), free(b1))
+	}
+
+	// a's gpu-0 allocated whole: a's view is new, b's the same.
+	state.AllocatedDevices.Insert(device("a", 0))
+	a2, b2 := views()
+	if free(a2) != [2]int64{0, 1000} || b2 != b1 {
+		t.Errorf("a's gpu-0 allocated: a free %v, want [0 1000]; b's view kept: %t", free(a2), b2 == b1)
+	}
+
+	// Nothing changes: both views are handed out again.
+	if a3, b3 := views(); a3 != a2 || b3 != b2 {
+		t.Errorf("nothing changed, views made anew: a %t, b %t", a3 != a2, b3 != b2)
+	}
+
+	// A share of 10Gi (10240 MiB) on b's gpu-1: 81920 − 10240 = 71680 MiB
+	// free there.
+	id, consumed := share("b", 1, "share-1", "10Gi")
+	state.AllocatedSharedDeviceIDs.Insert(id)
+	state.AggregatedCapacity.Insert(consumed)
+	a4, b4 := views()
+	if freeMemory(b4) != [2]int64{81920, 71680} || a4 != a2 {
+		t.Errorf("a share on b's gpu-1: b free memory %v, want [81920 71680]; a's view kept: %t", freeMemory(b4), a4 == a2)
+	}
+
+	// One allocation on a moves from gpu-0 to gpu-1: the count on a is
+	// the same, the view is not.
+	state.AllocatedDevices.Delete(device("a", 0))
+	state.AllocatedDevices.Insert(device("a", 1))
+	if a5, _ := views(); free(a5) != [2]int64{1000, 0} {
+		t.Errorf("a's allocation moved to gpu-1: free %v, want [1000 0]", free(a5))
+	}
+
+	// b's share replaced by another of 20Gi (20480 MiB) on the same GPU.
+	state.AllocatedSharedDeviceIDs.Delete(id)
+	state.AggregatedCapacity.Remove(consumed)
+	id, consumed = share("b", 1, "share-2", "20Gi")
+	state.AllocatedSharedDeviceIDs.Insert(id)
+	state.AggregatedCapacity.Insert(consumed)
+	if _, b6 := views(); freeMemory(b6) != [2]int64{81920, 61440} {
+		t.Errorf("b's share replaced: free memory %v, want [81920 61440]", freeMemory(b6))
+	}
+}
