@@ -27,6 +27,7 @@ type options struct {
 	output     string
 	scheduler  []string
 	poolLabel  string
+	draDriver  string
 }
 
 // NewCommand builds the kubectl-gpusched command. It writes results to out.
@@ -47,6 +48,7 @@ func NewCommand(ctx context.Context, out io.Writer) *cobra.Command {
 	pf.StringVarP(&o.output, "output", "o", "text", "output format: text or json")
 	pf.StringSliceVar(&o.scheduler, "scheduler-name", nil, "count only pods for these schedulers as pending GPU pods (default: every pending GPU pod)")
 	pf.StringVar(&o.poolLabel, "pool-label", "", "node label that names a node's pool (default: the first of the managed clouds' and Karpenter's node-pool labels)")
+	pf.StringVar(&o.draDriver, "dra-driver", "", "DRA driver whose devices are GPUs: nodes that publish its ResourceSlices show those GPUs, held by ResourceClaims (default: NVIDIA's DRA driver)")
 	root.AddCommand(explainCommand(ctx, o), nodesCommand(ctx, o), gpusCommand(ctx, o), whatIfCommand(ctx, o))
 	return root
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
@@ -20,6 +21,10 @@ type cluster struct {
 	nodes []*v1.Node
 	pods  []*v1.Pod
 	gangs map[string]gpuview.GangSpec
+	// slices and claims are the DRA objects, where the API server serves
+	// them and the user may list them.
+	slices []*resourceapi.ResourceSlice
+	claims []*resourceapi.ResourceClaim
 }
 
 // readCluster lists nodes, pods and PodGroups. A cluster without the
@@ -41,6 +46,9 @@ func readCluster(ctx context.Context, cs kubernetes.Interface, dyn dynamic.Inter
 	for i := range pods.Items {
 		c.pods = append(c.pods, &pods.Items[i])
 	}
+	if err := c.readDRA(ctx, cs); err != nil {
+		return nil, err
+	}
 	groups, err := dyn.Resource(podgroup.Resource).Namespace(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
 	switch {
 	case apierrors.IsNotFound(err) || apierrors.IsForbidden(err):
@@ -59,6 +67,37 @@ func readCluster(ctx context.Context, cs kubernetes.Interface, dyn dynamic.Inter
 	return c, nil
 }
 
+// readDRA lists the ResourceSlices and ResourceClaims. A cluster that
+// serves no resource.k8s.io/v1, or a user who may not list them, has no
+// DRA GPUs in the picture.
+func (c *cluster) readDRA(ctx context.Context, cs kubernetes.Interface) error {
+	slices, err := cs.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+	switch {
+	case apierrors.IsNotFound(err) || apierrors.IsForbidden(err):
+		return nil
+	case err != nil:
+		return fmt.Errorf("listing ResourceSlices: %w", err)
+	}
+	claims, err := cs.ResourceV1().ResourceClaims(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+	switch {
+	case apierrors.IsNotFound(err) || apierrors.IsForbidden(err):
+		return nil
+	case err != nil:
+		return fmt.Errorf("listing ResourceClaims: %w", err)
+	}
+	for i := range slices.Items {
+		c.slices = append(c.slices, &slices.Items[i])
+	}
+	for i := range claims.Items {
+		c.claims = append(c.claims, &claims.Items[i])
+	}
+	return nil
+}
+
 func (o *options) snapshot(c *cluster) *gpuview.Snapshot {
-	return gpuview.Build(c.nodes, c.pods, gpuview.Options{SchedulerNames: o.scheduler, PoolLabel: o.poolLabel})
+	opts := gpuview.Options{SchedulerNames: o.scheduler, PoolLabel: o.poolLabel}
+	if len(c.slices) > 0 {
+		opts.DRA = &gpuview.DRA{Driver: o.draDriver, Slices: c.slices, Claims: c.claims}
+	}
+	return gpuview.Build(c.nodes, c.pods, opts)
 }

@@ -2,6 +2,7 @@ package gpuview
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -106,8 +107,14 @@ func (s *Snapshot) Explain(pod *v1.Pod, pods []*v1.Pod, gangs map[string]GangSpe
 			e.SchedulerSays = c.Message
 		}
 	}
-	d, err := gpu.DemandFromPod(pod)
+	d, claims, err := s.demandOf(pod)
 	switch {
+	case e.Node != "" && len(pod.Spec.ResourceClaims) > 0 && (errors.Is(err, errClaims) || err == nil && d.IsZero()):
+		e.Verdict = "it is bound to node " + e.Node
+		return e
+	case errors.Is(err, errClaims):
+		e.Verdict = err.Error()
+		return e
 	case err != nil:
 		e.Verdict = "its GPU request is invalid: " + err.Error()
 		return e
@@ -129,7 +136,9 @@ func (s *Snapshot) Explain(pod *v1.Pod, pods []*v1.Pod, gangs map[string]GangSpe
 	e.QueueLength = len(s.Pending)
 
 	for i := range s.Nodes {
-		e.Nodes = append(e.Nodes, s.answer(i, &d))
+		if s.takes(i, claims) {
+			e.Nodes = append(e.Nodes, s.answer(i, &d))
+		}
 	}
 	slices.SortStableFunc(e.Nodes, compareAnswers)
 	for _, a := range e.Nodes {
@@ -137,7 +146,7 @@ func (s *Snapshot) Explain(pod *v1.Pod, pods []*v1.Pod, gangs map[string]GangSpe
 			e.Fixes = append(e.Fixes, *a.Fix)
 		}
 	}
-	e.Verdict = s.verdict(&d, e.Nodes)
+	e.Verdict = s.verdict(&d, claims, e.Nodes)
 	if g, ok := gangOf(pod); ok {
 		e.Gang = s.explainGang(pod.Namespace, g, pods, gangs)
 		if e.Gang.Short != "" {
@@ -184,7 +193,9 @@ func (s *Snapshot) answer(i int, d *gpu.Demand) NodeAnswer {
 			a.GPUs = append(a.GPUs, ga)
 		}
 	}
-	if !a.Fits && !a.Unresolvable {
+	// No fix on GPUs DRA allocates: the scheduler's preemption never frees
+	// a claim's devices (docs/dra.md), so a fix there would be a false hope.
+	if !a.Fits && !a.Unresolvable && !s.draNodes[i] {
 		a.Fix = s.fix(i, d, host)
 	}
 	return a
@@ -226,7 +237,7 @@ func compareAnswers(a, b NodeAnswer) int {
 }
 
 // verdict sums the nodes' answers up in one sentence.
-func (s *Snapshot) verdict(d *gpu.Demand, answers []NodeAnswer) string {
+func (s *Snapshot) verdict(d *gpu.Demand, claims bool, answers []NodeAnswer) string {
 	var fits []string
 	for _, a := range answers {
 		if a.Fits {
@@ -236,20 +247,29 @@ func (s *Snapshot) verdict(d *gpu.Demand, answers []NodeAnswer) string {
 	switch {
 	case len(fits) > 0:
 		return fmt.Sprintf("it fits now on %s; other filters (taints, affinity, ports) or the queue hold it, see the scheduler's message", listNames(fits, 3))
+	case len(answers) == 0 && claims:
+		return "fits nowhere in this cluster: no node publishes GPUs of the DRA driver " + s.dra.driver
+	case len(answers) == 0 && slices.Contains(s.draNodes, true):
+		return "fits nowhere in this cluster: no node has GPUs gpusched assigns; every node with GPUs publishes them through DRA (ask for them with a ResourceClaim, or as nvidia.com/gpu where a DeviceClass serves it)"
 	case len(answers) == 0:
 		return "fits nowhere in this cluster: no node has GPUs"
 	case answers[0].Fix != nil:
 		return "nothing fits now; nearest: " + answers[0].Fix.Text
+	case claims && slices.ContainsFunc(answers, func(a NodeAnswer) bool { return !a.Unresolvable }):
+		return "nothing fits now: the GPUs DRA publishes that could take it are held by claims, which free them when their pods end (the scheduler's preemption frees no DRA device)"
 	}
-	return "fits nowhere in this cluster: " + s.nowhere(d)
+	return "fits nowhere in this cluster: " + s.nowhere(d, claims)
 }
 
 // nowhere says which part of the demand no node can meet even when empty.
-func (s *Snapshot) nowhere(d *gpu.Demand) string {
+func (s *Snapshot) nowhere(d *gpu.Demand, claims bool) string {
 	models := map[string]int{}
 	var allowed, bigEnough, healthy, largestNode int
 	var largestMemory int64
 	for i := range s.Nodes {
+		if !s.takes(i, claims) {
+			continue
+		}
 		n := &s.Nodes[i]
 		perNode := 0
 		for _, g := range n.GPUs {

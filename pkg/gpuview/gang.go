@@ -68,6 +68,10 @@ func (s *Snapshot) explainGang(namespace, name string, pods []*v1.Pod, gangs map
 	a := &GangAnswer{Name: key}
 	var pending []gpu.Demand
 	var placedModels []string
+	// claims: a member asks for GPUs through claims; others: a member asks
+	// gpusched for GPUs. A gang of one kind goes to that kind of node; a
+	// gang of both is checked against every node, as GPUGang checks it.
+	claims, others := false, false
 	for _, p := range pods {
 		if g, ok := gangOf(p); !ok || g != name || p.Namespace != namespace || !gpu.InWorkload(p) {
 			continue
@@ -75,16 +79,22 @@ func (s *Snapshot) explainGang(namespace, name string, pods []*v1.Pod, gangs map
 		if p.Spec.NodeName != "" {
 			a.Bound++
 			if i, ok := s.byName[p.Spec.NodeName]; ok {
-				placedModels = append(placedModels, gang.NodeModels(s.nodes[i])...)
+				placedModels = append(placedModels, gang.ModelsOf(s.views[i])...)
 			}
 			continue
 		}
-		d, err := gpu.DemandFromPod(p)
+		d, byClaims, err := s.demandOf(p)
 		if err != nil {
 			continue
 		}
+		claims, others = claims || byClaims, others || (!byClaims && !d.IsZero())
 		d.FillHost(p)
 		pending = append(pending, d)
+	}
+	nodes := s.nodesFor(claims)
+	if claims && others {
+		nodes = append(nodes, s.nodesFor(false)...)
+		slices.Sort(nodes)
 	}
 	a.Pending = len(pending)
 	a.MinMember = a.Bound + a.Pending
@@ -93,12 +103,12 @@ func (s *Snapshot) explainGang(namespace, name string, pods []*v1.Pod, gangs map
 		a.MinMember = spec.MinMember
 	}
 	need := max(0, a.MinMember-a.Bound)
-	if empty := gang.FitEmpty(gang.Cluster{Nodes: s.nodes}, pending, need); !empty.Fits() {
+	if empty := gang.FitEmpty(s.clusterOf(nodes), pending, need); !empty.Fits() {
 		a.Short = "fits nowhere in this cluster: " + empty.Reason()
 		return a
 	}
 	if !spec.MixedModels {
-		pending = s.holdToOneModel(a, pending, need, placedModels)
+		pending = s.holdToOneModel(a, nodes, pending, need, placedModels)
 	}
 	// The largest pods first, as the gang plugin's own check does.
 	slices.SortStableFunc(pending, func(x, y gpu.Demand) int { return cmp.Compare(y.TotalMilli(), x.TotalMilli()) })
@@ -113,7 +123,7 @@ func (s *Snapshot) explainGang(namespace, name string, pods []*v1.Pod, gangs map
 		d := &pending[i]
 		best, bestFree := -1, 0
 		var bestAssignment gpu.Assignment
-		for n := range s.Nodes {
+		for _, n := range nodes {
 			if s.Nodes[n].Unschedulable || d.MilliCPU > cpu[n] || d.HostMemoryMiB > mem[n] {
 				continue
 			}
@@ -139,7 +149,7 @@ func (s *Snapshot) explainGang(namespace, name string, pods []*v1.Pod, gangs map
 	if a.FitNow < need && len(unplaced) > 0 {
 		d := &unplaced[0]
 		most, where := 0, ""
-		for n := range s.Nodes {
+		for _, n := range nodes {
 			if free := gpu.Check(views[n], &gpu.Request{Demand: d}).Free.Len(); free > most {
 				most, where = free, s.Nodes[n].Name
 			}
@@ -154,17 +164,49 @@ func (s *Snapshot) explainGang(namespace, name string, pods []*v1.Pod, gangs map
 			}
 		}
 	}
-	a.Clique = s.cliqueAnswer(pending[:min(need, len(pending))])
+	a.Clique = s.cliqueAnswer(nodes, pending[:min(need, len(pending))])
 	return a
+}
+
+// nodesFor is the indices of the nodes that take a demand of the kind
+// (takes).
+func (s *Snapshot) nodesFor(claims bool) []int {
+	var out []int
+	for i := range s.Nodes {
+		if s.takes(i, claims) {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// clusterOf is the nodes as the gang plugin's fit on an empty cluster
+// reads them: a DRA node by its published GPUs, with nothing allocated,
+// any other by its Node object.
+func (s *Snapshot) clusterOf(nodes []int) gang.Cluster {
+	var c gang.Cluster
+	for _, i := range nodes {
+		if s.draNodes[i] {
+			inv := s.dra.inventories[s.Nodes[i].Name]
+			c.DRA = append(c.DRA, gpu.EmptyDRANodeGPUs(s.Nodes[i].Name, inv))
+		} else {
+			c.Nodes = append(c.Nodes, s.nodes[i])
+		}
+	}
+	return c
 }
 
 // holdToOneModel applies the gang plugin's one-model rule
 // (gang.ChooseModels) to the gang's pending demands: their models are
 // narrowed to the models the plugin would allow, and a records them, or
 // why no single model holds the gang (then any model goes).
-func (s *Snapshot) holdToOneModel(a *GangAnswer, pending []gpu.Demand, need int, placed []string) []gpu.Demand {
-	empty := gang.FitEmptyByModel(gang.Cluster{Nodes: s.nodes}, pending, need)
-	free := gang.FitFreeByModel(s.views, pending, need)
+func (s *Snapshot) holdToOneModel(a *GangAnswer, nodes []int, pending []gpu.Demand, need int, placed []string) []gpu.Demand {
+	views := make([]*gpu.NodeGPUs, len(nodes))
+	for j, i := range nodes {
+		views[j] = s.views[i]
+	}
+	empty := gang.FitEmptyByModel(s.clusterOf(nodes), pending, need)
+	free := gang.FitFreeByModel(views, pending, need)
 	models, noneHolds := gang.ChooseModels(empty, free, placed)
 	if noneHolds {
 		a.ModelNote = empty.Reason() + "; the gang plugin places it across models"
@@ -193,7 +235,7 @@ func (s *Snapshot) holdToOneModel(a *GangAnswer, pending []gpu.Demand, need int,
 // cliqueAnswer compares the whole GPUs the gang's pending pods need with the
 // suitable free GPUs of the best NVLink clique. gpusched prefers one clique
 // for a gang; it does not require it.
-func (s *Snapshot) cliqueAnswer(pending []gpu.Demand) string {
+func (s *Snapshot) cliqueAnswer(nodes []int, pending []gpu.Demand) string {
 	var needGPUs int
 	for _, d := range pending {
 		if !d.IsShare() {
@@ -205,7 +247,7 @@ func (s *Snapshot) cliqueAnswer(pending []gpu.Demand) string {
 	}
 	d := &pending[0]
 	free := map[string]int{}
-	for i := range s.Nodes {
+	for _, i := range nodes {
 		n := &s.Nodes[i]
 		if n.Clique == "" || n.Unschedulable || s.views[i].Err != nil {
 			continue

@@ -2,7 +2,8 @@
 // kubectl gpusched and the dashboard show: who holds each GPU, what is free,
 // how fragmented the free part is, which GPU pods wait and why.
 //
-// It is built from Node and Pod objects with the engine (pkg/gpu) alone —
+// It is built from Node and Pod objects (and, on a cluster with DRA, its
+// ResourceSlices and ResourceClaims) with the engine (pkg/gpu) alone —
 // inventory, ledger, fit and the fragmentation measure the policies use — so
 // what it shows is what the scheduler computes, not a re-derivation. Like the
 // engine it imports only k8s.io/api and k8s.io/apimachinery: the binaries
@@ -11,6 +12,7 @@ package gpuview
 
 import (
 	"cmp"
+	"errors"
 	"slices"
 	"time"
 
@@ -37,6 +39,11 @@ type Snapshot struct {
 	views  []*gpu.NodeGPUs
 	nodes  []*v1.Node
 	pods   []*v1.Pod
+	// dra is what Build read of DRA (nil without Options.DRA), and
+	// draNodes marks the nodes whose GPUs a DRA driver publishes, by
+	// index in Nodes.
+	dra      *draRead
+	draNodes []bool
 }
 
 // Node is one node's GPUs and host resources.
@@ -178,6 +185,9 @@ type Options struct {
 	SchedulerNames []string
 	// PoolLabel, when set, is the one label that names a node's pool.
 	PoolLabel string
+	// DRA, when set, is the cluster's DRA objects: nodes that publish GPUs
+	// of its driver show those GPUs and the claims that hold them.
+	DRA *DRA
 }
 
 // Build computes the snapshot of the given nodes and pods. Pods on nodes
@@ -185,6 +195,9 @@ type Options struct {
 // out unless their GPU inventory is malformed.
 func Build(nodes []*v1.Node, pods []*v1.Pod, opts Options) *Snapshot {
 	s := &Snapshot{byName: map[string]int{}, pods: pods}
+	if opts.DRA != nil {
+		s.dra = opts.DRA.read()
+	}
 	onNode := map[string][]*v1.Pod{}
 	var demands []gpu.Demand
 	for _, p := range pods {
@@ -194,13 +207,13 @@ func Build(nodes []*v1.Node, pods []*v1.Pod, opts Options) *Snapshot {
 		if wd, ok := gpu.WorkloadDemand(p); ok {
 			demands = append(demands, wd)
 		}
-		d, err := gpu.DemandFromPod(p)
+		d, _, err := s.demandOf(p)
 		if p.Spec.NodeName != "" {
 			onNode[p.Spec.NodeName] = append(onNode[p.Spec.NodeName], p)
 			continue
 		}
-		if (err == nil && d.IsZero()) || !forScheduler(p, opts.SchedulerNames) {
-			continue
+		if (err == nil && d.IsZero()) || errors.Is(err, errClaims) || !forScheduler(p, opts.SchedulerNames) {
+			continue // no GPU pod, or not one known to be yet
 		}
 		s.Pending = append(s.Pending, pendingOf(p, d, err))
 	}
@@ -209,11 +222,18 @@ func Build(nodes []*v1.Node, pods []*v1.Pod, opts Options) *Snapshot {
 	ledger := gpu.NewLedger()
 	sorted := slices.SortedFunc(slices.Values(nodes), func(a, b *v1.Node) int { return cmp.Compare(a.Name, b.Name) })
 	for _, n := range sorted {
-		view := ledger.Node(n, 1, slices.Values(onNode[n.Name]))
+		view := s.dra.view(n.Name)
+		onDRA := view != nil
+		if !onDRA {
+			view = ledger.Node(n, 1, slices.Values(onNode[n.Name]))
+		}
 		if view.Err == nil && view.Len() == 0 {
 			continue
 		}
 		node := nodeOf(n, view, onNode[n.Name], opts.PoolLabel)
+		if onDRA {
+			s.dra.addHolders(&node, onNode[n.Name])
+		}
 		if view.Err == nil {
 			node.FragmentedMilli = view.Fragment(node.FreeMilliCPU, s.Typical)
 		}
@@ -221,6 +241,7 @@ func Build(nodes []*v1.Node, pods []*v1.Pod, opts Options) *Snapshot {
 		s.Nodes = append(s.Nodes, node)
 		s.views = append(s.views, view)
 		s.nodes = append(s.nodes, n)
+		s.draNodes = append(s.draNodes, onDRA)
 		s.Cluster.GPUCount += node.GPUCount
 		s.Cluster.CapacityMilli += node.CapacityMilli
 		s.Cluster.AllocatedMilli += node.AllocatedMilli
@@ -235,6 +256,24 @@ func Build(nodes []*v1.Node, pods []*v1.Pod, opts Options) *Snapshot {
 	}
 	return s
 }
+
+// demandOf is the pod's GPU demand: its annotations' or extended
+// resources', else what its claims ask of the DRA driver's GPUs (claims
+// true). Only nodes of the same kind take it (takes).
+func (s *Snapshot) demandOf(p *v1.Pod) (d gpu.Demand, claims bool, err error) {
+	d, err = gpu.DemandFromPod(p)
+	if err != nil || !d.IsZero() {
+		return d, false, err
+	}
+	d, err = s.dra.demand(p)
+	return d, err == nil && !d.IsZero(), err
+}
+
+// takes reports whether node i may hold a demand of the kind: claims only
+// GPUs a DRA driver publishes, other demands only GPUs gpusched assigns.
+// (Whole GPUs asked for as nvidia.com/gpu that DRA serves through a
+// DeviceClass, KEP-5004, are not told apart here.)
+func (s *Snapshot) takes(i int, claims bool) bool { return s.draNodes[i] == claims }
 
 // Node returns the named node, and whether the snapshot has it.
 func (s *Snapshot) Node(name string) (*Node, bool) {

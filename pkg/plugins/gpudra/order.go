@@ -72,10 +72,9 @@ func (l orderedLister) ListWithDeviceTaintRules() ([]*resourceapi.ResourceSlice,
 // reorderMemo keeps the last reordering of each slice: a node's preferred
 // devices are often the same from one cycle to the next (the node did not
 // change, and pods of the same shape follow each other), and slices are
-// never modified, so the reordered copy is handed out again. It keeps at
-// most one entry per slice object, and starts afresh when it holds more
-// than twice as many as the listing has slices (slices replaced by newer
-// versions).
+// never modified, so the reordered copy is handed out again. It keeps one
+// entry per slice object, and starts afresh once it holds more than twice
+// as many as the listing has slices (slices replaced by newer versions).
 type reorderMemo struct {
 	mu      sync.Mutex
 	entries map[*resourceapi.ResourceSlice]reordered

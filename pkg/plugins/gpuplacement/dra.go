@@ -190,8 +190,12 @@ type publishedGPUs struct {
 	// offsets[index[node]] is where the node's devices begin when the
 	// devices of all indexed nodes are numbered node after node, and flat
 	// is where each device is (readAllocations).
-	offsets   []int
-	flat      map[structured.DeviceID]deviceAt
+	offsets []int
+	flat    map[structured.DeviceID]deviceAt
+	// shared marks, by index, the nodes that publish a device another node
+	// publishes too (a malformed listing): flat names one of them, so
+	// their views are made anew every cycle.
+	shared    []bool
 	lastViews []atomic.Pointer[draView]
 	// empties are the nodes' GPUs with nothing allocated, by index, made
 	// on first use (EmptyNodeGPUs).
@@ -242,8 +246,12 @@ func (r *draReader) published(ctx context.Context, all []*resourceapi.ResourceSl
 		pub.offsets[i+1] += pub.offsets[i]
 	}
 	pub.flat = make(map[structured.DeviceID]deviceAt, pub.offsets[len(pub.index)])
+	pub.shared = make([]bool, len(pub.index))
 	for node, i := range pub.index {
 		for j, dev := range pub.devices[node] {
+			if other, dup := pub.flat[dev.key]; dup {
+				pub.shared[other.node], pub.shared[i] = true, true
+			}
 			pub.flat[dev.key] = deviceAt{node: i, device: pub.offsets[i] + j}
 		}
 	}
@@ -335,7 +343,10 @@ var allocationSeed = maphash.MakeSeed()
 // readAllocations reads DRA's allocated state onto the nodes the listing
 // indexes: which devices have a shared allocation (the state names each
 // share, not each device), and each node's signature, the sum of the
-// hashes of the devices allocated whole and of the shares on it.
+// hashes of the devices allocated whole and of the shares on it. A device
+// is hashed by its interned name, which the listing keeps alive; a share
+// by its share ID's text as well, since the interned ID of a share that is
+// gone may be reused for a new one.
 func (c *draCycle) readAllocations() {
 	c.shared = make([]bool, c.pub.offsets[len(c.pub.offsets)-1])
 	c.signatures = make([]uint64, len(c.pub.index))
@@ -347,7 +358,7 @@ func (c *draCycle) readAllocations() {
 	for id := range c.allocated.AllocatedSharedDeviceIDs {
 		if at, ok := c.pub.flat[id.GetDeviceID()]; ok {
 			c.shared[at.device] = true
-			c.signatures[at.node] += maphash.Comparable(allocationSeed, id)
+			c.signatures[at.node] += maphash.Comparable(allocationSeed, id.GetDeviceID()) ^ maphash.String(allocationSeed, id.ShareID.String())
 		}
 	}
 }
@@ -414,7 +425,7 @@ func (c *draCycle) viewOf(node string, d *gpu.DRAInventory) *gpu.NodeGPUs {
 	}
 	c.readOnce.Do(c.readAllocations)
 	signature := c.signatures[i]
-	if last := c.pub.lastViews[i].Load(); last != nil && last.inv == d && last.signature == signature {
+	if last := c.pub.lastViews[i].Load(); last != nil && last.inv == d && last.signature == signature && !c.pub.shared[i] {
 		c.views[i].Store(last.view)
 		return last.view
 	}

@@ -10,7 +10,6 @@ import (
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	schedconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
-	"k8s.io/utils/ptr"
 
 	"github.com/gpusched/gpusched/pkg/gpu"
 	"github.com/gpusched/gpusched/pkg/plugins/gpudra"
@@ -19,48 +18,6 @@ import (
 // draChoiceKey is where PreFilter leaves the policy's choice of DRA devices
 // for the pod, for Score.
 const draChoiceKey fwk.StateKey = "DRAChoice" + Name
-
-// draAsk is what a pod's GPU claim asks of each node, as the policy places
-// it: count devices of a class, each selected by the class's and the
-// request's selectors, consuming memoryMiB of a device's memory capacity
-// when set (a share when it is less than the GPU's memory).
-type draAsk struct {
-	class     string
-	count     int
-	memoryMiB int64
-	selectors []resourceapi.DeviceSelector
-}
-
-// askOf is the pod's claims as a draAsk, or nil when the policy does not
-// read them: more than one claim to allocate, several requests,
-// firstAvailable, allocation mode All, admin access, derived attributes,
-// tolerations, constraints (matchAttribute: the engine's choice could break
-// one, and Score would rank the node on an allocation that does not
-// happen), or a capacity other than memory.
-func askOf(claims []*resourceapi.ResourceClaim, driver string) *draAsk {
-	if len(claims) != 1 {
-		return nil
-	}
-	spec := claims[0].Spec.Devices
-	if len(spec.Requests) != 1 || len(spec.Constraints) > 0 {
-		return nil
-	}
-	r := spec.Requests[0].Exactly
-	if r == nil || r.AllocationMode != resourceapi.DeviceAllocationModeExactCount || r.Count < 1 || r.Count > gpu.MaxDevicesPerNode ||
-		ptr.Deref(r.AdminAccess, false) || len(r.DerivedAttributes) > 0 || len(r.Tolerations) > 0 {
-		return nil
-	}
-	ask := &draAsk{class: r.DeviceClassName, count: int(r.Count), selectors: r.Selectors}
-	if r.Capacity != nil {
-		for name, q := range r.Capacity.Requests {
-			if name != gpu.DRACapacityMemory && string(name) != driver+"/"+string(gpu.DRACapacityMemory) {
-				return nil
-			}
-			ask.memoryMiB = ceilMiB(&q)
-		}
-	}
-	return ask
-}
 
 // draChoice is the policy's choice of devices for the pod on each node that
 // publishes GPUs of the driver and takes the ask: the demand as the engine
@@ -115,7 +72,7 @@ func (p *GPUPlacement) choosesDRADevices() bool {
 
 // preFilterClaims prepares a pod with claims of its own: the classes its
 // unallocated claims ask for, for Filter (filterClaims), and the policy's
-// choice of their devices when it reads them (askOf). filter is false when
+// choice of their devices when it reads them (gpu.AskOfClaims). filter is false when
 // the pod has no claim to allocate: Filter has nothing to check.
 func (p *GPUPlacement) preFilterClaims(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo, base *gpu.Demand) (filter bool) {
 	claims, ok := p.claimsToAllocate(ctx, pod)
@@ -127,7 +84,7 @@ func (p *GPUPlacement) preFilterClaims(ctx context.Context, state fwk.CycleState
 	if !p.choosesDRADevices() {
 		return len(classes) > 0
 	}
-	if ask := askOf(claims, p.dra.src.Driver); ask != nil {
+	if ask := gpu.AskOfClaims(claims, p.dra.src.Driver); ask != nil {
 		p.chooseDRADevices(ctx, state, draCycleOf(state), nodes, ask, *base, nil)
 	}
 	return len(classes) > 0
@@ -151,7 +108,7 @@ func (p *GPUPlacement) chooseForDeferred(ctx context.Context, state fwk.CycleSta
 	if class == nil {
 		return
 	}
-	p.chooseDRADevices(ctx, state, cycle, nodes, &draAsk{class: class.Name, count: demand.Count}, *demand, cycle.servesGPUsByDRA)
+	p.chooseDRADevices(ctx, state, cycle, nodes, &gpu.ClaimAsk{Class: class.Name, Count: demand.Count}, *demand, cycle.servesGPUsByDRA)
 }
 
 // chooseDRADevices places the ask on every node that publishes GPUs of the
@@ -162,7 +119,7 @@ func (p *GPUPlacement) chooseForDeferred(ctx context.Context, state fwk.CycleSta
 // policy chose. Nodes where the policy finds no fit get no order: DRA
 // decides there alone, first fit. base is the pod's demand without GPUs
 // (its CPU and memory); only, when set, limits the nodes chosen on.
-func (p *GPUPlacement) chooseDRADevices(ctx context.Context, state fwk.CycleState, cycle *draCycle, nodes []fwk.NodeInfo, ask *draAsk, base gpu.Demand, only func(fwk.NodeInfo) bool) {
+func (p *GPUPlacement) chooseDRADevices(ctx context.Context, state fwk.CycleState, cycle *draCycle, nodes []fwk.NodeInfo, ask *gpu.ClaimAsk, base gpu.Demand, only func(fwk.NodeInfo) bool) {
 	var host gpu.Host // the maxima Score's request has (PreScore, hostOf)
 	if p.policy.Info().HostAware {
 		host = p.clusterHost(nodes, cycle)
@@ -188,7 +145,7 @@ func (p *GPUPlacement) chooseDRADevices(ctx context.Context, state fwk.CycleStat
 			return // the allocator decides alone: first fit
 		}
 		eligible := sel.gpus
-		demand, ok := d.DemandOf(ask.count, ask.memoryMiB, eligible, base)
+		demand, ok := d.DemandOf(ask.Count, ask.MemoryMiB, eligible, base)
 		if !ok {
 			return
 		}

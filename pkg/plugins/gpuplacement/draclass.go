@@ -33,13 +33,13 @@ type simpleRequest struct {
 }
 
 // simpleRequestOf is the pod's claims as a simpleRequest, or nil when they
-// are anything else: what askOf refuses, and selectors or capacity.
+// are anything else: what gpu.AskOfClaims refuses, and selectors or capacity.
 func simpleRequestOf(claims []*resourceapi.ResourceClaim) *simpleRequest {
-	ask := askOf(claims, "")
-	if ask == nil || len(ask.selectors) > 0 || claims[0].Spec.Devices.Requests[0].Exactly.Capacity != nil {
+	ask := gpu.AskOfClaims(claims, "")
+	if ask == nil || len(ask.Selectors) > 0 || claims[0].Spec.Devices.Requests[0].Exactly.Capacity != nil {
 		return nil
 	}
-	return &simpleRequest{class: ask.class, count: ask.count}
+	return &simpleRequest{class: ask.Class, count: ask.Count}
 }
 
 // classDevices is which GPUs of a node a device class selects, found from

@@ -121,7 +121,7 @@ func (p *GPUPlacement) filterClaims(ctx context.Context, state fwk.CycleState, n
 		return nil
 	}
 	for _, class := range data.(claimClasses) {
-		if sel := p.dra.selected(ctx, cycle, nodeInfo.Node().Name, d, p.dra.selectorOf(&draAsk{class: class})); !sel.ok || sel.gpus != 0 || sel.partitions {
+		if sel := p.dra.selected(ctx, cycle, nodeInfo.Node().Name, d, p.dra.selectorOf(&gpu.ClaimAsk{Class: class})); !sel.ok || sel.gpus != 0 || sel.partitions {
 			return fwk.NewStatus(fwk.Unschedulable, ReasonAnnotationHolders)
 		}
 	}

@@ -48,18 +48,18 @@ type askSelector struct {
 
 // selectorOf reads the ask's class and selectors; nil when the class
 // cannot be read: the allocator then decides alone.
-func (r *draReader) selectorOf(ask *draAsk) *askSelector {
-	class, err := r.manager.DeviceClasses().Get(ask.class)
+func (r *draReader) selectorOf(ask *gpu.ClaimAsk) *askSelector {
+	class, err := r.manager.DeviceClasses().Get(ask.Class)
 	if err != nil {
 		return nil
 	}
-	exprs := make([]string, 0, len(class.Spec.Selectors)+len(ask.selectors))
-	for _, sel := range slices.Concat(class.Spec.Selectors, ask.selectors) {
+	exprs := make([]string, 0, len(class.Spec.Selectors)+len(ask.Selectors))
+	for _, sel := range slices.Concat(class.Spec.Selectors, ask.Selectors) {
 		if sel.CEL != nil {
 			exprs = append(exprs, sel.CEL.Expression)
 		}
 	}
-	return &askSelector{class: class, exprs: exprs, key: ask.class + "\x00" + strings.Join(exprs, "\x00")}
+	return &askSelector{class: class, exprs: exprs, key: ask.Class + "\x00" + strings.Join(exprs, "\x00")}
 }
 
 // selectionSet is one askSelector's selections on the nodes of one listing

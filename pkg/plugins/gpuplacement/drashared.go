@@ -71,7 +71,7 @@ func (r *draReader) claimsOf(ctx context.Context, pod *v1.Pod) (claims []*resour
 func (c *draCycle) ServesGPUResource(node fwk.NodeInfo) bool { return c.servesGPUsByDRA(node) }
 
 // ClaimDemand implements dragpus.GPUs: the pod's claims, allocated or
-// not, read as the device choice reads them (askOf), with the models
+// not, read as the device choice reads them (gpu.AskOfClaims), with the models
 // their class and selectors admit (modelsOf). Claims that select no GPU of
 // the driver (another driver's devices) are no GPU demand.
 func (c *draCycle) ClaimDemand(ctx context.Context, pod *v1.Pod) (demand gpu.Demand, pending bool) {
@@ -83,7 +83,7 @@ func (c *draCycle) ClaimDemand(ctx context.Context, pod *v1.Pod) (demand gpu.Dem
 	if !ok {
 		return gpu.Demand{}, true
 	}
-	ask := askOf(claims, r.src.Driver)
+	ask := gpu.AskOfClaims(claims, r.src.Driver)
 	if ask == nil {
 		return gpu.Demand{}, false
 	}
@@ -91,9 +91,7 @@ func (c *draCycle) ClaimDemand(ctx context.Context, pod *v1.Pod) (demand gpu.Dem
 	if !selectsGPUs {
 		return gpu.Demand{}, false
 	}
-	demand = gpu.Demand{Count: ask.count, Milli: gpu.MilliPerGPU, Models: models}
-	if ask.memoryMiB > 0 && ask.count == 1 {
-		demand.Milli, demand.MemoryMiB = 1, ask.memoryMiB
-	}
+	demand = ask.Demand()
+	demand.Models = models
 	return demand, false
 }

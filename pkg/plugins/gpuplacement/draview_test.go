@@ -29,7 +29,9 @@ type stateClaims struct {
 	m *stateManager
 }
 
-func (c stateClaims) GatherAllocatedState() (*structured.AllocatedState, error) { return c.m.state, nil }
+func (c stateClaims) GatherAllocatedState() (*structured.AllocatedState, error) {
+	return c.m.state, nil
+}
 
 // TestDRAViewsFollowAllocations: a node's view of its DRA GPUs is handed
 // out again while the allocations on its devices are the same, and made
@@ -110,5 +112,33 @@ func TestDRAViewsFollowAllocations(t *testing.T) {
 	state.AggregatedCapacity.Insert(consumed)
 	if _, b6 := views(); freeMemory(b6) != [2]int64{81920, 61440} {
 		t.Errorf("b's share replaced: free memory %v, want [81920 61440]", freeMemory(b6))
+	}
+}
+
+// TestDRAViewsOfDevicesPublishedTwice: two nodes that publish the same
+// device (a malformed listing: the same pool and device names) both show
+// an allocation of it, cycle after cycle.
+func TestDRAViewsOfDevicesPublishedTwice(t *testing.T) {
+	const product = "NVIDIA A100-SXM4-80GB"
+	a, b := twoGPUSlice("a", product), twoGPUSlice("b", product)
+	b.Spec.Pool.Name = "a" // b's devices are named as a's
+	state := &structured.AllocatedState{AllocatedDevices: sets.New[structured.DeviceID]()}
+	m := &stateManager{modelsManager: modelsManager{slices: []*resourceapi.ResourceSlice{a, b}}, state: state}
+	r := &draReader{manager: m, src: gpu.DRASource{Driver: gpu.DefaultDRADriver}, celCache: cel.NewCache(10, cel.Features{})}
+	ctx := context.Background()
+	for step, allocated := range []bool{false, true} {
+		if allocated {
+			state.AllocatedDevices.Insert(structured.MakeDeviceID(gpu.DefaultDRADriver, "a", "gpu-0"))
+		}
+		cycle, err := r.read(ctx, false)
+		if err != nil || cycle == nil {
+			t.Fatalf("read: %v, %v", cycle, err)
+		}
+		want := map[bool]int64{false: 1000, true: 0}[allocated]
+		for _, node := range []string{"a", "b"} {
+			if got := cycle.NodeGPUs(node).FreeMilli(0); got != want {
+				t.Errorf("step %d, node %s: gpu-0 free %d, want %d", step, node, got, want)
+			}
+		}
 	}
 }
