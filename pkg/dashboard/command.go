@@ -20,6 +20,7 @@ type commandFlags struct {
 	listen         string
 	schedulerNames []string
 	poolLabel      string
+	draDriver      string
 	perGPUMetrics  bool
 	minInterval    time.Duration
 	sampleEvery    time.Duration
@@ -62,7 +63,7 @@ reach it through kubectl port-forward, or put kube-rbac-proxy in front of it
 				return fmt.Errorf("dashboard: --listen: %w", err)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "Serving the GPU dashboard on http://%s/\n", ln.Addr())
-			s := New(client, Options{SchedulerNames: f.schedulerNames, PoolLabel: f.poolLabel,
+			s := New(client, Options{SchedulerNames: f.schedulerNames, PoolLabel: f.poolLabel, DRADriver: f.draDriver,
 				PerGPUMetrics: f.perGPUMetrics, MinInterval: f.minInterval, SampleEvery: f.sampleEvery})
 			// SIGINT or SIGTERM shuts the server down and returns nil.
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
@@ -80,6 +81,7 @@ reach it through kubectl port-forward, or put kube-rbac-proxy in front of it
 	fs.StringVar(&f.listen, "listen", f.listen, "address to serve on; the dashboard has no authentication of its own, so keep it on loopback unless a proxy in the same pod guards it")
 	fs.StringSliceVar(&f.schedulerNames, "scheduler-name", nil, "list only pending pods of these schedulers (spec.schedulerName; default every GPU pod)")
 	fs.StringVar(&f.poolLabel, "pool-label", "", "node label naming a node's pool (default the first present of the managed clouds' and Karpenter's node-pool labels, then node.kubernetes.io/instance-type)")
+	fs.StringVar(&f.draDriver, "dra-driver", "", "DRA driver whose devices are GPUs: nodes that publish its ResourceSlices show those GPUs, held by ResourceClaims (default NVIDIA's DRA driver)")
 	fs.BoolVar(&f.perGPUMetrics, "per-gpu-metrics", f.perGPUMetrics, "export per-GPU series (gpusched_gpu_*: 4 series per GPU); set false on very large clusters, the per-node and cluster series stay")
 	fs.DurationVar(&f.minInterval, "min-interval", f.minInterval, "least time between two rebuilds of the snapshot; changes within it are coalesced")
 	fs.DurationVar(&f.sampleEvery, "sample-interval", f.sampleEvery, "interval of the allocation and fragmentation time series kept for the page")

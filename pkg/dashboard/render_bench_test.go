@@ -99,7 +99,7 @@ func BenchmarkDashboardRender(b *testing.B) {
 	nodes, pods := syntheticCluster(5000, 1, 0)
 	nodes2, pods2 := syntheticCluster(5000, 1, 1)
 	s := New(nil, Options{})
-	first, update := s.build(nodes, pods), s.build(nodes2, pods2)
+	first, update := s.build(nodes, pods, nil), s.build(nodes2, pods2, nil)
 	var served atomic.Int32
 	handler := s.Handler()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

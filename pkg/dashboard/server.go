@@ -57,6 +57,11 @@ type Options struct {
 	// KeepAlive is the interval of comments on an idle event stream, which
 	// keep proxies from closing it (default 15s).
 	KeepAlive time.Duration
+	// DRADriver names the DRA driver whose devices are GPUs (default:
+	// NVIDIA's). Where the API server serves resource.k8s.io/v1 and the
+	// dashboard may read it, nodes that publish the driver's devices show
+	// them, held by ResourceClaims (gpuview.DRA).
+	DRADriver string
 }
 
 func (o *Options) defaults() {
@@ -103,11 +108,11 @@ func (s *Server) State() *State { return s.state }
 // Publish builds the snapshot of nodes and pods with the server's options
 // and makes it current; it returns the new version.
 func (s *Server) Publish(nodes []*v1.Node, pods []*v1.Pod) uint64 {
-	return s.state.Publish(s.build(nodes, pods), time.Now())
+	return s.state.Publish(s.build(nodes, pods, nil), time.Now())
 }
 
-func (s *Server) build(nodes []*v1.Node, pods []*v1.Pod) *gpuview.Snapshot {
-	return gpuview.Build(nodes, pods, gpuview.Options{SchedulerNames: s.opts.SchedulerNames, PoolLabel: s.opts.PoolLabel})
+func (s *Server) build(nodes []*v1.Node, pods []*v1.Pod, dra *gpuview.DRA) *gpuview.Snapshot {
+	return gpuview.Build(nodes, pods, gpuview.Options{SchedulerNames: s.opts.SchedulerNames, PoolLabel: s.opts.PoolLabel, DRA: dra})
 }
 
 // Run watches Nodes and Pods and keeps the state current until ctx ends:
@@ -133,7 +138,12 @@ func (s *Server) Run(ctx context.Context) error {
 		UpdateFunc: func(_, _ any) { markDirty() },
 		DeleteFunc: func(any) { markDirty() },
 	}
-	for _, inf := range []cache.SharedIndexInformer{nodeInformer.Informer(), podInformer.Informer()} {
+	watched := []cache.SharedIndexInformer{nodeInformer.Informer(), podInformer.Informer()}
+	dra := s.draInformers(ctx, factory)
+	if dra != nil {
+		watched = append(watched, dra.watched...)
+	}
+	for _, inf := range watched {
 		if err := inf.SetTransform(dropManagedFields); err != nil {
 			return fmt.Errorf("dashboard: %w", err)
 		}
@@ -168,7 +178,12 @@ func (s *Server) Run(ctx context.Context) error {
 			s.state.Failed(err)
 			return
 		}
-		v := s.Publish(ns, ps)
+		objects, err := dra.list()
+		if err != nil {
+			s.state.Failed(err)
+			return
+		}
+		v := s.state.Publish(s.build(ns, ps, objects), time.Now())
 		logger.V(4).Info("Published GPU snapshot", "version", v, "nodes", len(ns), "pods", len(ps))
 	}
 	rebuild()

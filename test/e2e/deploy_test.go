@@ -155,11 +155,14 @@ func TestDeployManifests(t *testing.T) {
 	assertAccess(t, kubectl, kc, "system:serviceaccount:kube-system:gpusched-dashboard", []access{
 		{"get", "nodes", "", ""}, {"list", "nodes", "", ""}, {"watch", "nodes", "", ""},
 		{"get", "pods", "", "default"}, {"list", "pods", "", ""}, {"watch", "pods", "", ""},
+		{"list", "resourceslices.resource.k8s.io", "", ""}, {"watch", "resourceclaims.resource.k8s.io", "", ""},
+		{"list", "deviceclasses.resource.k8s.io", "", ""},
 		{"create", "tokenreviews.authentication.k8s.io", "", ""},
 		{"create", "subjectaccessreviews.authorization.k8s.io", "", ""},
 	}, slices.Concat(schedulerMustNot, []access{
 		{"patch", "pods", "", "default"}, {"create", "pods", "binding", "default"}, {"patch", "nodes", "", ""},
 		{"delete", "pods", "", "default"}, {"list", "podgroups.scheduling.x-k8s.io", "", ""},
+		{"update", "resourceclaims.resource.k8s.io", "status", "default"},
 		{"create", "events.events.k8s.io", "", "default"},
 	}))
 }

@@ -1,0 +1,85 @@
+package dashboard
+
+import (
+	"context"
+	"encoding/json"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/utils/ptr"
+
+	"github.com/gpusched/gpusched/pkg/gpu"
+	gt "github.com/gpusched/gpusched/pkg/gpu/gputest"
+)
+
+// TestDashboardShowsDRAGPUs: node dra publishes 4 H100s through NVIDIA's
+// DRA driver and no GPU labels; claim train-gpu holds gpu-0 for pod train.
+// The dashboard's snapshot shows the node's 4 GPUs, gpu-0 allocated
+// (1000 of 4000 milli-GPU) and held by train.
+func TestDashboardShowsDRAGPUs(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	slice := gt.MakeNVIDIASlice("dra-slice", "dra")
+	for i := range 4 {
+		slice.GPU(i, "GPU-dra-"+string(rune('0'+i)), "NVIDIA H100 80GB HBM3", 81559, "")
+	}
+	pod := gt.MakeGPUPod("train").UID("train").Node("dra").Obj()
+	pod.Spec.ResourceClaims = []v1.PodResourceClaim{{Name: "gpu", ResourceClaimName: ptr.To("train-gpu")}}
+	claim := &resourceapi.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "train-gpu", Namespace: "default"},
+		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "gpu",
+			Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: gpu.DefaultDRADriver, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1}}}}},
+		Status: resourceapi.ResourceClaimStatus{
+			Allocation: &resourceapi.AllocationResult{
+				Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{
+					{Request: "gpu", Driver: gpu.DefaultDRADriver, Pool: "dra", Device: "gpu-0"}}},
+				NodeSelector: &v1.NodeSelector{NodeSelectorTerms: []v1.NodeSelectorTerm{{MatchFields: []v1.NodeSelectorRequirement{
+					{Key: "metadata.name", Operator: v1.NodeSelectorOpIn, Values: []string{"dra"}}}}}},
+			},
+			ReservedFor: []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: "train", UID: "train"}},
+		},
+	}
+	client := fake.NewClientset(gt.MakeGPUNode("dra").Obj(), pod, slice.Obj(), claim)
+	s := New(client, Options{MinInterval: 20 * time.Millisecond, SampleEvery: time.Hour})
+	runCtx, stop := context.WithCancel(ctx)
+	ran := make(chan error, 1)
+	go func() { ran <- s.Run(runCtx) }()
+	defer func() {
+		stop()
+		if err := <-ran; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	srv := httptest.NewServer(s.Handler())
+	defer srv.Close()
+
+	var w Wire
+	err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		_, raw := get(t, srv, "/api/snapshot")
+		if err := json.Unmarshal(raw, &w); err != nil {
+			return false, nil // not published yet
+		}
+		return len(w.Nodes) > 0, nil
+	})
+	if err != nil {
+		t.Fatalf("no snapshot with a node: %v", err)
+	}
+	if len(w.Nodes) != 1 || w.Nodes[0].Name != "dra" || len(w.Nodes[0].Alloc) != 4 || w.Nodes[0].Alloc[0] != 1000 || w.Cluster.AllocatedMilli != 1000 {
+		t.Fatalf("snapshot nodes %+v, cluster %+v; want dra's 4 GPUs with gpu-0 allocated (1000 of 4000)", w.Nodes, w.Cluster)
+	}
+	_, raw := get(t, srv, "/api/node?name=dra")
+	var n struct {
+		GPUs []struct {
+			Holders []struct{ Name string } `json:"holders"`
+		} `json:"gpus"`
+	}
+	if err := json.Unmarshal(raw, &n); err != nil || len(n.GPUs) != 4 || len(n.GPUs[0].Holders) != 1 || n.GPUs[0].Holders[0].Name != "train" {
+		t.Errorf("/api/node?name=dra: %s (%v); want gpu-0 held by train", raw, err)
+	}
+}
