@@ -21,13 +21,14 @@ type cluster struct {
 	nodes []*v1.Node
 	pods  []*v1.Pod
 	gangs map[string]gpuview.GangSpec
-	// slices and claims are the DRA objects, where the API server serves
-	// them and the user may list them.
-	slices []*resourceapi.ResourceSlice
-	claims []*resourceapi.ResourceClaim
+	// slices, claims and classes are the DRA objects, where the API server
+	// serves them and the user may list them.
+	slices  []*resourceapi.ResourceSlice
+	claims  []*resourceapi.ResourceClaim
+	classes []*resourceapi.DeviceClass
 }
 
-// readCluster lists nodes, pods and PodGroups. A cluster without the
+// readCluster lists nodes, pods, PodGroups and the DRA objects (readDRA). A cluster without the
 // PodGroup CRD, or a user who may not list PodGroups, has gangs sized by
 // their pods.
 func readCluster(ctx context.Context, cs kubernetes.Interface, dyn dynamic.Interface) (*cluster, error) {
@@ -67,7 +68,7 @@ func readCluster(ctx context.Context, cs kubernetes.Interface, dyn dynamic.Inter
 	return c, nil
 }
 
-// readDRA lists the ResourceSlices and ResourceClaims. A cluster that
+// readDRA lists the ResourceSlices, ResourceClaims and DeviceClasses. A cluster that
 // serves no resource.k8s.io/v1, or a user who may not list them, has no
 // DRA GPUs in the picture.
 func (c *cluster) readDRA(ctx context.Context, cs kubernetes.Interface) error {
@@ -85,8 +86,18 @@ func (c *cluster) readDRA(ctx context.Context, cs kubernetes.Interface) error {
 	case err != nil:
 		return fmt.Errorf("listing ResourceClaims: %w", err)
 	}
+	classes, err := cs.ResourceV1().DeviceClasses().List(ctx, metav1.ListOptions{})
+	switch {
+	case apierrors.IsNotFound(err) || apierrors.IsForbidden(err):
+		return nil
+	case err != nil:
+		return fmt.Errorf("listing DeviceClasses: %w", err)
+	}
 	for i := range slices.Items {
 		c.slices = append(c.slices, &slices.Items[i])
+	}
+	for i := range classes.Items {
+		c.classes = append(c.classes, &classes.Items[i])
 	}
 	for i := range claims.Items {
 		c.claims = append(c.claims, &claims.Items[i])
@@ -97,7 +108,7 @@ func (c *cluster) readDRA(ctx context.Context, cs kubernetes.Interface) error {
 func (o *options) snapshot(c *cluster) *gpuview.Snapshot {
 	opts := gpuview.Options{SchedulerNames: o.scheduler, PoolLabel: o.poolLabel}
 	if len(c.slices) > 0 {
-		opts.DRA = &gpuview.DRA{Driver: o.draDriver, Slices: c.slices, Claims: c.claims}
+		opts.DRA = &gpuview.DRA{Driver: o.draDriver, Slices: c.slices, Claims: c.claims, Classes: c.classes}
 	}
 	return gpuview.Build(c.nodes, c.pods, opts)
 }

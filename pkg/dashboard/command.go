@@ -32,8 +32,10 @@ func NewCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "dashboard",
 		Short: "Serve a live view of the cluster's GPUs: a web page, JSON, Server-Sent Events and Prometheus metrics",
-		Long: `dashboard watches the cluster's Nodes and Pods (read-only: it needs get, list
-and watch on nodes and pods, nothing else) and serves what gpusched sees of its
+		Long: `dashboard watches the cluster's Nodes and Pods, and on a cluster with DRA its
+ResourceSlices, ResourceClaims and DeviceClasses (read-only: it needs get, list
+and watch on those, nothing else; without the DRA ones it shows no DRA GPUs)
+and serves what gpusched sees of its
 GPUs: every node and GPU with what holds it, free capacity the typical pods
 cannot use (fragmentation), the pending GPU pods in queue order with the
 scheduler's reason, and the cluster's allocation and fragmentation over time.

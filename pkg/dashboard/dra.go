@@ -2,6 +2,7 @@ package dashboard
 
 import (
 	"context"
+	"fmt"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -24,40 +25,39 @@ type draWatch struct {
 }
 
 // draInformers returns informers of ResourceSlices, ResourceClaims and
-// DeviceClasses, or nil when the API server serves no resource.k8s.io/v1
-// or the dashboard may not list one of them (its ClusterRole in
-// deploy/dashboard/rbac.yaml allows it): the dashboard then shows no DRA
-// GPUs, as before, and says so once in its log.
-func (s *Server) draInformers(ctx context.Context, factory informers.SharedInformerFactory) *draWatch {
+// DeviceClasses. It returns nil when the API server serves no
+// resource.k8s.io/v1 or the dashboard may not list one of them (its
+// ClusterRole in deploy/dashboard/rbac.yaml allows it): the dashboard then
+// shows no DRA GPUs and says so once in its log. Any other error of the
+// probing lists is returned, so that the dashboard does not run for good
+// without DRA because the API server was briefly unavailable.
+func (s *Server) draInformers(ctx context.Context, factory informers.SharedInformerFactory) (*draWatch, error) {
 	logger := klog.FromContext(ctx)
-	probes := map[string]func() error{
-		"resourceslices": func() error {
-			_, err := s.client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{Limit: 1})
+	one := metav1.ListOptions{Limit: 1}
+	probes := []struct {
+		resource string
+		list     func() error
+	}{
+		{"resourceslices", func() error { _, err := s.client.ResourceV1().ResourceSlices().List(ctx, one); return err }},
+		{"resourceclaims", func() error {
+			_, err := s.client.ResourceV1().ResourceClaims(metav1.NamespaceAll).List(ctx, one)
 			return err
-		},
-		"resourceclaims": func() error {
-			_, err := s.client.ResourceV1().ResourceClaims(metav1.NamespaceAll).List(ctx, metav1.ListOptions{Limit: 1})
-			return err
-		},
-		"deviceclasses": func() error {
-			_, err := s.client.ResourceV1().DeviceClasses().List(ctx, metav1.ListOptions{Limit: 1})
-			return err
-		},
+		}},
+		{"deviceclasses", func() error { _, err := s.client.ResourceV1().DeviceClasses().List(ctx, one); return err }},
 	}
-	for resource, probe := range probes {
-		if err := probe(); err != nil {
-			if apierrors.IsNotFound(err) || apierrors.IsForbidden(err) {
-				logger.Info("Not showing DRA GPUs: cannot list "+resource+".resource.k8s.io", "err", err)
-			} else {
-				logger.Error(err, "Not showing DRA GPUs: listing "+resource+".resource.k8s.io failed")
-			}
-			return nil
+	for _, p := range probes {
+		switch err := p.list(); {
+		case apierrors.IsNotFound(err) || apierrors.IsForbidden(err):
+			logger.Info("Not showing DRA GPUs: cannot list "+p.resource+".resource.k8s.io", "err", err)
+			return nil, nil
+		case err != nil:
+			return nil, fmt.Errorf("listing %s.resource.k8s.io: %w", p.resource, err)
 		}
 	}
 	r := factory.Resource().V1()
 	return &draWatch{driver: s.opts.DRADriver,
 		watched:     []cache.SharedIndexInformer{r.ResourceSlices().Informer(), r.ResourceClaims().Informer(), r.DeviceClasses().Informer()},
-		sliceLister: r.ResourceSlices().Lister(), claimLister: r.ResourceClaims().Lister(), classLister: r.DeviceClasses().Lister()}
+		sliceLister: r.ResourceSlices().Lister(), claimLister: r.ResourceClaims().Lister(), classLister: r.DeviceClasses().Lister()}, nil
 }
 
 // list is the DRA objects as the informers hold them; nil without DRA.

@@ -3,15 +3,20 @@ package dashboard
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
 
 	"github.com/gpusched/gpusched/pkg/gpu"
@@ -81,5 +86,44 @@ func TestDashboardShowsDRAGPUs(t *testing.T) {
 	}
 	if err := json.Unmarshal(raw, &n); err != nil || len(n.GPUs) != 4 || len(n.GPUs[0].Holders) != 1 || n.GPUs[0].Holders[0].Name != "train" {
 		t.Errorf("/api/node?name=dra: %s (%v); want gpu-0 held by train", raw, err)
+	}
+}
+
+// TestDashboardWithoutDRAAccess: where the dashboard may not list
+// ResourceClaims (or the API server serves no resource.k8s.io), it runs
+// as without DRA: the snapshot has the labelled node's GPUs.
+func TestDashboardWithoutDRAAccess(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	client := fake.NewClientset(gt.MakeGPUNode("dp").GFD("A100", 4, 81920).Obj())
+	client.PrependReactor("list", "resourceclaims", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewForbidden(resourceapi.Resource("resourceclaims"), "", errors.New("no access"))
+	})
+	s := New(client, Options{MinInterval: 20 * time.Millisecond, SampleEvery: time.Hour})
+	runCtx, stop := context.WithCancel(ctx)
+	ran := make(chan error, 1)
+	go func() { ran <- s.Run(runCtx) }()
+	srv := httptest.NewServer(s.Handler())
+	defer srv.Close()
+	var w Wire
+	err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		_, raw := get(t, srv, "/api/snapshot")
+		return json.Unmarshal(raw, &w) == nil && len(w.Nodes) > 0, nil
+	})
+	if err != nil || w.Cluster.GPUs != 4 {
+		t.Errorf("snapshot %+v (%v), want dp's 4 GPUs", w.Cluster, err)
+	}
+	stop()
+	if err := <-ran; err != nil {
+		t.Errorf("Run: %v", err)
+	}
+
+	// Any other error listing them stops Run with it.
+	client = fake.NewClientset()
+	client.PrependReactor("list", "deviceclasses", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewServiceUnavailable("starting")
+	})
+	if err := New(client, Options{}).Run(ctx); err == nil || !strings.Contains(err.Error(), "deviceclasses") {
+		t.Errorf("Run with deviceclasses unavailable: %v, want an error naming them", err)
 	}
 }

@@ -4,7 +4,7 @@
 // JSON and Server-Sent Events; and as Prometheus metrics for Grafana.
 //
 // It only reads the cluster: shared informers list and watch Nodes and
-// Pods, and the snapshot is gpuview's, computed with the engine (pkg/gpu),
+// Pods, and the DRA objects where it may read them, and the snapshot is gpuview's, computed with the engine (pkg/gpu),
 // so it shows what the scheduler computes. It does not import
 // k8s.io/kubernetes. It serves without authentication of its own: expose it
 // behind kube-rbac-proxy, `kubectl port-forward` or the API server's service
@@ -115,7 +115,8 @@ func (s *Server) build(nodes []*v1.Node, pods []*v1.Pod, dra *gpuview.DRA) *gpuv
 	return gpuview.Build(nodes, pods, gpuview.Options{SchedulerNames: s.opts.SchedulerNames, PoolLabel: s.opts.PoolLabel, DRA: dra})
 }
 
-// Run watches Nodes and Pods and keeps the state current until ctx ends:
+// Run watches Nodes and Pods (and the DRA objects, draInformers) and keeps
+// the state current until ctx ends:
 // it waits for the informers' first lists, publishes a snapshot, and then
 // rebuilds after changes, at most once per MinInterval. It never writes to
 // the cluster.
@@ -139,7 +140,10 @@ func (s *Server) Run(ctx context.Context) error {
 		DeleteFunc: func(any) { markDirty() },
 	}
 	watched := []cache.SharedIndexInformer{nodeInformer.Informer(), podInformer.Informer()}
-	dra := s.draInformers(ctx, factory)
+	dra, err := s.draInformers(ctx, factory)
+	if err != nil {
+		return fmt.Errorf("dashboard: %w", err)
+	}
 	if dra != nil {
 		watched = append(watched, dra.watched...)
 	}

@@ -257,9 +257,7 @@ func parseMemoryMiB(raw string) (int64, error) {
 	if err != nil || q.Sign() <= 0 {
 		return 0, invalid(AnnotationMemory, raw, allowed)
 	}
-	const mib = 1 << 20
-	bytes := q.Value() // rounded up to whole bytes
-	return (bytes + mib - 1) / mib, nil
+	return CeilMiB(q), nil // Value rounds up to whole bytes
 }
 
 // parseModels accepts a JSON array of strings, or a comma-separated list when

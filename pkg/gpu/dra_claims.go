@@ -42,7 +42,7 @@ func AskOfClaims(claims []*resourceapi.ResourceClaim, driver string) *ClaimAsk {
 			if name != DRACapacityMemory && string(name) != driver+"/"+string(DRACapacityMemory) {
 				return nil
 			}
-			ask.MemoryMiB = ceilMiB(q)
+			ask.MemoryMiB = CeilMiB(q)
 		}
 	}
 	return ask
@@ -121,13 +121,13 @@ func DRAAllocatedBy(claims []*resourceapi.ResourceClaim, driver string) *DRAAllo
 		}
 	}
 	for id, q := range memory {
-		out.SharedMemoryMiB[id] = ceilMiB(*q)
+		out.SharedMemoryMiB[id] = CeilMiB(*q)
 	}
 	return out
 }
 
 // ceilMiB is a quantity of bytes in MiB, rounded up.
-func ceilMiB(q resource.Quantity) int64 { return (q.Value() + 1<<20 - 1) >> 20 }
+func CeilMiB(q resource.Quantity) int64 { return (q.Value() + 1<<20 - 1) >> 20 }
 
 // DRAUse is a claim's use of one GPU of a node: the GPU's position in the
 // node's inventory, the part of it taken, and the memory a share consumes
@@ -163,7 +163,7 @@ func ClaimUses(d *DRAInventory, claim *resourceapi.ResourceClaim, driver string)
 		case r.ShareID != nil:
 			use := DRAUse{Pos: pos, Milli: 1}
 			if m, ok := r.ConsumedCapacity[DRACapacityMemory]; ok && m.Sign() > 0 {
-				use.MemoryMiB = ceilMiB(m)
+				use.MemoryMiB = CeilMiB(m)
 				use.Milli = partOf(use.MemoryMiB, total)
 			}
 			out = append(out, use)

@@ -94,10 +94,20 @@ func TestSnapshotOfDRAGPUs(t *testing.T) {
 	nic := claimPod("nic", "nic-0", "")
 	nicClaim := claimFor("nic-0", 1, "")
 	nicClaim.Spec.Devices.Requests[0].Exactly.DeviceClassName = "nic.example.com"
-	pods = append(pods, waiting, template, nic)
-	dra.Claims = append(dra.Claims, claimFor("wait-gpu", 2, ""), nicClaim)
-	dra.Classes = []*resourceapi.DeviceClass{{ObjectMeta: metav1.ObjectMeta{Name: "nic.example.com"},
-		Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: "device.driver == 'nic.example.com'"}}}}}}
+	// A class of another name whose selector names NVIDIA's driver.
+	h := claimPod("h", "h-gpu", "")
+	hClaim := claimFor("h-gpu", 1, "")
+	hClaim.Spec.Devices.Requests[0].Exactly.DeviceClassName = "h100"
+	pods = append(pods, waiting, template, nic, h)
+	dra.Claims = append(dra.Claims, claimFor("wait-gpu", 2, ""), nicClaim, hClaim)
+	class := func(name, expr string) *resourceapi.DeviceClass {
+		return &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: expr}}}}}
+	}
+	dra.Classes = []*resourceapi.DeviceClass{
+		class("nic.example.com", "device.driver == 'nic.example.com'"),
+		class("h100", "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].productName == 'NVIDIA H100 80GB HBM3'"),
+	}
 
 	s := gpuview.Build(nodes, pods, gpuview.Options{DRA: dra})
 	n, ok := s.Node("dra")
@@ -140,6 +150,9 @@ func TestSnapshotOfDRAGPUs(t *testing.T) {
 	}
 	if _, listed := pending["nic"]; listed {
 		t.Errorf("nic, whose claim is of class nic.example.com, is listed as a pending GPU pod")
+	}
+	if p := pending["h"]; p.Demand != (&gpu.Demand{Count: 1, Milli: gpu.MilliPerGPU}).String() {
+		t.Errorf("h, whose claim's class h100 selects NVIDIA's driver: demand %q, want 1 GPU", p.Demand)
 	}
 	// train's claim is allocated: it is bound, whatever its claim asks.
 	if e := s.Explain(pods[0], pods, nil); e.Verdict != "it is bound to node dra" {

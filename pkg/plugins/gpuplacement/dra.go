@@ -380,7 +380,7 @@ func (c *draCycle) takenOn(node string, i int) []deviceTaken {
 // MiB rounded up; 0 when they consume none.
 func memoryTaken(capacity map[resourceapi.QualifiedName]*resource.Quantity) int64 {
 	if q := capacity["memory"]; q != nil && q.Sign() > 0 {
-		return ceilMiB(q)
+		return gpu.CeilMiB(*q)
 	}
 	return 0
 }
@@ -434,9 +434,6 @@ func (c *draCycle) viewOf(node string, d *gpu.DRAInventory) *gpu.NodeGPUs {
 	c.views[i].Store(view)
 	return view
 }
-
-// ceilMiB is a quantity of bytes in MiB, rounded up.
-func ceilMiB(q *resource.Quantity) int64 { return (q.Value() + 1<<20 - 1) >> 20 }
 
 // draCycleOf is the cycle's view of DRA, or nil.
 func draCycleOf(state fwk.CycleState) *draCycle {

@@ -138,7 +138,7 @@ func (p *GPUPlacement) scoreClaims(ctx context.Context, state fwk.CycleState, po
 			}
 			pick := gpu.DRAPicked{ID: gpu.DRADeviceID{Driver: r.Driver, Pool: r.Pool, Device: r.Device}, Shared: r.ShareID != nil}
 			if q, ok := r.ConsumedCapacity["memory"]; ok {
-				pick.MemoryMiB = ceilMiB(&q)
+				pick.MemoryMiB = gpu.CeilMiB(q)
 			}
 			picked = append(picked, pick)
 		}

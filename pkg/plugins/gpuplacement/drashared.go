@@ -5,7 +5,6 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
-	"k8s.io/dynamic-resource-allocation/resourceclaim"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 
@@ -45,21 +44,18 @@ func (c *draCycle) EmptyNodeGPUs(node string) *gpu.NodeGPUs {
 
 // claimsOf is the pod's claims, in the pod's order; ok is false while one
 // cannot be read: made from its template but not yet named in the pod's
-// status, or not in the tracker yet.
+// status (gpu.ClaimNames), or not in the tracker yet.
 func (r *draReader) claimsOf(ctx context.Context, pod *v1.Pod) (claims []*resourceapi.ResourceClaim, ok bool) {
+	names, made := gpu.ClaimNames(pod)
+	if !made {
+		logger(ctx).V(4).Info("Claims not made yet", "pod", klog.KObj(pod))
+		return nil, false
+	}
 	tracker := r.manager.ResourceClaims()
-	for i := range pod.Spec.ResourceClaims {
-		name, _, err := resourceclaim.Name(pod, &pod.Spec.ResourceClaims[i])
+	for _, name := range names {
+		claim, err := tracker.Get(pod.Namespace, name)
 		if err != nil {
-			logger(ctx).V(4).Info("Claim not named yet", "pod", klog.KObj(pod), "err", err)
-			return nil, false
-		}
-		if name == nil {
-			continue // the pod needs no claim for this entry
-		}
-		claim, err := tracker.Get(pod.Namespace, *name)
-		if err != nil {
-			logger(ctx).V(4).Info("Claim unreadable", "pod", klog.KObj(pod), "claim", *name, "err", err)
+			logger(ctx).V(4).Info("Claim unreadable", "pod", klog.KObj(pod), "claim", name, "err", err)
 			return nil, false
 		}
 		claims = append(claims, claim)
