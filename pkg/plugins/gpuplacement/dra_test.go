@@ -505,3 +505,49 @@ func TestDRANeverTwice(t *testing.T) {
 		}
 	})
 }
+
+// TestClaimPodsShapeTheTypicalPods: a pod whose GPUs are a ResourceClaim's
+// enters the learned typical pods with its claim's shape, not as a pod
+// without GPUs; a pod whose claim cannot be read yet enters once it can.
+// (The window recomputes its typical pods when it has none, so each pod
+// below is a fresh cluster's first.)
+func TestClaimPodsShapeTheTypicalPods(t *testing.T) {
+	args := &config.GPUPlacementArgs{ScoringStrategy: config.ScoringStrategy{Type: gpu.PolicyFragFit, Resources: []config.ResourceSpec{{Name: config.ResourceGPU, Weight: 1}}},
+		Fragmentation: config.Fragmentation{HalfLifePods: 10}, DRA: config.DRA{Enabled: true, Driver: gpu.DefaultDRADriver}}
+	cluster := func(claims ...*resourceapi.ResourceClaim) (*testCluster, *fakeDRA) {
+		_, slices := draNodes()
+		dra := &fakeDRA{slices: slices, gpuClass: gpuClass, claims: map[string]*resourceapi.ResourceClaim{}}
+		for _, c := range claims {
+			dra.claims[c.Name] = c
+		}
+		return newDRACluster(t, args, dra), dra
+	}
+	prefilter := func(c *testCluster, pod *v1.Pod) []gpu.TypicalPod {
+		t.Helper()
+		if _, status, _ := c.fw.RunPreFilterPlugins(context.Background(), framework.NewCycleState(), pod); !status.IsSuccess() && !status.IsSkip() {
+			t.Fatal(status)
+		}
+		return c.plugin.TypicalPods()
+	}
+	pod := func(name, claim string) *v1.Pod {
+		p := claimPod(name, claim)
+		p.UID = types.UID(name)
+		return p
+	}
+	// p's claim asks for one whole GPU.
+	c, _ := cluster(gpuClaim("one", 1))
+	if tp := prefilter(c, pod("p", "one")); len(tp) != 1 || tp[0].Demand.Count != 1 || tp[0].Demand.Milli != gpu.MilliPerGPU {
+		t.Errorf("after p: typical pods %+v, want p's claim's one GPU", tp)
+	}
+	// q's claim is not in the tracker yet: q is not observed, and is once
+	// its claim is there.
+	c, dra := cluster()
+	q := pod("q", "two")
+	if tp := prefilter(c, q); len(tp) != 0 {
+		t.Errorf("after q, whose claim cannot be read: typical pods %+v, want none", tp)
+	}
+	dra.claims["two"] = gpuClaim("two", 2)
+	if tp := prefilter(c, q); len(tp) != 1 || tp[0].Demand.Count != 2 {
+		t.Errorf("after q's claim for two GPUs: typical pods %+v, want q's claim's two GPUs", tp)
+	}
+}

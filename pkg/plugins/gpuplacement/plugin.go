@@ -168,7 +168,6 @@ func (p *GPUPlacement) PreFilter(ctx context.Context, state fwk.CycleState, pod 
 	if err != nil {
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
 	}
-	p.policy.Observe(pod.UID, demand)
 	if demand.IsZero() {
 		// No GPU to filter for; the pod is still scored when the policy
 		// weighs CPU, or when its own ResourceClaims may take DRA GPUs.
@@ -185,6 +184,7 @@ func (p *GPUPlacement) PreFilter(ctx context.Context, state fwk.CycleState, pod 
 				filtered = p.preFilterClaims(ctx, state, pod, nodes, &demand)
 			}
 		}
+		p.observe(ctx, state, pod, demand)
 		if scored || filtered {
 			state.Write(stateKey, &podState{demand: demand})
 		}
@@ -193,6 +193,7 @@ func (p *GPUPlacement) PreFilter(ctx context.Context, state fwk.CycleState, pod 
 		}
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
+	p.policy.Observe(pod.UID, demand)
 	state.Write(stateKey, &podState{demand: demand})
 	if p.dra != nil {
 		found, status := p.readDRA(ctx, state, true)
@@ -204,6 +205,39 @@ func (p *GPUPlacement) PreFilter(ctx context.Context, state fwk.CycleState, pod 
 		}
 	}
 	return nil, nil
+}
+
+// TypicalPods is the pod shapes the policy measures fragmentation against
+// now: its seed and what it learned from the pods it saw; nil for a policy
+// that measures none.
+func (p *GPUPlacement) TypicalPods() []gpu.TypicalPod {
+	if s := p.policy.Shapes(); s != nil {
+		return s.Typical()
+	}
+	return nil
+}
+
+// observe adds the shape of a pod that asks gpusched for no GPU to the
+// typical pods the policy learns (gpu.Policy.Observe): what its
+// ResourceClaims ask of the DRA driver's GPUs, with its CPU and memory as
+// the policy read them,
+// when the cycle read DRA and the claims ask for GPUs, so that on a DRA
+// cluster the learned shapes are the claims', not those of CPU-only pods;
+// else its demand as it is. A pod whose claims are not made yet is not
+// observed: the window keeps a pod's first shape, and its claims' is the
+// one to keep.
+func (p *GPUPlacement) observe(ctx context.Context, state fwk.CycleState, pod *v1.Pod, demand gpu.Demand) {
+	if cycle := draCycleOf(state); cycle != nil && hasClaims(pod) {
+		claims, pending := cycle.ClaimDemand(ctx, pod)
+		switch {
+		case pending:
+			return
+		case !claims.IsZero():
+			claims.MilliCPU, claims.HostMemoryMiB = demand.MilliCPU, demand.HostMemoryMiB // as the policy read them
+			demand = claims
+		}
+	}
+	p.policy.Observe(pod.UID, demand)
 }
 
 // readDRA leaves the cycle's view of DRA in the state; found is false when

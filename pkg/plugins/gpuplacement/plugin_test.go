@@ -48,6 +48,8 @@ type testCluster struct {
 	client   *fake.Clientset
 	recorder *events.FakeRecorder
 	logger   klog.Logger
+	// plugin is the framework's GPUPlacement.
+	plugin *gpuplacement.GPUPlacement
 }
 
 func newCluster(t *testing.T, args *config.GPUPlacementArgs, nodes []*v1.Node, pods []*v1.Pod) *testCluster {
@@ -70,10 +72,17 @@ func newClusterBinding(t testing.TB, args *config.GPUPlacementArgs, nodes []*v1.
 	}
 	c.refresh(t)
 	factory := func(ctx context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
+		var pl fwk.Plugin
+		var err error
 		if args == nil {
-			return gpuplacement.New(ctx, nil, h)
+			pl, err = gpuplacement.New(ctx, nil, h)
+		} else {
+			pl, err = gpuplacement.New(ctx, args, h)
 		}
-		return gpuplacement.New(ctx, args, h)
+		if err == nil {
+			c.plugin = pl.(*gpuplacement.GPUPlacement)
+		}
+		return pl, err
 	}
 	extensions := []string{"PreFilter", "Filter", "PreScore", "Score", "Reserve", "PreBind"}
 	if gpuBindsFirst {
