@@ -1,6 +1,7 @@
 package gpuview_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -157,6 +158,19 @@ func TestSnapshotOfDRAGPUs(t *testing.T) {
 	// train's claim is allocated: it is bound, whatever its claim asks.
 	if e := s.Explain(pods[0], pods, nil); e.Verdict != "it is bound to node dra" {
 		t.Errorf("explain train: %q, want bound to dra", e.Verdict)
+	}
+
+	// The typical pods count each claim pod by its claim, as GPUPlacement
+	// learns them: train's and h's one GPU, wait's two, infer's share of
+	// 20480 MiB (Milli 1); ann's one GPU by annotation.
+	shapes := map[string]bool{}
+	for _, tp := range s.Typical {
+		shapes[fmt.Sprintf("%d×%d/%d", tp.Demand.Count, tp.Demand.Milli, tp.Demand.MemoryMiB)] = true
+	}
+	for _, want := range []string{"1×1000/0", "2×1000/0", "1×1/20480"} {
+		if !shapes[want] {
+			t.Errorf("typical pods %v lack %s", shapes, want)
+		}
 	}
 
 	// Without DRA objects the node shows no GPUs, and the claim pods ask

@@ -204,10 +204,13 @@ func Build(nodes []*v1.Node, pods []*v1.Pod, opts Options) *Snapshot {
 		if !gpu.InWorkload(p) {
 			continue
 		}
+		d, claims, err := s.demandOf(p)
 		if wd, ok := gpu.WorkloadDemand(p); ok {
+			if claims { // its claim's shape, as GPUPlacement learns it
+				wd.Count, wd.Milli, wd.MemoryMiB, wd.Models = d.Count, d.Milli, d.MemoryMiB, d.Models
+			}
 			demands = append(demands, wd)
 		}
-		d, _, err := s.demandOf(p)
 		if p.Spec.NodeName != "" {
 			onNode[p.Spec.NodeName] = append(onNode[p.Spec.NodeName], p)
 			continue
