@@ -220,12 +220,11 @@ func (p *GPUPlacement) TypicalPods() []gpu.TypicalPod {
 // observe adds the shape of a pod that asks gpusched for no GPU to the
 // typical pods the policy learns (gpu.Policy.Observe): what its
 // ResourceClaims ask of the DRA driver's GPUs, with its CPU and memory as
-// the policy read them,
-// when the cycle read DRA and the claims ask for GPUs, so that on a DRA
-// cluster the learned shapes are the claims', not those of CPU-only pods;
-// else its demand as it is. A pod whose claims are not made yet is not
-// observed: the window keeps a pod's first shape, and its claims' is the
-// one to keep.
+// the policy read them, when the cycle read DRA and the claims ask for
+// GPUs, so that on a DRA cluster the learned shapes are the claims', not
+// those of CPU-only pods; else its demand as it is. A pod whose claims are
+// not made yet is not observed: the window keeps a pod's first shape, and
+// its claims' is the one to keep.
 func (p *GPUPlacement) observe(ctx context.Context, state fwk.CycleState, pod *v1.Pod, demand gpu.Demand) {
 	if cycle := draCycleOf(state); cycle != nil && hasClaims(pod) {
 		claims, pending := cycle.ClaimDemand(ctx, pod)
