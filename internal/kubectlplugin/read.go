@@ -68,30 +68,22 @@ func readCluster(ctx context.Context, cs kubernetes.Interface, dyn dynamic.Inter
 	return c, nil
 }
 
-// readDRA lists the ResourceSlices, ResourceClaims and DeviceClasses. A cluster that
-// serves no resource.k8s.io/v1, or a user who may not list them, has no
-// DRA GPUs in the picture.
+// readDRA lists the ResourceSlices, ResourceClaims and DeviceClasses. A
+// cluster that serves no resource.k8s.io/v1, or a user who may not list
+// one of them, has no DRA GPUs in the picture.
 func (c *cluster) readDRA(ctx context.Context, cs kubernetes.Interface) error {
-	slices, err := cs.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
-	switch {
-	case apierrors.IsNotFound(err) || apierrors.IsForbidden(err):
-		return nil
-	case err != nil:
-		return fmt.Errorf("listing ResourceSlices: %w", err)
+	all := metav1.ListOptions{}
+	slices, err := cs.ResourceV1().ResourceSlices().List(ctx, all)
+	if skip, err := draListed("ResourceSlices", err); skip || err != nil {
+		return err
 	}
-	claims, err := cs.ResourceV1().ResourceClaims(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
-	switch {
-	case apierrors.IsNotFound(err) || apierrors.IsForbidden(err):
-		return nil
-	case err != nil:
-		return fmt.Errorf("listing ResourceClaims: %w", err)
+	claims, err := cs.ResourceV1().ResourceClaims(metav1.NamespaceAll).List(ctx, all)
+	if skip, err := draListed("ResourceClaims", err); skip || err != nil {
+		return err
 	}
-	classes, err := cs.ResourceV1().DeviceClasses().List(ctx, metav1.ListOptions{})
-	switch {
-	case apierrors.IsNotFound(err) || apierrors.IsForbidden(err):
-		return nil
-	case err != nil:
-		return fmt.Errorf("listing DeviceClasses: %w", err)
+	classes, err := cs.ResourceV1().DeviceClasses().List(ctx, all)
+	if skip, err := draListed("DeviceClasses", err); skip || err != nil {
+		return err
 	}
 	for i := range slices.Items {
 		c.slices = append(c.slices, &slices.Items[i])
@@ -103,6 +95,18 @@ func (c *cluster) readDRA(ctx context.Context, cs kubernetes.Interface) error {
 		c.claims = append(c.claims, &claims.Items[i])
 	}
 	return nil
+}
+
+// draListed reads a DRA listing's error: skip when the resource is not
+// served or may not be listed, else the error, named.
+func draListed(resource string, err error) (skip bool, _ error) {
+	switch {
+	case apierrors.IsNotFound(err) || apierrors.IsForbidden(err):
+		return true, nil
+	case err != nil:
+		return false, fmt.Errorf("listing %s: %w", resource, err)
+	}
+	return false, nil
 }
 
 func (o *options) snapshot(c *cluster) *gpuview.Snapshot {

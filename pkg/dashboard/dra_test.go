@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -50,19 +49,8 @@ func TestDashboardShowsDRAGPUs(t *testing.T) {
 			ReservedFor: []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: "train", UID: "train"}},
 		},
 	}
-	client := fake.NewClientset(gt.MakeGPUNode("dra").Obj(), pod, slice.Obj(), claim)
-	s := New(client, Options{MinInterval: 20 * time.Millisecond, SampleEvery: time.Hour})
-	runCtx, stop := context.WithCancel(ctx)
-	ran := make(chan error, 1)
-	go func() { ran <- s.Run(runCtx) }()
-	defer func() {
-		stop()
-		if err := <-ran; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
-	srv := httptest.NewServer(s.Handler())
-	defer srv.Close()
+	srv, stop := runDashboard(ctx, t, fake.NewClientset(gt.MakeGPUNode("dra").Obj(), pod, slice.Obj(), claim))
+	defer stop()
 
 	var w Wire
 	err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
@@ -99,12 +87,7 @@ func TestDashboardWithoutDRAAccess(t *testing.T) {
 	client.PrependReactor("list", "resourceclaims", func(action k8stesting.Action) (bool, runtime.Object, error) {
 		return true, nil, apierrors.NewForbidden(resourceapi.Resource("resourceclaims"), "", errors.New("no access"))
 	})
-	s := New(client, Options{MinInterval: 20 * time.Millisecond, SampleEvery: time.Hour})
-	runCtx, stop := context.WithCancel(ctx)
-	ran := make(chan error, 1)
-	go func() { ran <- s.Run(runCtx) }()
-	srv := httptest.NewServer(s.Handler())
-	defer srv.Close()
+	srv, stop := runDashboard(ctx, t, client)
 	var w Wire
 	err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 		_, raw := get(t, srv, "/api/snapshot")
@@ -114,9 +97,6 @@ func TestDashboardWithoutDRAAccess(t *testing.T) {
 		t.Errorf("snapshot %+v (%v), want dp's 4 GPUs", w.Cluster, err)
 	}
 	stop()
-	if err := <-ran; err != nil {
-		t.Errorf("Run: %v", err)
-	}
 
 	// Any other error listing them stops Run with it.
 	client = fake.NewClientset()

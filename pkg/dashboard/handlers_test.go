@@ -17,6 +17,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 
 	gt "github.com/gpusched/gpusched/pkg/gpu/gputest"
@@ -238,18 +239,8 @@ func TestDashboardEventsFollowTheCluster(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	s := New(client, Options{MinInterval: 20 * time.Millisecond, SampleEvery: time.Hour})
-	runCtx, stop := context.WithCancel(ctx)
-	ran := make(chan error, 1)
-	go func() { ran <- s.Run(runCtx) }()
-	defer func() {
-		stop()
-		if err := <-ran; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
-	srv := httptest.NewServer(s.Handler())
-	defer srv.Close()
+	srv, stop := runDashboard(ctx, t, client)
+	defer stop()
 
 	streamCtx, closeStream := context.WithCancel(ctx)
 	defer closeStream()
@@ -399,6 +390,24 @@ func TestDashboardExplain(t *testing.T) {
 	} {
 		if resp, body := get(t, srv, path); resp.StatusCode != code || !strings.Contains(string(body), "error") {
 			t.Errorf("%s: %d %s, want %d with an error", path, resp.StatusCode, body, code)
+		}
+	}
+}
+
+// runDashboard runs a dashboard of client, as Run keeps it current, and
+// serves it; stop ends both and checks that Run returned no error.
+func runDashboard(ctx context.Context, t *testing.T, client kubernetes.Interface) (srv *httptest.Server, stop func()) {
+	t.Helper()
+	s := New(client, Options{MinInterval: 20 * time.Millisecond, SampleEvery: time.Hour})
+	runCtx, cancel := context.WithCancel(ctx)
+	ran := make(chan error, 1)
+	go func() { ran <- s.Run(runCtx) }()
+	srv = httptest.NewServer(s.Handler())
+	return srv, func() {
+		srv.Close()
+		cancel()
+		if err := <-ran; err != nil {
+			t.Errorf("Run: %v", err)
 		}
 	}
 }

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"strings"
 	"testing"
@@ -9,7 +8,6 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/gpusched/gpusched/internal/kubectlplugin"
 	gt "github.com/gpusched/gpusched/pkg/gpu/gputest"
 	"github.com/gpusched/gpusched/test/testcluster"
 )
@@ -47,25 +45,8 @@ func TestExplainDRAGPUsAgainstTheAPIServer(t *testing.T) {
 	createPod(ctx, t, c, withClaim(gt.MakeGPUPod("wait").Obj(), "wait-gpu"))
 	createPod(ctx, t, c, gt.MakeGPUPod("ann").GPUs(4).Obj())
 
-	run := func(args ...string) string {
-		t.Helper()
-		var out bytes.Buffer
-		cmd := kubectlplugin.NewCommand(ctx, &out)
-		cmd.SetArgs(append([]string{"--kubeconfig", c.KubeconfigPath, "-n", "default"}, args...))
-		if err := cmd.Execute(); err != nil {
-			t.Fatalf("kubectl gpusched %s: %v", strings.Join(args, " "), err)
-		}
-		t.Logf("kubectl gpusched %s:\n%s", strings.Join(args, " "), out.String())
-		return out.String()
-	}
-	expect := func(out string, wants ...string) {
-		t.Helper()
-		for _, w := range wants {
-			if !strings.Contains(out, w) {
-				t.Errorf("output lacks %q:\n%s", w, out)
-			}
-		}
-	}
+	run := func(args ...string) string { return kubectlGPUSched(ctx, t, c, args...) }
+	expect := func(out string, wants ...string) { t.Helper(); expectOutput(t, out, wants...) }
 	// dra: 1 GPU of 4 allocated (1000m, 25%).
 	nodes := run("nodes")
 	expect(nodes, "2 pending GPU pods")

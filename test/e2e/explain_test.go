@@ -79,25 +79,8 @@ func TestExplainAgainstTheAPIServer(t *testing.T) {
 		testcluster.WaitForPodEvent(ctx, t, c.Client, "default", name, "FailedScheduling", timeout)
 	}
 
-	run := func(t *testing.T, args ...string) string {
-		t.Helper()
-		var out bytes.Buffer
-		cmd := kubectlplugin.NewCommand(ctx, &out)
-		cmd.SetArgs(append([]string{"--kubeconfig", c.KubeconfigPath, "-n", "default"}, args...))
-		if err := cmd.Execute(); err != nil {
-			t.Fatalf("kubectl gpusched %s: %v", strings.Join(args, " "), err)
-		}
-		t.Logf("kubectl gpusched %s:\n%s", strings.Join(args, " "), out.String())
-		return out.String()
-	}
-	expect := func(t *testing.T, out string, wants ...string) {
-		t.Helper()
-		for _, w := range wants {
-			if !strings.Contains(out, w) {
-				t.Errorf("output lacks %q:\n%s", w, out)
-			}
-		}
-	}
+	run := func(t *testing.T, args ...string) string { return kubectlGPUSched(ctx, t, c, args...) }
+	expect := expectOutput
 
 	t.Run("memory held by named pods", func(t *testing.T) {
 		// 14 GiB asked, 8 free: 6 GiB short. x (priority 0) frees 16 GiB
@@ -201,4 +184,28 @@ func TestExplainAgainstTheAPIServer(t *testing.T) {
 			t.Errorf("err = %v, want the --output error", err)
 		}
 	})
+}
+
+// kubectlGPUSched runs kubectl gpusched with args against the cluster, in
+// namespace default, and returns its output; an error fails the test.
+func kubectlGPUSched(ctx context.Context, t *testing.T, c *testcluster.Cluster, args ...string) string {
+	t.Helper()
+	var out bytes.Buffer
+	cmd := kubectlplugin.NewCommand(ctx, &out)
+	cmd.SetArgs(append([]string{"--kubeconfig", c.KubeconfigPath, "-n", "default"}, args...))
+	if err := cmd.Execute(); err != nil {
+		t.Fatalf("kubectl gpusched %s: %v", strings.Join(args, " "), err)
+	}
+	t.Logf("kubectl gpusched %s:\n%s", strings.Join(args, " "), out.String())
+	return out.String()
+}
+
+// expectOutput fails the test for each of wants that out lacks.
+func expectOutput(t *testing.T, out string, wants ...string) {
+	t.Helper()
+	for _, w := range wants {
+		if !strings.Contains(out, w) {
+			t.Errorf("output lacks %q:\n%s", w, out)
+		}
+	}
 }
