@@ -18,7 +18,7 @@ import (
 
 	"github.com/gpusched/gpusched/pkg/agent/nvmlmock"
 	"github.com/gpusched/gpusched/pkg/gpu"
-	"github.com/gpusched/gpusched/pkg/simulator"
+	"github.com/gpusched/gpusched/pkg/trace"
 )
 
 // TraceGPUMemoryGB is the memory of one GPU, in GiB, of each model the
@@ -54,14 +54,14 @@ type ListedNode struct {
 	GPUs NodeShape
 }
 
-// LoadNodeList reads a --nodes-from file with simulator.LoadNodes: the
+// LoadNodeList reads a --nodes-from file with trace.LoadNodes: the
 // Alibaba trace's node CSV (sn,cpu_milli,memory_mib,gpu,model; a .csv
 // file) or Node objects (.yaml, .yml, .json: `kubectl get nodes -o yaml`,
 // a List or ----separated Nodes), and maps each node onto a simulated one
 // (see ListNode). Every error names the file; one about a node names it, the
 // field, its value and what is allowed, with the line for a CSV row.
 func LoadNodeList(path string) ([]ListedNode, error) {
-	nodes, err := simulator.LoadNodes(path)
+	nodes, err := trace.LoadNodes(path)
 	if err != nil {
 		return nil, fmt.Errorf("invalid --nodes-from: %w", err)
 	}
@@ -85,7 +85,7 @@ func LoadNodeList(path string) ([]ListedNode, error) {
 }
 
 // csvNodeLines maps each row's first field (the node name) to its line.
-// The file has been read and checked by simulator.LoadNodes already.
+// The file has been read and checked by trace.LoadNodes already.
 func csvNodeLines(path string) map[string]int {
 	lines := map[string]int{}
 	data, err := os.ReadFile(path)

@@ -15,7 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/gpusched/gpusched/pkg/gpu"
-	"github.com/gpusched/gpusched/pkg/simulator"
+	"github.com/gpusched/gpusched/pkg/trace"
 )
 
 // traceNodeList is the Alibaba trace's 1213-node GPU cluster, in the shared
@@ -53,11 +53,11 @@ func TestListNode(t *testing.T) {
 		cpu, pods string
 		taints    int
 	}{
-		{"trace V100M32", simulator.NewTraceNode("openb-node-0229", 96000, 786432, 8, "V100M32"), "V100M32", 8, 32768, "96", "1k", 0},
-		{"trace T4", simulator.NewTraceNode("t", 64000, 262144, 2, "T4"), "T4", 2, 16384, "64", "1k", 0},
-		{"trace G2, assumed 32 GB", simulator.NewTraceNode("g", 96000, 393216, 8, "G2"), "G2", 8, 32768, "96", "1k", 0},
-		{"trace model, any case", simulator.NewTraceNode("p", 1000, 1024, 1, "p100"), "p100", 1, 16384, "1", "1k", 0},
-		{"trace CPU-only node", simulator.NewTraceNode("c", 32000, 131072, 0, ""), "", 0, 0, "32", "1k", 0},
+		{"trace V100M32", trace.NewNode("openb-node-0229", 96000, 786432, 8, "V100M32"), "V100M32", 8, 32768, "96", "1k", 0},
+		{"trace T4", trace.NewNode("t", 64000, 262144, 2, "T4"), "T4", 2, 16384, "64", "1k", 0},
+		{"trace G2, assumed 32 GB", trace.NewNode("g", 96000, 393216, 8, "G2"), "G2", 8, 32768, "96", "1k", 0},
+		{"trace model, any case", trace.NewNode("p", 1000, 1024, 1, "p100"), "p100", 1, 16384, "1", "1k", 0},
+		{"trace CPU-only node", trace.NewNode("c", 32000, 131072, 0, ""), "", 0, 0, "32", "1k", 0},
 		{"export with memory label", exported(nil), "NVIDIA-L4", 4, 23034, "47500m", "58", 1},
 		{"export, memory from -<N>GB", exported(func(n *v1.Node) {
 			delete(n.Labels, gpu.LabelMemory)
@@ -113,10 +113,10 @@ func TestListNodeErrors(t *testing.T) {
 		in   *v1.Node
 		want string
 	}{
-		{"unknown model", simulator.NewTraceNode("n", 1000, 1024, 2, "X9"), `GPU model "X9": its memory per GPU is unknown; want a nvidia.com/gpu.memory label (MiB), a model of the trace (A10, G1, G2, G3, P100, T4, V100M16, V100M32), or a model ending in -<N>GB`},
-		{"GPUs without a model", simulator.NewTraceNode("n", 1000, 1024, 2, ""), "GPUs without a model: want the label nvidia.com/gpu.product"},
-		{"negative CPU", simulator.NewTraceNode("n", -4000, 1024, 0, ""), "allocatable cpu -4: want a quantity of at least 0"},
-		{"too many GPUs", simulator.NewTraceNode("n", 1000, 1024, 65, "T4"), "at most 64 GPUs per node"},
+		{"unknown model", trace.NewNode("n", 1000, 1024, 2, "X9"), `GPU model "X9": its memory per GPU is unknown; want a nvidia.com/gpu.memory label (MiB), a model of the trace (A10, G1, G2, G3, P100, T4, V100M16, V100M32), or a model ending in -<N>GB`},
+		{"GPUs without a model", trace.NewNode("n", 1000, 1024, 2, ""), "GPUs without a model: want the label nvidia.com/gpu.product"},
+		{"negative CPU", trace.NewNode("n", -4000, 1024, 0, ""), "allocatable cpu -4: want a quantity of at least 0"},
+		{"too many GPUs", trace.NewNode("n", 1000, 1024, 65, "T4"), "at most 64 GPUs per node"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := ListNode(tc.in)

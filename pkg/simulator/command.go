@@ -13,6 +13,8 @@ import (
 
 	"github.com/spf13/cobra"
 	v1 "k8s.io/api/core/v1"
+
+	"github.com/gpusched/gpusched/pkg/trace"
 )
 
 // flags are the simulate command's options.
@@ -70,7 +72,7 @@ write. See docs/simulator.md.`,
 	fs.StringVar(&f.config, "config", "", "a KubeSchedulerConfiguration (the scheduler's own file); default: the built-in simulation profile")
 	fs.StringVar(&f.policies, "policies", "", "comma-separated policies, one profile each, from the first profile of the config; default: the config's profiles")
 	fs.StringVar(&f.seeds, "seeds", "42", "seeds: N, N..M, or a comma-separated list")
-	fs.StringVar(&f.arrival, "arrival", string(ArrivalFGD), "arrival process: fgd (the FGD paper's protocol) or replay (the trace's creation and deletion times)")
+	fs.StringVar(&f.arrival, "arrival", string(trace.ArrivalFGD), "arrival process: fgd (the FGD paper's protocol) or replay (the trace's creation and deletion times)")
 	fs.StringVar(&f.tieBreak, "tie-break", "", "how equally scored nodes are chosen: node-order (the FGD paper's simulator; default with --arrival fgd) or random (kube-scheduler; default with --arrival replay)")
 	fs.StringVar(&f.telemetry, "telemetry", "", "recorded GPU telemetry (CSV time,node,gpu,signal,value) that the GPUTelemetry plugin replays at each pod's arrival time")
 	fs.StringVar(&f.jsonOut, "json", "", "write the full report as JSON to this file")
@@ -184,7 +186,7 @@ type workload struct {
 	// path is the pod list's file; "" is the built-in synthetic workload.
 	path string
 	// sharesAsResources asks for shares with the gpusched.io/gpu-milli
-	// resource instead of the annotation (SharesAsResources).
+	// resource instead of the annotation (trace.SharesAsResources).
 	sharesAsResources bool
 }
 
@@ -194,18 +196,18 @@ const (
 	sharesResources  = "resources"
 )
 
-func (w workload) load() (string, []TracePod, error) {
-	var pods []TracePod
+func (w workload) load() (string, []trace.Pod, error) {
+	var pods []trace.Pod
 	if w.path == "" {
-		_, pods = Synthetic(SyntheticOptions{})
+		_, pods = trace.Synthetic(trace.SyntheticOptions{})
 	} else {
 		var err error
-		if pods, err = LoadPods(w.path); err != nil {
+		if pods, err = trace.LoadPods(w.path); err != nil {
 			return w.name, nil, err
 		}
 	}
 	if w.sharesAsResources {
-		SharesAsResources(pods)
+		trace.SharesAsResources(pods)
 	}
 	return w.name, pods, nil
 }
@@ -215,9 +217,9 @@ func (w workload) load() (string, []TracePod, error) {
 // workloads, in order.
 func optionsFromFlags(f flags) (Options, []workload, error) {
 	var opts Options
-	arrival := Arrival(f.arrival)
-	if arrival != ArrivalFGD && arrival != ArrivalReplay {
-		return opts, nil, fmt.Errorf("--arrival %q: want %s or %s", f.arrival, ArrivalFGD, ArrivalReplay)
+	arrival := trace.Arrival(f.arrival)
+	if arrival != trace.ArrivalFGD && arrival != trace.ArrivalReplay {
+		return opts, nil, fmt.Errorf("--arrival %q: want %s or %s", f.arrival, trace.ArrivalFGD, trace.ArrivalReplay)
 	}
 	tieBreak := TieBreak(f.tieBreak)
 	if tieBreak != "" && tieBreak != TieBreakRandom && tieBreak != TieBreakNodeOrder {
@@ -240,7 +242,7 @@ func optionsFromFlags(f flags) (Options, []workload, error) {
 	}
 	asResources := f.shares == sharesResources
 	if f.nodes == "" {
-		nodes, _ = Synthetic(SyntheticOptions{})
+		nodes, _ = trace.Synthetic(trace.SyntheticOptions{})
 		workloads = []workload{{name: syntheticName, sharesAsResources: asResources}}
 	} else {
 		paths, err := splitPodLists(f.pods)
@@ -250,7 +252,7 @@ func optionsFromFlags(f flags) (Options, []workload, error) {
 		for _, p := range paths {
 			workloads = append(workloads, workload{name: WorkloadName(p), path: p, sharesAsResources: asResources})
 		}
-		if nodes, err = LoadNodes(f.nodes); err != nil {
+		if nodes, err = trace.LoadNodes(f.nodes); err != nil {
 			return opts, nil, err
 		}
 	}
@@ -279,7 +281,7 @@ func optionsFromFlags(f flags) (Options, []workload, error) {
 	}
 	opts = Options{Nodes: nodes, Profiles: profiles, Seeds: seeds, Arrival: arrival, TieBreak: tieBreak, Parallel: f.parallel, DRA: f.dra, DRAFirstFit: f.draFirstFit, RecordPlacements: f.placements}
 	if f.telemetry != "" {
-		if opts.Telemetry, err = LoadTelemetry(f.telemetry); err != nil {
+		if opts.Telemetry, err = trace.LoadTelemetry(f.telemetry); err != nil {
 			return opts, nil, err
 		}
 	}
@@ -431,7 +433,7 @@ the node the policy itself would choose. The Python package in python/
 	fs.StringVar(&f.pods, "pods", "", "workload: Alibaba pod CSV or YAML of Pod objects; default: the built-in synthetic workload")
 	fs.StringVar(&f.config, "config", "", "a KubeSchedulerConfiguration; default: the built-in simulation profile")
 	fs.StringVar(&f.policy, "policy", "", "the policy whose profile runs the episodes, from the config's first profile; default: the config's first profile as it is")
-	fs.StringVar(&f.arrival, "arrival", string(ArrivalFGD), "arrival process: fgd or replay (as simulate's)")
+	fs.StringVar(&f.arrival, "arrival", string(trace.ArrivalFGD), "arrival process: fgd or replay (as simulate's)")
 	fs.StringVar(&f.tieBreak, "tie-break", "", "tie-break among equally scored nodes for builtin_action: node-order or random (as simulate's)")
 	fs.StringVar(&f.reward, "reward", string(RewardFragmentation), "step reward: fragmentation (−change of fragmented GPU, % of capacity), allocation (GPU % allocated) or unallocated (−unallocated % at 100% arrived, on the last step)")
 	fs.BoolVar(&f.timings, "timings", false, "print where the time went, per step, on stderr at the end")

@@ -15,6 +15,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/gpusched/gpusched/pkg/gpu"
+	"github.com/gpusched/gpusched/pkg/trace"
 )
 
 // TestDRAPathNeverGivesAGPUTwice runs a synthetic workload on the DRA path
@@ -22,16 +23,16 @@ import (
 // devices as it asked for, each device of an allowed model, the share it
 // asked for of each, and no device more than its whole across pods.
 func TestDRAPathNeverGivesAGPUTwice(t *testing.T) {
-	nodes, pods := Synthetic(SyntheticOptions{Nodes: 30, Seed: 5})
+	nodes, pods := trace.Synthetic(trace.SyntheticOptions{Nodes: 30, Seed: 5})
 	opts := Options{Nodes: nodes, Pods: pods, Profiles: defaultProfiles(t, "FragFit"), Seeds: []int64{3},
-		Arrival: ArrivalFGD, RecordPlacements: true, DRA: true}
+		Arrival: trace.ArrivalFGD, RecordPlacements: true, DRA: true}
 	runs, err := Simulate(context.Background(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	run := runs[0]
-	byName := map[string]TracePod{}
-	for _, p := range fgdSequence(pods, 3, capacityMilli(nodes)) {
+	byName := map[string]trace.Pod{}
+	for _, p := range trace.FGDSequence(pods, 3, trace.CapacityMilli(nodes)) {
 		byName[p.Pod.Name] = p
 	}
 	model := map[string]string{}
@@ -79,13 +80,13 @@ func TestDRAPathNeverGivesAGPUTwice(t *testing.T) {
 // is deallocated, so the GPU it held goes to the next pod. One node, one
 // GPU; pod a holds it from 0 to 10, pod b arrives at 10.
 func TestDRAClaimsReleasedOnDeparture(t *testing.T) {
-	nodes := []*v1.Node{NewTraceNode("n", 8000, 32768, 1, "A100")}
-	pods := []TracePod{
-		{Pod: NewTracePod("a", 1000, 1024, 1, 1000, nil), Created: 0, Deleted: 10, HasTimes: true},
-		{Pod: NewTracePod("b", 1000, 1024, 1, 1000, nil), Created: 10, Deleted: maxTime, HasTimes: true},
+	nodes := []*v1.Node{trace.NewNode("n", 8000, 32768, 1, "A100")}
+	pods := []trace.Pod{
+		{Pod: trace.NewPod("a", 1000, 1024, 1, 1000, nil), Created: 0, Deleted: 10, HasTimes: true},
+		{Pod: trace.NewPod("b", 1000, 1024, 1, 1000, nil), Created: 10, Deleted: trace.NeverDeleted, HasTimes: true},
 	}
 	opts := Options{Nodes: nodes, Pods: pods, Profiles: defaultProfiles(t, "FragFit"), Seeds: []int64{1},
-		Arrival: ArrivalReplay, RecordPlacements: true, DRA: true}
+		Arrival: trace.ArrivalReplay, RecordPlacements: true, DRA: true}
 	runs, err := Simulate(context.Background(), opts)
 	if err != nil {
 		t.Fatal(err)
@@ -95,7 +96,7 @@ func TestDRAClaimsReleasedOnDeparture(t *testing.T) {
 			t.Errorf("pod %s: node %q GPUs %v (%s), want GPU 0 of n", pl.Pod, pl.Node, pl.GPUs, pl.Reason)
 		}
 	}
-	opts.Pods[0].Deleted = maxTime // a never departs: b finds no GPU
+	opts.Pods[0].Deleted = trace.NeverDeleted // a never departs: b finds no GPU
 	runs, err = Simulate(context.Background(), opts)
 	if err != nil {
 		t.Fatal(err)
@@ -125,7 +126,7 @@ func TestDRAPod(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			pod, claim, err := draPod(NewTracePod("p", 1000, 1024, tt.count, tt.milli, tt.models))
+			pod, claim, err := draPod(trace.NewPod("p", 1000, 1024, tt.count, tt.milli, tt.models))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -149,11 +150,11 @@ func TestDRAPod(t *testing.T) {
 			}
 		})
 	}
-	pod := NewTracePod("cpu", 1000, 1024, 0, 0, nil)
+	pod := trace.NewPod("cpu", 1000, 1024, 0, 0, nil)
 	if got, claim, err := draPod(pod); err != nil || claim != nil || got != pod {
 		t.Errorf("a pod without GPUs: %v %v %v, want itself and no claim", got, claim, err)
 	}
-	bad := NewTracePod("bad", 1000, 1024, 1, 1000, nil)
+	bad := trace.NewPod("bad", 1000, 1024, 1, 1000, nil)
 	bad.Annotations = map[string]string{gpu.AnnotationMilli: "lots"}
 	if _, _, err := draPod(bad); err == nil || !strings.Contains(err.Error(), gpu.AnnotationMilli) {
 		t.Errorf("a malformed request: error %v, want one naming %s", err, gpu.AnnotationMilli)
@@ -212,8 +213,8 @@ func TestDRAAssignment(t *testing.T) {
 // prices the models by the cluster's GPUs of each, which on the DRA path
 // only the slices publish (draFleet).
 func TestDRAPathPlacesAsTheAnnotationPath(t *testing.T) {
-	nodes, pods := Synthetic(SyntheticOptions{Nodes: 30, Seed: 5})
-	limited := make([]TracePod, len(pods))
+	nodes, pods := trace.Synthetic(trace.SyntheticOptions{Nodes: 30, Seed: 5})
+	limited := make([]trace.Pod, len(pods))
 	gpuPods := 0
 	for i, tp := range pods {
 		limited[i] = tp
@@ -233,9 +234,9 @@ func TestDRAPathPlacesAsTheAnnotationPath(t *testing.T) {
 		pod.Annotations[gpu.AnnotationModels] = map[bool]string{true: "T4,P100", false: "G2"}[d.Count <= 2]
 		limited[i].Pod = pod
 	}
-	run := func(pods []TracePod, dra, firstFit bool) Run {
+	run := func(pods []trace.Pod, dra, firstFit bool) Run {
 		opts := Options{Nodes: nodes, Pods: pods, Profiles: defaultProfiles(t, "PairFit"), Seeds: []int64{3},
-			Arrival: ArrivalFGD, RecordPlacements: true, DRA: dra, DRAFirstFit: firstFit}
+			Arrival: trace.ArrivalFGD, RecordPlacements: true, DRA: dra, DRAFirstFit: firstFit}
 		runs, err := Simulate(context.Background(), opts)
 		if err != nil {
 			t.Fatal(err)
@@ -259,7 +260,7 @@ func TestDRAPathPlacesAsTheAnnotationPath(t *testing.T) {
 	}
 	for _, tt := range []struct {
 		name string
-		pods []TracePod
+		pods []trace.Pod
 	}{{"any model", pods}, {"a fifth limited to models", limited}} {
 		t.Run(tt.name, func(t *testing.T) {
 			annotation, policy := run(tt.pods, false, false), run(tt.pods, true, false)
@@ -372,15 +373,15 @@ func recountAllocatedState(m *draManager) *structured.AllocatedState {
 // no memory label (the annotation path's check would reject it there), so
 // the pod is placed with the screen as without it.
 func TestDRAScreenChecksWhatTheClaimAsks(t *testing.T) {
-	nodes := []*v1.Node{NewTraceNode("n", 8000, 32768, 1, "A100")}
-	pod := NewTracePod("p", 1000, 1024, 1, 1000, nil)
+	nodes := []*v1.Node{trace.NewNode("n", 8000, 32768, 1, "A100")}
+	pod := trace.NewPod("p", 1000, 1024, 1, 1000, nil)
 	if pod.Annotations == nil {
 		pod.Annotations = map[string]string{}
 	}
 	pod.Annotations[gpu.AnnotationMemory] = "40960"
 	for _, noScreen := range []bool{true, false} {
-		opts := Options{Nodes: nodes, Pods: []TracePod{{Pod: pod, Created: 0, Deleted: maxTime, HasTimes: true}},
-			Profiles: defaultProfiles(t, "FragFit"), Seeds: []int64{1}, Arrival: ArrivalReplay, RecordPlacements: true, DRA: true, NoScreen: noScreen}
+		opts := Options{Nodes: nodes, Pods: []trace.Pod{{Pod: pod, Created: 0, Deleted: trace.NeverDeleted, HasTimes: true}},
+			Profiles: defaultProfiles(t, "FragFit"), Seeds: []int64{1}, Arrival: trace.ArrivalReplay, RecordPlacements: true, DRA: true, NoScreen: noScreen}
 		runs, err := Simulate(context.Background(), opts)
 		if err != nil {
 			t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/gpusched/gpusched/internal/chromiumtest"
+	"github.com/gpusched/gpusched/pkg/trace"
 )
 
 // TestTraceSlice runs a slice of the public Alibaba trace — its first 200
@@ -45,7 +46,7 @@ func TestTraceSlice(t *testing.T) {
 
 	// Replay: pods leave at their deletion times, so the cluster is never
 	// over-full and most pods run.
-	opts.Arrival, opts.Seeds = ArrivalReplay, []int64{1}
+	opts.Arrival, opts.Seeds = trace.ArrivalReplay, []int64{1}
 	replay, err := Simulate(context.Background(), opts)
 	if err != nil {
 		t.Fatal(err)

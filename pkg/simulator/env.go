@@ -22,6 +22,7 @@ import (
 	"github.com/gpusched/gpusched/pkg/plugins/gpuplacement"
 	"github.com/gpusched/gpusched/pkg/policyservice"
 	pb "github.com/gpusched/gpusched/pkg/policyservice/v1alpha1"
+	"github.com/gpusched/gpusched/pkg/trace"
 )
 
 // Reward is what an environment step rewards.
@@ -46,9 +47,9 @@ var Rewards = []Reward{RewardFragmentation, RewardAllocation, RewardUnallocated}
 // arrival protocol and tie-break, and the reward.
 type EnvOptions struct {
 	Nodes    []*v1.Node
-	Pods     []TracePod
+	Pods     []trace.Pod
 	Profile  Profile
-	Arrival  Arrival
+	Arrival  trace.Arrival
 	TieBreak TieBreak
 	NoScreen bool
 	Reward   Reward
@@ -151,7 +152,7 @@ func NewEnv(opts EnvOptions) (*Env, error) {
 	if err := checkArrivalTimes(sim); err != nil {
 		return nil, err
 	}
-	e := &Env{opts: sim, reward: opts.Reward, capacity: capacityMilli(opts.Nodes), typical: typicalPods(opts.Pods),
+	e := &Env{opts: sim, reward: opts.Reward, capacity: trace.CapacityMilli(opts.Nodes), typical: typicalPods(opts.Pods),
 		index: map[string]int{}, columns: gpu.FeatureColumns(), rows: make([]cachedRow, len(opts.Nodes)), nextSeed: 42}
 	e.fitsColumn, e.builtinColumn = slices.Index(e.columns, "fits"), slices.Index(e.columns, "builtin_score")
 	e.profile = withWorkloadShapes(opts.Profile, e.typical)
@@ -546,7 +547,7 @@ func (e *Env) nodeRows(values []byte) error {
 	if len(stale) > 0 {
 		if e.probe == nil {
 			e.probe = framework.NewCycleState()
-			pod := NewTracePod("gpusched-env-probe", 0, 0, 1, gpu.MilliPerGPU, nil)
+			pod := trace.NewPod("gpusched-env-probe", 0, 0, 1, gpu.MilliPerGPU, nil)
 			if _, status, _ := e.ep.sched.fw.RunPreFilterPlugins(e.ep.ctx, e.probe, pod); !status.IsSuccess() {
 				return fmt.Errorf("describing the nodes: PreFilter of a one-GPU probe pod: %w", status.AsError())
 			}

@@ -12,13 +12,14 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/gpusched/gpusched/pkg/policyservice/v1alpha1"
+	"github.com/gpusched/gpusched/pkg/trace"
 )
 
 // newTestEnv is an environment over the synthetic cluster of 24 nodes and
 // its workload, with the policy's profile.
-func newTestEnv(t *testing.T, policy string, arrival Arrival, tieBreak TieBreak) (*Env, Options) {
+func newTestEnv(t *testing.T, policy string, arrival trace.Arrival, tieBreak TieBreak) (*Env, Options) {
 	t.Helper()
-	nodes, pods := Synthetic(SyntheticOptions{Nodes: 24})
+	nodes, pods := trace.Synthetic(trace.SyntheticOptions{Nodes: 24})
 	profile := defaultProfiles(t, policy)[0]
 	env, err := NewEnv(EnvOptions{Nodes: nodes, Pods: pods, Profile: profile, Arrival: arrival, TieBreak: tieBreak})
 	if err != nil {
@@ -36,13 +37,13 @@ func newTestEnv(t *testing.T, policy string, arrival Arrival, tieBreak TieBreak)
 func TestEnvironmentBuiltinReproducesSimulate(t *testing.T) {
 	for _, tc := range []struct {
 		policy   string
-		arrival  Arrival
+		arrival  trace.Arrival
 		tieBreak TieBreak
 	}{
-		{"FragFit", ArrivalFGD, TieBreakNodeOrder},
-		{"FragFit", ArrivalFGD, TieBreakRandom},
-		{"BestFit", ArrivalFGD, TieBreakRandom},
-		{"BestFit", ArrivalReplay, TieBreakRandom},
+		{"FragFit", trace.ArrivalFGD, TieBreakNodeOrder},
+		{"FragFit", trace.ArrivalFGD, TieBreakRandom},
+		{"BestFit", trace.ArrivalFGD, TieBreakRandom},
+		{"BestFit", trace.ArrivalReplay, TieBreakRandom},
 	} {
 		t.Run(fmt.Sprintf("%s/%s/%s", tc.policy, tc.arrival, tc.tieBreak), func(t *testing.T) {
 			env, opts := newTestEnv(t, tc.policy, tc.arrival, tc.tieBreak)
@@ -99,7 +100,7 @@ func runBuiltin(t *testing.T, env *Env, seed int64) (*pb.Info, int) {
 // Filter plugin accepts the pod, run here on every node, and that the rows
 // have one row per node with fits = the mask.
 func TestEnvironmentMaskMatchesFilter(t *testing.T) {
-	env, _ := newTestEnv(t, "FragFit", ArrivalFGD, TieBreakNodeOrder)
+	env, _ := newTestEnv(t, "FragFit", trace.ArrivalFGD, TieBreakNodeOrder)
 	ctx := context.Background()
 	seed := int64(3)
 	reset, err := env.Reset(ctx, &seed)
@@ -161,7 +162,7 @@ func TestEnvironmentMaskMatchesFilter(t *testing.T) {
 // range is refused with the action and what is allowed, and the episode is
 // as it was: the same pod is still pending.
 func TestEnvironmentRejectsMaskedAction(t *testing.T) {
-	env, _ := newTestEnv(t, "BestFit", ArrivalFGD, TieBreakNodeOrder)
+	env, _ := newTestEnv(t, "BestFit", trace.ArrivalFGD, TieBreakNodeOrder)
 	ctx := context.Background()
 	if _, err := env.Step(ctx, 0); err == nil || !strings.Contains(err.Error(), "reset") {
 		t.Errorf("step before reset: %v, want an error saying to reset", err)
@@ -226,8 +227,8 @@ func featureValue(m *pb.FeatureMatrix, i, j int) float32 {
 func TestEnvironmentCachedRowsMatchFeatures(t *testing.T) {
 	for _, policy := range []string{"FragFit", "BestFit"} {
 		t.Run(policy, func(t *testing.T) {
-			cached, _ := newTestEnv(t, policy, ArrivalFGD, TieBreakRandom)
-			fresh, _ := newTestEnv(t, policy, ArrivalFGD, TieBreakRandom)
+			cached, _ := newTestEnv(t, policy, trace.ArrivalFGD, TieBreakRandom)
+			fresh, _ := newTestEnv(t, policy, trace.ArrivalFGD, TieBreakRandom)
 			fresh.noCache = true
 			ctx := context.Background()
 			seed := int64(5)
@@ -269,7 +270,7 @@ func TestEnvironmentCachedRowsMatchFeatures(t *testing.T) {
 // agent (python/examples/bench_env.py measures both).
 func BenchmarkEnvironmentTrace(b *testing.B) {
 	opts, _ := loadTrace(b, "openb_pod_list_default.csv")
-	env, err := NewEnv(EnvOptions{Nodes: opts.Nodes, Pods: opts.Pods, Profile: defaultProfiles(b)[0], Arrival: ArrivalFGD})
+	env, err := NewEnv(EnvOptions{Nodes: opts.Nodes, Pods: opts.Pods, Profile: defaultProfiles(b)[0], Arrival: trace.ArrivalFGD})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -303,7 +304,7 @@ func BenchmarkEnvironmentTrace(b *testing.B) {
 // builtin_action to the end ends; and a replayed action the mask refuses
 // fails the reset, naming its position.
 func TestEnvironmentReplayAndFinish(t *testing.T) {
-	env, opts := newTestEnv(t, "FragFit", ArrivalFGD, TieBreakNodeOrder)
+	env, opts := newTestEnv(t, "FragFit", trace.ArrivalFGD, TieBreakNodeOrder)
 	ctx := context.Background()
 	seed := int64(5)
 	// An episode that takes the last allowed node, to reach states the

@@ -14,6 +14,7 @@ import (
 
 	"github.com/gpusched/gpusched/pkg/policyservice/policyservicetest"
 	pb "github.com/gpusched/gpusched/pkg/policyservice/v1alpha1"
+	"github.com/gpusched/gpusched/pkg/trace"
 )
 
 // echoBuiltin answers each node's builtin_score times sign, read from the
@@ -38,7 +39,7 @@ func echoBuiltin(sign float64) policyservicetest.Answer {
 // answers their opposite (the worst node first) places differently and
 // leaves more unallocated.
 func TestExternalPolicyInSimulator(t *testing.T) {
-	nodes, pods := Synthetic(SyntheticOptions{Nodes: 40})
+	nodes, pods := trace.Synthetic(trace.SyntheticOptions{Nodes: 40})
 	same := policyservicetest.Start(t, echoBuiltin(1))
 	opposite := policyservicetest.Start(t, echoBuiltin(-1))
 	base, err := os.ReadFile("default-config.yaml")
@@ -68,7 +69,7 @@ func TestExternalPolicyInSimulator(t *testing.T) {
 			t.Fatal(err)
 		}
 		runs, err := Simulate(context.Background(), Options{Nodes: nodes, Pods: pods, Profiles: profiles[:1], Seeds: []int64{7},
-			Arrival: ArrivalFGD, RecordPlacements: true})
+			Arrival: trace.ArrivalFGD, RecordPlacements: true})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"k8s.io/kubernetes/pkg/scheduler/framework"
+
+	"github.com/gpusched/gpusched/pkg/trace"
 )
 
 // TestFilterMemoChangesNothing: handing back remembered Filter verdicts
@@ -16,11 +18,11 @@ import (
 // with first fit (where the memo keys a pod by its claims' specs and the
 // run filters the node it commits to again).
 func TestFilterMemoChangesNothing(t *testing.T) {
-	nodes, pods := Synthetic(SyntheticOptions{Nodes: 40, Seed: 5})
+	nodes, pods := trace.Synthetic(trace.SyntheticOptions{Nodes: 40, Seed: 5})
 	for _, c := range []struct {
-		arrival       Arrival
+		arrival       trace.Arrival
 		dra, firstFit bool
-	}{{ArrivalFGD, false, false}, {ArrivalReplay, false, false}, {ArrivalFGD, true, false}, {ArrivalReplay, true, false}, {ArrivalFGD, true, true}} {
+	}{{trace.ArrivalFGD, false, false}, {trace.ArrivalReplay, false, false}, {trace.ArrivalFGD, true, false}, {trace.ArrivalReplay, true, false}, {trace.ArrivalFGD, true, true}} {
 		arrival := c.arrival
 		opts := Options{Nodes: nodes, Pods: pods, Profiles: defaultProfiles(t, "FragFit", "BestFit"), Seeds: []int64{1, 2},
 			Arrival: arrival, RecordPlacements: true, DRA: c.dra, DRAFirstFit: c.firstFit}
@@ -50,7 +52,7 @@ func TestFilterMemoChangesNothing(t *testing.T) {
 func TestFilterMemoServesDefaultProfile(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	nodes, pods := Synthetic(SyntheticOptions{Nodes: 4, Seed: 5})
+	nodes, pods := trace.Synthetic(trace.SyntheticOptions{Nodes: 4, Seed: 5})
 	registry, err := runRegistry(nil, &replayClock{})
 	if err != nil {
 		t.Fatal(err)

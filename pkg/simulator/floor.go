@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/gpusched/gpusched/pkg/gpu"
+	"github.com/gpusched/gpusched/pkg/trace"
 )
 
 // Floor is how low the headline metric can go on one seed's workload: the
@@ -66,7 +67,7 @@ type LPClass struct {
 // arrival process; replay has departures, for which none of the measures
 // holds.
 func workloadFloors(opts Options, capacity int64) []Floor {
-	if opts.Arrival == ArrivalReplay || capacity == 0 {
+	if opts.Arrival == trace.ArrivalReplay || capacity == 0 {
 		return nil
 	}
 	floors := make([]*Floor, len(opts.Seeds))
@@ -100,7 +101,7 @@ func workloadFloors(opts Options, capacity int64) []Floor {
 func seedFloor(opts Options, seed, capacity int64, models gpu.ModelGPUs) *Floor {
 	var arrived []arrivedPod
 	var total int64
-	for _, p := range fgdSequence(opts.Pods, seed, capacity) {
+	for _, p := range trace.FGDSequence(opts.Pods, seed, capacity) {
 		d, err := gpu.DemandFromPod(p.Pod)
 		if err != nil || d.TotalMilli() == 0 {
 			continue

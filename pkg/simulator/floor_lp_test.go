@@ -8,6 +8,7 @@ import (
 
 	"github.com/gpusched/gpusched/pkg/gpu"
 	"github.com/gpusched/gpusched/pkg/packing"
+	"github.com/gpusched/gpusched/pkg/trace"
 )
 
 func shares(milli ...int64) []gpu.Demand {
@@ -131,7 +132,7 @@ func TestLPBoundOnTheTrace(t *testing.T) {
 	opts, capacity, floor := seed42Floor(t, "openb_pod_list_default.csv")
 	var arrived []gpu.Demand
 	var total int64
-	for _, p := range fgdSequence(opts.Pods, 42, capacity) {
+	for _, p := range trace.FGDSequence(opts.Pods, 42, capacity) {
 		d, err := gpu.DemandFromPod(p.Pod)
 		if err != nil || d.TotalMilli() == 0 {
 			continue
@@ -241,7 +242,7 @@ func seed42Floor(t *testing.T, podList string) (opts Options, capacity int64, fl
 	t.Helper()
 	opts, _ = loadTrace(t, podList)
 	opts.Seeds = []int64{42}
-	capacity = capacityMilli(opts.Nodes)
+	capacity = trace.CapacityMilli(opts.Nodes)
 	floors := workloadFloors(opts, capacity)
 	if len(floors) != 1 {
 		t.Fatalf("%d floors, want 1", len(floors))

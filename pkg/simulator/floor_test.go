@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/gpusched/gpusched/pkg/gpu"
+	"github.com/gpusched/gpusched/pkg/trace"
 )
 
 func share(milli int64) gpu.Demand { return gpu.Demand{Count: 1, Milli: milli} }
@@ -125,9 +126,9 @@ func TestOfflineBestFitDecreasing(t *testing.T) {
 // placement of the LP's relaxation (GPUs only), and it places every share
 // above 500 first, so both bounds hold for it.
 func TestWorkloadFloors(t *testing.T) {
-	nodes, pods := Synthetic(SyntheticOptions{})
-	opts := Options{Nodes: nodes, Pods: pods, Seeds: []int64{1, 2, 3}, Arrival: ArrivalFGD}
-	floors := workloadFloors(opts, capacityMilli(nodes))
+	nodes, pods := trace.Synthetic(trace.SyntheticOptions{})
+	opts := Options{Nodes: nodes, Pods: pods, Seeds: []int64{1, 2, 3}, Arrival: trace.ArrivalFGD}
+	floors := workloadFloors(opts, trace.CapacityMilli(nodes))
 	if len(floors) != 3 {
 		t.Fatalf("%d floors, want one per seed: %+v", len(floors), floors)
 	}
@@ -143,8 +144,8 @@ func TestWorkloadFloors(t *testing.T) {
 				f.Seed, f.AnyPlacementPct, f.LPPerGPU, f.LPWeights, f.OfflineBFDPct)
 		}
 	}
-	opts.Arrival = ArrivalReplay
-	if floors := workloadFloors(opts, capacityMilli(nodes)); floors != nil {
+	opts.Arrival = trace.ArrivalReplay
+	if floors := workloadFloors(opts, trace.CapacityMilli(nodes)); floors != nil {
 		t.Errorf("replay arrival: floors %+v, want none (departures void both measures)", floors)
 	}
 }

@@ -189,17 +189,6 @@ func (t *fragTracker) byModel() []ModelAllocation {
 	return out
 }
 
-// capacityMilli is the cluster's GPU capacity in milli-GPU.
-func capacityMilli(nodes []*v1.Node) int64 {
-	var total int64
-	for _, n := range nodes {
-		if inv, err := gpu.InventoryFromNode(n); err == nil {
-			total += int64(inv.Len()) * gpu.MilliPerGPU
-		}
-	}
-	return total
-}
-
 // screen returns the GPU fit check for a pod: whether a node's GPUs can take
 // it, and if not, why. It is gpu.Check, the check GPUPlacement's Filter
 // makes, on the same allocation (both read the bound pods' assignment

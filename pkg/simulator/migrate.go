@@ -13,6 +13,7 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
 	"github.com/gpusched/gpusched/pkg/gpu"
+	"github.com/gpusched/gpusched/pkg/trace"
 )
 
 // MigrationBudget is how many pods a run may move to make room for pods
@@ -71,8 +72,8 @@ func checkMigrations(opts Options) error {
 		case p.Migrations.IsZero():
 		case opts.DRA:
 			return fmt.Errorf("profile %s: migrations (budget %s) are not simulated on the DRA path", p.Name, p.Migrations)
-		case p.Migrations.PerHour > 0 && opts.Arrival != ArrivalReplay:
-			return fmt.Errorf("profile %s: a migration budget per hour (%s) needs --arrival %s; with --arrival %s give a fraction of placed pods", p.Name, p.Migrations, ArrivalReplay, opts.Arrival)
+		case p.Migrations.PerHour > 0 && opts.Arrival != trace.ArrivalReplay:
+			return fmt.Errorf("profile %s: a migration budget per hour (%s) needs --arrival %s; with --arrival %s give a fraction of placed pods", p.Name, p.Migrations, trace.ArrivalReplay, opts.Arrival)
 		}
 	}
 	return nil

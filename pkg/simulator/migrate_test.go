@@ -9,6 +9,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/gpusched/gpusched/pkg/gpu"
+	"github.com/gpusched/gpusched/pkg/trace"
 )
 
 func TestParseMigrationBudget(t *testing.T) {
@@ -63,11 +64,11 @@ func TestParseMigrationBudget(t *testing.T) {
 // 1 move, 1000 milli-GPU placed by it, 1 move per GPU. Without the budget c
 // fails.
 func TestMigrationsMakeRoom(t *testing.T) {
-	nodes := []*v1.Node{NewTraceNode("n0", 8000, 65536, 1, "T4"), NewTraceNode("n1", 8000, 65536, 1, "T4")}
-	pods := []TracePod{
-		{Pod: NewTracePod("a", 1000, 1024, 1, 500, nil), Created: 0, Deleted: maxTime, HasTimes: true},
-		{Pod: NewTracePod("b", 1000, 1024, 1, 500, nil), Created: 1, Deleted: maxTime, HasTimes: true},
-		{Pod: NewTracePod("c", 1000, 1024, 1, 1000, nil), Created: 2, Deleted: maxTime, HasTimes: true},
+	nodes := []*v1.Node{trace.NewNode("n0", 8000, 65536, 1, "T4"), trace.NewNode("n1", 8000, 65536, 1, "T4")}
+	pods := []trace.Pod{
+		{Pod: trace.NewPod("a", 1000, 1024, 1, 500, nil), Created: 0, Deleted: trace.NeverDeleted, HasTimes: true},
+		{Pod: trace.NewPod("b", 1000, 1024, 1, 500, nil), Created: 1, Deleted: trace.NeverDeleted, HasTimes: true},
+		{Pod: trace.NewPod("c", 1000, 1024, 1, 1000, nil), Created: 2, Deleted: trace.NeverDeleted, HasTimes: true},
 	}
 	profiles, err := withMigrations(defaultProfiles(t, "Spread"), "50%, 3600/h")
 	if err != nil {
@@ -77,7 +78,7 @@ func TestMigrationsMakeRoom(t *testing.T) {
 		t.Fatalf("profiles %q", got)
 	}
 	runs, err := Simulate(context.Background(), Options{Nodes: nodes, Pods: pods, Profiles: profiles,
-		Seeds: []int64{1}, Arrival: ArrivalReplay, RecordPlacements: true})
+		Seeds: []int64{1}, Arrival: trace.ArrivalReplay, RecordPlacements: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,14 +111,14 @@ func TestMigrationsMakeRoom(t *testing.T) {
 // nothing while every pod fits: the planner runs only for pods that fit
 // nowhere.
 func TestMigrationsChangeNothingWhenAllFit(t *testing.T) {
-	nodes, pods := Synthetic(SyntheticOptions{})
+	nodes, pods := trace.Synthetic(trace.SyntheticOptions{})
 	half := pods[:len(pods)/4] // a quarter of the workload: far below capacity
 	profiles, err := withMigrations(defaultProfiles(t, "PairFit"), "5%")
 	if err != nil {
 		t.Fatal(err)
 	}
 	runs, err := Simulate(context.Background(), Options{Nodes: nodes, Pods: half, Profiles: profiles,
-		Seeds: []int64{3}, Arrival: ArrivalReplay, RecordPlacements: true})
+		Seeds: []int64{3}, Arrival: trace.ArrivalReplay, RecordPlacements: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,13 +139,13 @@ func TestMigrationsChangeNothingWhenAllFit(t *testing.T) {
 // summed and the fragmentation tracker's views summed, no GPU holds more
 // than its capacity, and every placed pod is bound.
 func TestMigrationsLoseNothing(t *testing.T) {
-	nodes, pods := Synthetic(SyntheticOptions{})
+	nodes, pods := trace.Synthetic(trace.SyntheticOptions{})
 	profiles, err := withMigrations(defaultProfiles(t, "PairFit"), "5%")
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := Options{Nodes: nodes, Pods: pods, Profiles: profiles[1:], Seeds: []int64{42}, Arrival: ArrivalFGD}
-	capacity, typical := capacityMilli(nodes), typicalPods(pods)
+	opts := Options{Nodes: nodes, Pods: pods, Profiles: profiles[1:], Seeds: []int64{42}, Arrival: trace.ArrivalFGD}
+	capacity, typical := trace.CapacityMilli(nodes), typicalPods(pods)
 	r := &runner{opts: &opts, profile: withWorkloadShapes(profiles[1], typical), seed: 42, capacity: capacity,
 		typical: typical, parallelism: 1, tick: func() {}}
 	e, err := r.newEpisode(context.Background())

@@ -16,6 +16,7 @@ import (
 
 	"github.com/gpusched/gpusched/internal/pythontest"
 	"github.com/gpusched/gpusched/pkg/policyservice"
+	"github.com/gpusched/gpusched/pkg/trace"
 )
 
 // crossCheckModel is a model with a hidden ReLU layer over columns whose
@@ -73,8 +74,8 @@ func TestModelDecidesAlikeInGoAndPython(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	nodes, pods := Synthetic(SyntheticOptions{Nodes: 24})
-	env, err := NewEnv(EnvOptions{Nodes: nodes, Pods: pods, Profile: profiles[0], Arrival: ArrivalFGD})
+	nodes, pods := trace.Synthetic(trace.SyntheticOptions{Nodes: 24})
+	env, err := NewEnv(EnvOptions{Nodes: nodes, Pods: pods, Profile: profiles[0], Arrival: trace.ArrivalFGD})
 	if err != nil {
 		t.Fatal(err)
 	}

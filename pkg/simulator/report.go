@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/gpusched/gpusched/pkg/trace"
 )
 
 // Stat is a mean and sample standard deviation over seeds.
@@ -41,13 +43,13 @@ type MigrationSummary struct {
 // Report is everything a simulation of one workload measured.
 type Report struct {
 	// Workload names the pod list (Options.Workload).
-	Workload string    `json:"workload,omitempty"`
-	Arrival  Arrival   `json:"arrival"`
-	TieBreak TieBreak  `json:"tie_break"`
-	Nodes    int       `json:"nodes"`
-	GPUs     int64     `json:"gpus"`
-	Pods     int       `json:"pods"`
-	Summary  []Summary `json:"summary"`
+	Workload string        `json:"workload,omitempty"`
+	Arrival  trace.Arrival `json:"arrival"`
+	TieBreak TieBreak      `json:"tie_break"`
+	Nodes    int           `json:"nodes"`
+	GPUs     int64         `json:"gpus"`
+	Pods     int           `json:"pods"`
+	Summary  []Summary     `json:"summary"`
 	// Floor is the workload's floors (see Floor) over the seeds; nil for
 	// replay arrival.
 	Floor       *FloorSummary `json:"floor,omitempty"`
@@ -58,7 +60,7 @@ type Report struct {
 // NewReport summarizes runs per policy, in the order the policies ran.
 func NewReport(opts Options, runs []Run, wall float64) *Report {
 	r := reportHead(opts)
-	r.fill(profileNames(opts.Profiles), runs, workloadFloors(opts, capacityMilli(opts.Nodes)))
+	r.fill(profileNames(opts.Profiles), runs, workloadFloors(opts, trace.CapacityMilli(opts.Nodes)))
 	r.WallSeconds = wall
 	return r
 }
@@ -67,7 +69,7 @@ func NewReport(opts Options, runs []Run, wall float64) *Report {
 // workload rather than the runs.
 func reportHead(opts Options) *Report {
 	return &Report{Workload: opts.Workload, Arrival: opts.Arrival, TieBreak: cmp.Or(opts.TieBreak, DefaultTieBreak(opts.Arrival)),
-		Nodes: len(opts.Nodes), GPUs: capacityMilli(opts.Nodes) / 1000, Pods: len(opts.Pods)}
+		Nodes: len(opts.Nodes), GPUs: trace.CapacityMilli(opts.Nodes) / 1000, Pods: len(opts.Pods)}
 }
 
 // fill sets the runs, one summary per policy in the order given, and the

@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/gpusched/gpusched/internal/chromiumtest"
+	"github.com/gpusched/gpusched/pkg/trace"
 )
 
 // reportColors are the report's first series colors and its floor color
@@ -33,12 +34,12 @@ const plotLeft, plotRight, plotTop, plotBottom = 60, 980, 15, 335
 // chart); the models chart has no numeric ticks among the model names.
 func TestReportScreenshot(t *testing.T) {
 	chromium := chromiumtest.Path(t)
-	nodes, pods := Synthetic(SyntheticOptions{})
+	nodes, pods := trace.Synthetic(trace.SyntheticOptions{})
 	cfg, err := LoadConfig("")
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := Options{Nodes: nodes, Pods: pods, Seeds: []int64{1, 2}, Arrival: ArrivalFGD}
+	opts := Options{Nodes: nodes, Pods: pods, Seeds: []int64{1, 2}, Arrival: trace.ArrivalFGD}
 	if opts.Profiles, err = ProfilesFor(cfg, []string{"FragFit", "Random"}); err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/gpusched/gpusched/pkg/apis/config"
 	"github.com/gpusched/gpusched/pkg/gpu"
 	"github.com/gpusched/gpusched/pkg/telemetry"
+	"github.com/gpusched/gpusched/pkg/trace"
 )
 
 // Options is one simulation: a cluster, a workload, the profiles to compare
@@ -26,10 +27,10 @@ type Options struct {
 	// Workload names the pod list in reports; "" leaves it unnamed.
 	Workload string
 	Nodes    []*v1.Node
-	Pods     []TracePod
+	Pods     []trace.Pod
 	Profiles []Profile
 	Seeds    []int64
-	Arrival  Arrival
+	Arrival  trace.Arrival
 	// TieBreak chooses among equally scored nodes; "" is the arrival
 	// mode's default (DefaultTieBreak).
 	TieBreak TieBreak
@@ -53,7 +54,7 @@ type Options struct {
 	// done and the pods to do over all runs.
 	Progress func(done, total int64)
 	// Telemetry is recorded GPU telemetry that GPUTelemetry replays at each
-	// pod's arrival time (LoadTelemetry); nil leaves it without telemetry.
+	// pod's arrival time (trace.LoadTelemetry); nil leaves it without telemetry.
 	Telemetry *telemetry.Replay
 	// DRA runs the DRA path (dra.go): the nodes' GPUs are DRA devices, the
 	// pods' GPU requests ResourceClaims that DynamicResources allocates.
@@ -143,7 +144,7 @@ func Simulate(ctx context.Context, opts Options) ([]Run, error) {
 	// Cores left over by concurrent runs go to each run's Filter and Score.
 	perRun := max(1, runtime.GOMAXPROCS(0)/parallel)
 
-	capacity := capacityMilli(opts.Nodes)
+	capacity := trace.CapacityMilli(opts.Nodes)
 	typical := typicalPods(opts.Pods)
 	profiles := make([]Profile, len(opts.Profiles))
 	for i, p := range opts.Profiles {
@@ -187,10 +188,10 @@ func Simulate(ctx context.Context, opts Options) ([]Run, error) {
 // checkArrivalTimes refuses a replay of pods without creation and deletion
 // times.
 func checkArrivalTimes(opts Options) error {
-	if opts.Arrival == ArrivalReplay {
+	if opts.Arrival == trace.ArrivalReplay {
 		for _, p := range opts.Pods {
 			if !p.HasTimes {
-				return fmt.Errorf("arrival %q needs creation and deletion times, and pod %s has none", ArrivalReplay, p.Pod.Name)
+				return fmt.Errorf("arrival %q needs creation and deletion times, and pod %s has none", trace.ArrivalReplay, p.Pod.Name)
 			}
 		}
 	}
@@ -199,10 +200,10 @@ func checkArrivalTimes(opts Options) error {
 
 // expectedEvents estimates the pods one run schedules, for progress.
 func expectedEvents(opts Options, capacity int64) int {
-	if opts.Arrival == ArrivalReplay {
+	if opts.Arrival == trace.ArrivalReplay {
 		return len(opts.Pods)
 	}
-	return len(fgdSequence(opts.Pods, 0, capacity))
+	return len(trace.FGDSequence(opts.Pods, 0, capacity))
 }
 
 // runner is one (profile, seed) run.
@@ -255,8 +256,8 @@ type episode struct {
 	clock   *replayClock
 	frag    *fragTracker
 	curve   *curve
-	pods    []TracePod
-	events  []event
+	pods    []trace.Pod
+	events  []trace.Event
 	// next is the index of the next event to run.
 	next                  int
 	arrived, used         int64
@@ -321,13 +322,13 @@ func (r *runner) newEpisode(ctx context.Context) (*episode, error) {
 		}
 	}
 	e.pods = r.opts.Pods
-	if r.opts.Arrival == ArrivalReplay {
-		e.events = replayEvents(e.pods)
+	if r.opts.Arrival == trace.ArrivalReplay {
+		e.events = trace.ReplayEvents(e.pods)
 	} else {
-		e.pods = fgdSequence(e.pods, r.seed, r.capacity)
-		e.events = make([]event, len(e.pods))
+		e.pods = trace.FGDSequence(e.pods, r.seed, r.capacity)
+		e.events = make([]trace.Event, len(e.pods))
 		for i := range e.pods {
-			e.events[i] = event{pod: i}
+			e.events[i] = trace.Event{Pod: i}
 		}
 	}
 	if e.migrator != nil {
@@ -336,7 +337,7 @@ func (r *runner) newEpisode(ctx context.Context) (*episode, error) {
 			e.migrator.index[e.pods[i].Pod.UID] = i
 		}
 		if len(e.events) > 0 {
-			e.migrator.firstSec = e.events[0].time
+			e.migrator.firstSec = e.events[0].Time
 		}
 	}
 	return e, nil
@@ -360,29 +361,29 @@ func (e *episode) advance() (*decision, error) {
 		}
 		i, ev := e.next, e.events[e.next]
 		e.next++
-		if r.opts.Arrival == ArrivalReplay {
-			e.clock.set(ev.time)
+		if r.opts.Arrival == trace.ArrivalReplay {
+			e.clock.set(ev.Time)
 		} else {
 			e.clock.set(int64(i))
 		}
-		pod := e.pods[ev.pod].Pod
-		if ev.depart {
+		pod := e.pods[ev.Pod].Pod
+		if ev.Depart {
 			uid := string(pod.UID)
 			if e.migrator != nil {
-				if moved := e.migrator.current[ev.pod]; moved != nil {
+				if moved := e.migrator.current[ev.Pod]; moved != nil {
 					uid = string(moved.UID)
 				}
 			}
 			t0 := time.Now()
-			e.unbind(ev.pod, uid)
+			e.unbind(ev.Pod, uid)
 			e.schedTime += time.Since(t0)
 			if e.migrator != nil {
 				e.migrator.changed()
 			}
 			continue
 		}
-		demand := demandMilli(e.pods[ev.pod])
-		if e.out.StrandedAt100 == nil && r.opts.Arrival != ArrivalReplay && e.arrived+demand > r.capacity {
+		demand := trace.DemandMilli(e.pods[ev.Pod])
+		if e.out.StrandedAt100 == nil && r.opts.Arrival != trace.ArrivalReplay && e.arrived+demand > r.capacity {
 			// The pods before this one are the floors' (workloadFloors).
 			e.out.StrandedAt100 = strandedAt(e.frag, e.sched)
 		}
@@ -409,10 +410,10 @@ func (e *episode) advance() (*decision, error) {
 		e.schedTime += time.Since(t0)
 		delete(e.traceOf, pod)
 		if d != nil {
-			e.pending, e.pendingPod, e.pendingDemand = d, ev.pod, demand
+			e.pending, e.pendingPod, e.pendingDemand = d, ev.Pod, demand
 			return d, nil
 		}
-		e.record(pod, failed, ev.pod, demand)
+		e.record(pod, failed, ev.Pod, demand)
 	}
 	return nil, nil
 }
@@ -517,7 +518,7 @@ func (e *episode) result() Run {
 
 // typicalPods is the workload's typical pod shapes (see gpu.TypicalPods),
 // CPU counted as the scheduler scores it (a missing request is 100m).
-func typicalPods(pods []TracePod) []gpu.TypicalPod {
+func typicalPods(pods []trace.Pod) []gpu.TypicalPod {
 	demands := make([]gpu.Demand, 0, len(pods))
 	for _, p := range pods {
 		if d, ok := gpu.ShapeOf(p.Pod); ok {

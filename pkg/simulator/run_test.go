@@ -9,6 +9,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/gpusched/gpusched/pkg/gpu"
+	"github.com/gpusched/gpusched/pkg/trace"
 )
 
 func defaultProfiles(t testing.TB, policies ...string) []Profile {
@@ -46,15 +47,15 @@ func defaultProfiles(t testing.TB, policies ...string) []Profile {
 //	p4: GPU 0 free 1000, GPU 1 free 200: too small for
 //	    every typical pod: ½·200 + ¼·200 + ¼·200        → 200 (10%)
 func TestCurve(t *testing.T) {
-	nodes := []*v1.Node{NewTraceNode("n0", 8000, 65536, 2, "T4")}
-	pods := []TracePod{
-		{Pod: NewTracePod("p1", 1000, 1024, 1, 1000, nil), Created: 0, Deleted: 3, HasTimes: true},
-		{Pod: NewTracePod("p2", 1000, 1024, 1, 500, nil), Created: 1, Deleted: maxTime, HasTimes: true},
-		{Pod: NewTracePod("p3", 1000, 1024, 1, 1000, nil), Created: 2, Deleted: maxTime, HasTimes: true},
-		{Pod: NewTracePod("p4", 1000, 1024, 1, 300, nil), Created: 4, Deleted: maxTime, HasTimes: true},
+	nodes := []*v1.Node{trace.NewNode("n0", 8000, 65536, 2, "T4")}
+	pods := []trace.Pod{
+		{Pod: trace.NewPod("p1", 1000, 1024, 1, 1000, nil), Created: 0, Deleted: 3, HasTimes: true},
+		{Pod: trace.NewPod("p2", 1000, 1024, 1, 500, nil), Created: 1, Deleted: trace.NeverDeleted, HasTimes: true},
+		{Pod: trace.NewPod("p3", 1000, 1024, 1, 1000, nil), Created: 2, Deleted: trace.NeverDeleted, HasTimes: true},
+		{Pod: trace.NewPod("p4", 1000, 1024, 1, 300, nil), Created: 4, Deleted: trace.NeverDeleted, HasTimes: true},
 	}
 	runs, err := Simulate(context.Background(), Options{Nodes: nodes, Pods: pods, Profiles: defaultProfiles(t, "BestFit"),
-		Seeds: []int64{1}, Arrival: ArrivalReplay})
+		Seeds: []int64{1}, Arrival: trace.ArrivalReplay})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,43 +81,10 @@ func TestCurve(t *testing.T) {
 	}
 }
 
-// TestFGDSequence: a seed fixes the order and the top-up; another seed
-// changes the order; the top-up stops within 1.3 × capacity.
-func TestFGDSequence(t *testing.T) {
-	_, pods := Synthetic(SyntheticOptions{Nodes: 20, Load: 0.8})
-	capacity := capacityMilli(mustNodes(Synthetic(SyntheticOptions{Nodes: 20})))
-	a, b := fgdSequence(pods, 42, capacity), fgdSequence(pods, 42, capacity)
-	if !slices.EqualFunc(a, b, func(x, y TracePod) bool { return x.Pod.Name == y.Pod.Name }) {
-		t.Fatal("two sequences with seed 42 differ")
-	}
-	c := fgdSequence(pods, 43, capacity)
-	if slices.EqualFunc(a[:len(pods)], c[:len(pods)], func(x, y TracePod) bool { return x.Pod.Name == y.Pod.Name }) {
-		t.Error("seeds 42 and 43 give the same order")
-	}
-	// The originals come first, each once; then the samples.
-	names := map[string]bool{}
-	for _, p := range a[:len(pods)] {
-		names[p.Pod.Name] = true
-	}
-	if len(names) != len(pods) {
-		t.Errorf("%d distinct originals in the first %d, want all", len(names), len(pods))
-	}
-	var requested int64
-	for _, p := range a {
-		requested += demandMilli(p)
-	}
-	limit := int64(TopUpFactor * float64(capacity))
-	if len(a) == len(pods) || requested > limit+8000 || requested < limit-8000 {
-		t.Errorf("topped up to %d pods, %d milli-GPU; want samples up to about %d", len(a), requested, limit)
-	}
-}
-
-func mustNodes[T any](nodes T, _ []TracePod) T { return nodes }
-
 // TestRunsReproducible: the same seed gives the same run, in parallel or not.
 func TestRunsReproducible(t *testing.T) {
-	nodes, pods := Synthetic(SyntheticOptions{Nodes: 30})
-	opts := Options{Nodes: nodes, Pods: pods, Profiles: defaultProfiles(t, "BestFit", "Random"), Seeds: []int64{7, 7}, Arrival: ArrivalFGD}
+	nodes, pods := trace.Synthetic(trace.SyntheticOptions{Nodes: 30})
+	opts := Options{Nodes: nodes, Pods: pods, Profiles: defaultProfiles(t, "BestFit", "Random"), Seeds: []int64{7, 7}, Arrival: trace.ArrivalFGD}
 	runs, err := Simulate(context.Background(), opts)
 	if err != nil {
 		t.Fatal(err)
@@ -139,10 +107,10 @@ func TestRunsReproducible(t *testing.T) {
 // counted under its GPU reason when screened, under the first failing
 // plugin's reason when filtered.)
 func TestScreenChangesNothing(t *testing.T) {
-	nodes, pods := Synthetic(SyntheticOptions{Nodes: 40, Seed: 3})
+	nodes, pods := trace.Synthetic(trace.SyntheticOptions{Nodes: 40, Seed: 3})
 	for _, dra := range []bool{false, true} {
 		opts := Options{Nodes: nodes, Pods: pods, Profiles: defaultProfiles(t, "BestFit", "GpuPacking", "DotProd"), Seeds: []int64{1},
-			Arrival: ArrivalFGD, DRA: dra, RecordPlacements: dra}
+			Arrival: trace.ArrivalFGD, DRA: dra, RecordPlacements: dra}
 		screened, err := Simulate(context.Background(), opts)
 		if err != nil {
 			t.Fatal(err)
@@ -175,14 +143,14 @@ func TestScreenChangesNothing(t *testing.T) {
 // GPUs for every pod, under PairFit and FGD. It fails if any part of the
 // scheduler (GPUResourcesFit, GPUPlacement, the screen) reads only one form.
 func TestSharesAsResourcesPlaceAlike(t *testing.T) {
-	nodes, pods := Synthetic(SyntheticOptions{Nodes: 30, Seed: 5})
-	asResources := make([]TracePod, len(pods))
+	nodes, pods := trace.Synthetic(trace.SyntheticOptions{Nodes: 30, Seed: 5})
+	asResources := make([]trace.Pod, len(pods))
 	shares := 0
 	for i, tp := range pods {
 		asResources[i] = tp
 		asResources[i].Pod = tp.Pod.DeepCopy()
 	}
-	SharesAsResources(asResources)
+	trace.SharesAsResources(asResources)
 	for _, tp := range asResources {
 		if q, ok := tp.Pod.Spec.Containers[0].Resources.Limits[gpu.ResourceMilli]; ok {
 			shares++
@@ -194,7 +162,7 @@ func TestSharesAsResourcesPlaceAlike(t *testing.T) {
 	if shares == 0 {
 		t.Fatal("the workload has no shares; the comparison proves nothing")
 	}
-	opts := Options{Nodes: nodes, Pods: pods, Profiles: defaultProfiles(t, "PairFit", "FGD"), Seeds: []int64{3}, Arrival: ArrivalFGD, RecordPlacements: true}
+	opts := Options{Nodes: nodes, Pods: pods, Profiles: defaultProfiles(t, "PairFit", "FGD"), Seeds: []int64{3}, Arrival: trace.ArrivalFGD, RecordPlacements: true}
 	byAnnotation, err := Simulate(context.Background(), opts)
 	if err != nil {
 		t.Fatal(err)

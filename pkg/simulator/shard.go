@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/gpusched/gpusched/pkg/trace"
 )
 
 // ShardIndexEnv is the environment variable through which a Kubernetes
@@ -94,12 +96,12 @@ type shardFile struct {
 // sweepSpec identifies a sweep: every shard of it must carry the same.
 type sweepSpec struct {
 	// Cluster names the node list (WorkloadName), or "synthetic".
-	Cluster   string   `json:"cluster"`
-	Workloads []string `json:"workloads"`
-	Policies  []string `json:"policies"`
-	Seeds     []int64  `json:"seeds"`
-	Arrival   Arrival  `json:"arrival"`
-	TieBreak  TieBreak `json:"tie_break"`
+	Cluster   string        `json:"cluster"`
+	Workloads []string      `json:"workloads"`
+	Policies  []string      `json:"policies"`
+	Seeds     []int64       `json:"seeds"`
+	Arrival   trace.Arrival `json:"arrival"`
+	TieBreak  TieBreak      `json:"tie_break"`
 }
 
 func (a *sweepSpec) equal(b *sweepSpec) bool {
@@ -201,7 +203,7 @@ func runShard(ctx context.Context, opts Options, workloads []workload, spec *swe
 			head := reportHead(o)
 			o.Seeds = floorSeeds
 			f.Workloads = append(f.Workloads, shardWorkload{Workload: head.Workload, Nodes: head.Nodes, GPUs: head.GPUs, Pods: head.Pods,
-				Runs: got, Floors: workloadFloors(o, capacityMilli(o.Nodes))})
+				Runs: got, Floors: workloadFloors(o, trace.CapacityMilli(o.Nodes))})
 			runs += len(got)
 		}
 		return nil

@@ -4,12 +4,16 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/gpusched/gpusched/pkg/gpu"
+	"github.com/gpusched/gpusched/pkg/trace"
 )
 
 // simulateProcessEnv, set in a test binary's environment, makes the binary
@@ -44,28 +48,33 @@ func simulateProcess(t *testing.T, env []string, args ...string) (string, string
 }
 
 // writeSweepInputs writes a small cluster (16 nodes of the synthetic
-// cluster's shapes) and two pod lists drawn from the synthetic workload's
-// shapes with different seeds, and returns the node file and the --pods
+// cluster) and two pod lists of 60 pods each from the synthetic workload of
+// two seeds, at most 2 GPUs a pod, and returns the node file and the --pods
 // value.
 func writeSweepInputs(t *testing.T, dir string) (nodes, pods string) {
 	t.Helper()
+	cluster, _ := trace.Synthetic(trace.SyntheticOptions{Nodes: 16})
 	var n strings.Builder
 	n.WriteString("sn,cpu_milli,memory_mib,gpu,model\n")
-	for i := range 16 {
-		s := syntheticNodes[i%len(syntheticNodes)]
-		fmt.Fprintf(&n, "node-%02d,%d,%d,%d,%s\n", i, s.milliCPU, s.memoryMiB, s.gpus, s.model)
+	for _, node := range cluster {
+		a := node.Status.Allocatable
+		gpus := a.Name(gpu.ResourceGPU, resource.DecimalSI).Value()
+		fmt.Fprintf(&n, "%s,%d,%d,%d,%s\n", node.Name, a.Cpu().MilliValue(), a.Memory().Value()>>20, gpus, node.Labels[gpu.LabelProduct])
 	}
 	nodes = filepath.Join(dir, "nodes.csv")
 	mustWrite(t, nodes, n.String())
 	var lists []string
 	for seed := range uint64(2) {
-		rng := rand.New(rand.NewPCG(seed, 7))
+		_, workload := trace.Synthetic(trace.SyntheticOptions{Nodes: 16, Seed: seed + 1})
 		var p strings.Builder
 		p.WriteString("name,cpu_milli,memory_mib,num_gpu,gpu_milli\n")
-		for i := range 60 {
-			s := pick(rng, syntheticPods, func(s podShape) int { return s.weight })
-			cpu := syntheticCPU[rng.IntN(4)]
-			fmt.Fprintf(&p, "pod-%03d,%d,%d,%d,%d\n", i, cpu, cpu/1000*2048, min(s.numGPU, 2), s.gpuMilli)
+		for i, tp := range workload[:60] {
+			d, err := gpu.DemandFromPod(tp.Pod)
+			if err != nil {
+				t.Fatal(err)
+			}
+			requests := tp.Pod.Spec.Containers[0].Resources.Requests
+			fmt.Fprintf(&p, "pod-%03d,%d,%d,%d,%d\n", i, requests.Cpu().MilliValue(), requests.Memory().Value()>>20, min(d.Count, 2), d.Milli)
 		}
 		path := filepath.Join(dir, fmt.Sprintf("pods-%d.csv", seed))
 		mustWrite(t, path, p.String())

@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
+
+	"github.com/gpusched/gpusched/pkg/trace"
 )
 
 const telemetryProfile = `apiVersion: kubescheduler.config.k8s.io/v1
@@ -40,7 +42,7 @@ func TestReplayTelemetry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	replay, err := LoadTelemetry(writeFile(t, "telemetry.csv", `time,node,gpu,signal,value
+	replay, err := trace.LoadTelemetry(writeFile(t, "telemetry.csv", `time,node,gpu,signal,value
 0,n0,0,DCGM_FI_DEV_GPU_UTIL,95
 0,n0,1,DCGM_FI_DEV_GPU_UTIL,95
 0,n1,0,DCGM_FI_DEV_GPU_UTIL,0
@@ -53,10 +55,10 @@ func TestReplayTelemetry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	nodes := []*v1.Node{NewTraceNode("n0", 8000, 65536, 2, "T4"), NewTraceNode("n1", 8000, 65536, 2, "T4")}
-	pods := []TracePod{
-		{Pod: NewTracePod("p1", 1000, 1024, 1, 1000, nil), Created: 0, Deleted: maxTime, HasTimes: true},
-		{Pod: NewTracePod("p2", 1000, 1024, 1, 1000, nil), Created: 10, Deleted: maxTime, HasTimes: true},
+	nodes := []*v1.Node{trace.NewNode("n0", 8000, 65536, 2, "T4"), trace.NewNode("n1", 8000, 65536, 2, "T4")}
+	pods := []trace.Pod{
+		{Pod: trace.NewPod("p1", 1000, 1024, 1, 1000, nil), Created: 0, Deleted: trace.NeverDeleted, HasTimes: true},
+		{Pod: trace.NewPod("p2", 1000, 1024, 1, 1000, nil), Created: 10, Deleted: trace.NeverDeleted, HasTimes: true},
 	}
 	placements := func(opts Options) string {
 		runs, err := Simulate(context.Background(), opts)
@@ -69,7 +71,7 @@ func TestReplayTelemetry(t *testing.T) {
 		}
 		return strings.Join(out, " ")
 	}
-	opts := Options{Nodes: nodes, Pods: pods, Profiles: profiles, Seeds: []int64{1}, Arrival: ArrivalReplay,
+	opts := Options{Nodes: nodes, Pods: pods, Profiles: profiles, Seeds: []int64{1}, Arrival: trace.ArrivalReplay,
 		RecordPlacements: true, Telemetry: replay, Parallel: 1}
 	if got, want := placements(opts), "p1→n1 p2→n0"; got != want {
 		t.Errorf("with telemetry: %s, want %s", got, want)
@@ -81,28 +83,15 @@ func TestReplayTelemetry(t *testing.T) {
 	}
 }
 
-func TestLoadTelemetryErrors(t *testing.T) {
-	tests := []struct {
-		name, content, want string
-	}{
-		{"empty", "", "empty file: want a header row with columns time,node,gpu,signal,value"},
-		{"missing column", "time,node,gpu,value\n", `lacks column "signal"`},
-		{"header only", "time,node,gpu,signal,value\n", "no samples"},
-		{"bad time", "time,node,gpu,signal,value\n-1,n0,0,DCGM_FI_DEV_GPU_UTIL,5\n", `:2:1: time "-1": want an integer`},
-		{"bad gpu", "time,node,gpu,signal,value\n0,n0,first,DCGM_FI_DEV_GPU_UTIL,5\n", `:2:6: gpu "first": want the GPU's index`},
-		{"unknown signal", "time,node,gpu,signal,value\n0,n0,0,GPU_UTIL,5\n", `:2:8: signal "GPU_UTIL": want one of DCGM_FI_DEV_GPU_UTIL,`},
-		{"NaN", "time,node,gpu,signal,value\n0,n0,GPU-a,DCGM_FI_DEV_GPU_UTIL,NaN\n", `:2:33: value "NaN": want a finite number`},
-		{"short row", "time,node,gpu,signal,value\n0,n0,0\n", ":2:1: 3 fields: want 5"},
-		{"no node", "time,node,gpu,signal,value\n0,,0,DCGM_FI_DEV_GPU_UTIL,5\n", `node "": want a node name`},
+// writeFile writes content to a file name in a temporary directory and
+// returns its path.
+func writeFile(t *testing.T, name, content string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			_, err := LoadTelemetry(writeFile(t, "telemetry.csv", tt.content))
-			if err == nil || !strings.Contains(err.Error(), tt.want) || !strings.Contains(err.Error(), "telemetry.csv") {
-				t.Errorf("error %v, want one naming the file and containing %q", err, tt.want)
-			}
-		})
-	}
+	return path
 }
 
 // TestTelemetryFlag: --telemetry loads the file into the options, and a
@@ -134,7 +123,7 @@ func FuzzLoadTelemetry(f *testing.F) {
 		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		replay, err := LoadTelemetry(path)
+		replay, err := trace.LoadTelemetry(path)
 		if err != nil && !strings.Contains(err.Error(), "fuzz.csv") {
 			t.Fatalf("error %q does not name the file", err)
 		}

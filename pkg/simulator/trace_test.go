@@ -5,6 +5,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/gpusched/gpusched/pkg/trace"
 )
 
 // traceDir is the public Alibaba GPU trace, read in place.
@@ -19,15 +21,15 @@ func loadTrace(t testing.TB, podList string) (Options, bool) {
 		t.Skipf("the Alibaba GPU trace is not at %s (it sits in ../shared beside the repository); skipping", traceDir)
 		return Options{}, false
 	}
-	nodes, err := LoadNodes(nodesFile)
+	nodes, err := trace.LoadNodes(nodesFile)
 	if err != nil {
 		t.Fatal(err)
 	}
-	pods, err := LoadPods(filepath.Join(traceDir, podList))
+	pods, err := trace.LoadPods(filepath.Join(traceDir, podList))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return Options{Nodes: nodes, Pods: pods, Arrival: ArrivalFGD}, true
+	return Options{Nodes: nodes, Pods: pods, Arrival: trace.ArrivalFGD}, true
 }
 
 // BenchmarkTraceRun is one (policy, seed) run of the default trace: the

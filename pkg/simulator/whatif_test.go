@@ -15,6 +15,7 @@ import (
 
 	"github.com/gpusched/gpusched/pkg/gpu"
 	"github.com/gpusched/gpusched/pkg/simulator"
+	"github.com/gpusched/gpusched/pkg/trace"
 	"github.com/gpusched/gpusched/pkg/whatif"
 )
 
@@ -60,7 +61,7 @@ func TestWhatIfAgreesWithSimulate(t *testing.T) {
 
 		runs, err := simulator.Simulate(context.Background(), simulator.Options{
 			Nodes: nodes, Pods: pods, Profiles: profiles, Seeds: []int64{seed},
-			Arrival: simulator.ArrivalReplay, TieBreak: simulator.TieBreakNodeOrder, RecordPlacements: true,
+			Arrival: trace.ArrivalReplay, TieBreak: simulator.TieBreakNodeOrder, RecordPlacements: true,
 		})
 		if err != nil {
 			t.Fatalf("case %d: %v", c, err)
@@ -151,7 +152,7 @@ func loadNodes(t *testing.T, dir, yaml string) []*v1.Node {
 	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	nodes, err := simulator.LoadNodes(path)
+	nodes, err := trace.LoadNodes(path)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, yaml)
 	}
@@ -161,13 +162,13 @@ func loadNodes(t *testing.T, dir, yaml string) []*v1.Node {
 // loadPods reads the pods as `gpusched simulate --pods` does. They share
 // one creation time, so replay takes them in file order, and have no
 // deletion time, so none leaves.
-func loadPods(t *testing.T, dir, yaml string) []simulator.TracePod {
+func loadPods(t *testing.T, dir, yaml string) []trace.Pod {
 	t.Helper()
 	path := filepath.Join(dir, "pods.yaml")
 	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	pods, err := simulator.LoadPods(path)
+	pods, err := trace.LoadPods(path)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, yaml)
 	}

@@ -24,6 +24,7 @@ import (
 	gt "github.com/gpusched/gpusched/pkg/gpu/gputest"
 	"github.com/gpusched/gpusched/pkg/plugins"
 	"github.com/gpusched/gpusched/pkg/simulator"
+	"github.com/gpusched/gpusched/pkg/trace"
 	"github.com/gpusched/gpusched/test/testcluster"
 )
 
@@ -293,12 +294,12 @@ func simulateDifferential(ctx context.Context, t *testing.T, policy gpu.PolicyTy
 	if err != nil {
 		t.Fatal(err)
 	}
-	trace := make([]simulator.TracePod, len(pods))
+	workload := make([]trace.Pod, len(pods))
 	for i, p := range pods {
-		trace[i] = simulator.TracePod{Pod: p, Created: int64(i), Deleted: 1 << 40, HasTimes: true}
+		workload[i] = trace.Pod{Pod: p, Created: int64(i), Deleted: trace.NeverDeleted, HasTimes: true}
 	}
-	runs, err := simulator.Simulate(ctx, simulator.Options{Nodes: nodes, Pods: trace, Profiles: profiles,
-		Seeds: []int64{1}, Arrival: simulator.ArrivalReplay, RecordPlacements: true})
+	runs, err := simulator.Simulate(ctx, simulator.Options{Nodes: nodes, Pods: workload, Profiles: profiles,
+		Seeds: []int64{1}, Arrival: trace.ArrivalReplay, RecordPlacements: true})
 	if err != nil {
 		t.Fatal(err)
 	}

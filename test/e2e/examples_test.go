@@ -12,6 +12,7 @@ import (
 	gt "github.com/gpusched/gpusched/pkg/gpu/gputest"
 	"github.com/gpusched/gpusched/pkg/plugins"
 	"github.com/gpusched/gpusched/pkg/simulator"
+	"github.com/gpusched/gpusched/pkg/trace"
 	"github.com/gpusched/gpusched/test/testcluster"
 )
 
@@ -32,9 +33,9 @@ func TestExampleConfigsLoad(t *testing.T) {
 	c := testcluster.Start(t, "--feature-gates=GenericWorkload=true", "--runtime-config=scheduling.k8s.io/v1beta1=true")
 	installPodGroupCRD(ctx, t, c) // for the gang example's GPUGang
 	nodes := []*v1.Node{gt.MakeGPUNode("gpu-0").GFD(a100, 8, 81920).Obj()}
-	trace := []simulator.TracePod{
-		{Pod: gt.MakeGPUPod("whole").GPUs(2).CPU("4").Obj(), Created: 0, Deleted: 1 << 40, HasTimes: true},
-		{Pod: gt.MakeGPUPod("share").Milli(300).CPU("1").Obj(), Created: 1, Deleted: 1 << 40, HasTimes: true},
+	workload := []trace.Pod{
+		{Pod: gt.MakeGPUPod("whole").GPUs(2).CPU("4").Obj(), Created: 0, Deleted: trace.NeverDeleted, HasTimes: true},
+		{Pod: gt.MakeGPUPod("share").Milli(300).CPU("1").Obj(), Created: 1, Deleted: trace.NeverDeleted, HasTimes: true},
 	}
 	var tried int
 	for _, e := range entries {
@@ -60,14 +61,14 @@ func TestExampleConfigsLoad(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			runs, err := simulator.Simulate(ctx, simulator.Options{Nodes: nodes, Pods: trace, Profiles: profiles,
-				Seeds: []int64{1}, Arrival: simulator.ArrivalReplay, RecordPlacements: true})
+			runs, err := simulator.Simulate(ctx, simulator.Options{Nodes: nodes, Pods: workload, Profiles: profiles,
+				Seeds: []int64{1}, Arrival: trace.ArrivalReplay, RecordPlacements: true})
 			if err != nil {
 				t.Fatal(err)
 			}
 			for _, run := range runs {
-				if run.Placed != len(trace) {
-					t.Errorf("profile %s placed %d of %d pods: %v", run.Policy, run.Placed, len(trace), run.FailureReasons)
+				if run.Placed != len(workload) {
+					t.Errorf("profile %s placed %d of %d pods: %v", run.Policy, run.Placed, len(workload), run.FailureReasons)
 				}
 			}
 		})

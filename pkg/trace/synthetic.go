@@ -1,4 +1,4 @@
-package simulator
+package trace
 
 import (
 	"fmt"
@@ -64,7 +64,7 @@ var syntheticCPU = []int64{3152, 11300, 8000, 11908, 4000, 11400, 12500, 12000, 
 // Alibaba GPU trace, from a seed: nothing is downloaded. Pods carry creation
 // and deletion times (Poisson arrivals, exponential run times), so both
 // arrival modes work.
-func Synthetic(o SyntheticOptions) ([]*v1.Node, []TracePod) {
+func Synthetic(o SyntheticOptions) ([]*v1.Node, []Pod) {
 	if o.Nodes <= 0 {
 		o.Nodes = 120
 	}
@@ -76,18 +76,18 @@ func Synthetic(o SyntheticOptions) ([]*v1.Node, []TracePod) {
 	var capacity int64
 	for i := range nodes {
 		s := pick(rng, syntheticNodes, func(s nodeShape) int { return s.weight })
-		nodes[i] = NewTraceNode(fmt.Sprintf("sim-node-%04d", i), s.milliCPU, s.memoryMiB, s.gpus, s.model)
+		nodes[i] = NewNode(fmt.Sprintf("sim-node-%04d", i), s.milliCPU, s.memoryMiB, s.gpus, s.model)
 		capacity += int64(s.gpus) * 1000
 	}
-	var pods []TracePod
+	var pods []Pod
 	var requested, now int64
 	for i := 0; float64(requested) < o.Load*float64(capacity); i++ {
 		s := pick(rng, syntheticPods, func(s podShape) int { return s.weight })
 		cpu := syntheticCPU[min(len(syntheticCPU)-1, int(rng.ExpFloat64()*3))]
-		pod := NewTracePod(fmt.Sprintf("sim-pod-%05d", i), cpu, cpu/1000*2048, s.numGPU, s.gpuMilli, nil)
+		pod := NewPod(fmt.Sprintf("sim-pod-%05d", i), cpu, cpu/1000*2048, s.numGPU, s.gpuMilli, nil)
 		now += int64(rng.ExpFloat64() * 60)
 		run := int64(rng.ExpFloat64() * 4 * 3600)
-		pods = append(pods, TracePod{Pod: pod, Created: now, Deleted: now + run, HasTimes: true})
+		pods = append(pods, Pod{Pod: pod, Created: now, Deleted: now + run, HasTimes: true})
 		requested += int64(s.numGPU) * s.gpuMilli
 	}
 	return nodes, pods

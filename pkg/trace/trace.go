@@ -1,4 +1,4 @@
-package simulator
+package trace
 
 import (
 	"fmt"
@@ -27,8 +27,8 @@ func (e *InputError) Error() string {
 	return fmt.Sprintf("%s:%d:%d: %s", e.File, e.Line, e.Column, e.Msg)
 }
 
-// TracePod is one pod of a workload, with its lifetime in the trace.
-type TracePod struct {
+// Pod is one pod of a workload, with its lifetime in the trace.
+type Pod struct {
 	Pod *v1.Pod
 	// Created and Deleted are the pod's creation and deletion times in
 	// seconds from the start of the trace; HasTimes reports whether the input
@@ -52,7 +52,7 @@ func LoadNodes(path string) ([]*v1.Node, error) {
 
 // LoadPods reads a workload: an Alibaba pod CSV (.csv; the full form or the
 // five-column multi-GPU form) or YAML of Pod objects.
-func LoadPods(path string) ([]TracePod, error) {
+func LoadPods(path string) ([]Pod, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err

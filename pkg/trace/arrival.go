@@ -1,4 +1,4 @@
-package simulator
+package trace
 
 import (
 	"cmp"
@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"slices"
 
+	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gpusched/gpusched/pkg/gpu"
@@ -26,29 +27,6 @@ const (
 	ArrivalReplay Arrival = "replay"
 )
 
-// TieBreak is how a run chooses among equally scored nodes.
-type TieBreak string
-
-const (
-	// TieBreakRandom draws one uniformly with the run's seeded generator, as
-	// kube-scheduler does.
-	TieBreakRandom TieBreak = "random"
-	// TieBreakNodeOrder takes the first in an order of the nodes drawn once
-	// per run from its seed. This is what the FGD paper's simulator does in
-	// effect, and it matters: it packs pods that every node scores alike
-	// (pods without GPUs under the GPU-only policies) onto the same nodes.
-	TieBreakNodeOrder TieBreak = "node-order"
-)
-
-// DefaultTieBreak is the tie-break of an arrival mode: the reference's for
-// ArrivalFGD, kube-scheduler's for ArrivalReplay.
-func DefaultTieBreak(a Arrival) TieBreak {
-	if a == ArrivalFGD {
-		return TieBreakNodeOrder
-	}
-	return TieBreakRandom
-}
-
 // Arrivals lists the arrival modes, for validation messages.
 var Arrivals = []Arrival{ArrivalFGD, ArrivalReplay}
 
@@ -56,26 +34,27 @@ var Arrivals = []Arrival{ArrivalFGD, ArrivalReplay}
 // GPU request reaches 1.3 × capacity.
 const TopUpFactor = 1.3
 
-// event is one step of a simulation: a pod arrives or leaves.
-type event struct {
-	pod    int // index into the run's pod list
-	depart bool
-	time   int64
+// Event is one step of a simulation: a pod arrives or leaves.
+type Event struct {
+	Pod    int // index into the run's pod list
+	Depart bool
+	Time   int64
 }
 
-// fgdSequence orders the pods of one FGD run for a seed and tops them up.
-// It returns the run's pods (originals then samples, clones renamed) in
+// FGDSequence orders the pods of one FGD run for a seed and tops them up
+// to TopUpFactor × capacityMilli (the cluster's GPUs in milli-GPU). It
+// returns the run's pods (originals then samples, clones renamed) in
 // arrival order.
-func fgdSequence(pods []TracePod, seed int64, capacityMilli int64) []TracePod {
+func FGDSequence(pods []Pod, seed int64, capacityMilli int64) []Pod {
 	sorted := slices.Clone(pods)
-	slices.SortFunc(sorted, func(a, b TracePod) int { return cmp.Compare(a.Pod.Name, b.Pod.Name) })
+	slices.SortFunc(sorted, func(a, b Pod) int { return cmp.Compare(a.Pod.Name, b.Pod.Name) })
 	order := slices.Clone(sorted)
 	rng := rand.New(rand.NewPCG(uint64(seed), 0x9e3779b97f4a7c15))
 	rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
 
 	var requested int64
 	for _, p := range order {
-		requested += demandMilli(p)
+		requested += DemandMilli(p)
 	}
 	// Top up with samples from the name-sorted pods, appended after the
 	// shuffled ones. As the reference simulator does, a sample is kept while
@@ -86,12 +65,12 @@ func fgdSequence(pods []TracePod, seed int64, capacityMilli int64) []TracePod {
 		// Too much already: drop random pods until the request is within the limit.
 		for requested > limit {
 			i := rng.IntN(len(order))
-			requested -= demandMilli(order[i])
+			requested -= DemandMilli(order[i])
 			order = slices.Delete(order, i, i+1)
 		}
 		return order
 	}
-	if !slices.ContainsFunc(sorted, func(p TracePod) bool { return perGPUMilli(p) > 0 }) {
+	if !slices.ContainsFunc(sorted, func(p Pod) bool { return perGPUMilli(p) > 0 }) {
 		return order // no GPU pods: nothing to top up with
 	}
 	for i := 0; ; i++ {
@@ -99,7 +78,7 @@ func fgdSequence(pods []TracePod, seed int64, capacityMilli int64) []TracePod {
 		if requested+perGPUMilli(src) > limit {
 			break
 		}
-		requested += demandMilli(src)
+		requested += DemandMilli(src)
 		clone := src
 		clone.Pod = src.Pod.DeepCopy()
 		clone.Pod.Name = fmt.Sprintf("%s-topup-%d", src.Pod.Name, i)
@@ -109,34 +88,34 @@ func fgdSequence(pods []TracePod, seed int64, capacityMilli int64) []TracePod {
 	return order
 }
 
-// replayEvents orders arrivals and departures by time; at equal times
+// ReplayEvents orders arrivals and departures by time; at equal times
 // departures come first, so that the freed GPUs are there for the arrivals.
-func replayEvents(pods []TracePod) []event {
-	events := make([]event, 0, 2*len(pods))
+func ReplayEvents(pods []Pod) []Event {
+	events := make([]Event, 0, 2*len(pods))
 	for i, p := range pods {
-		events = append(events, event{pod: i, time: p.Created})
-		if p.Deleted < maxTime {
-			events = append(events, event{pod: i, depart: true, time: p.Deleted})
+		events = append(events, Event{Pod: i, Time: p.Created})
+		if p.Deleted < NeverDeleted {
+			events = append(events, Event{Pod: i, Depart: true, Time: p.Deleted})
 		}
 	}
-	slices.SortStableFunc(events, func(a, b event) int {
-		if c := cmp.Compare(a.time, b.time); c != 0 {
+	slices.SortStableFunc(events, func(a, b Event) int {
+		if c := cmp.Compare(a.Time, b.Time); c != 0 {
 			return c
 		}
-		if a.depart != b.depart {
-			if a.depart {
+		if a.Depart != b.Depart {
+			if a.Depart {
 				return -1
 			}
 			return 1
 		}
-		return cmp.Compare(a.pod, b.pod)
+		return cmp.Compare(a.Pod, b.Pod)
 	})
 	return events
 }
 
-// demandMilli is a pod's GPU request in milli-GPU (count × per-GPU milli); a
+// DemandMilli is a pod's GPU request in milli-GPU (count × per-GPU milli); a
 // pod whose demand is malformed requests nothing.
-func demandMilli(p TracePod) int64 {
+func DemandMilli(p Pod) int64 {
 	d, err := gpu.DemandFromPod(p.Pod)
 	if err != nil {
 		return 0
@@ -144,10 +123,21 @@ func demandMilli(p TracePod) int64 {
 	return d.TotalMilli()
 }
 
-func perGPUMilli(p TracePod) int64 {
+func perGPUMilli(p Pod) int64 {
 	d, err := gpu.DemandFromPod(p.Pod)
 	if err != nil || d.IsZero() {
 		return 0
 	}
 	return d.Milli
+}
+
+// CapacityMilli is the cluster's GPU capacity in milli-GPU.
+func CapacityMilli(nodes []*v1.Node) int64 {
+	var total int64
+	for _, n := range nodes {
+		if inv, err := gpu.InventoryFromNode(n); err == nil {
+			total += int64(inv.Len()) * gpu.MilliPerGPU
+		}
+	}
+	return total
 }

@@ -1,4 +1,4 @@
-package simulator
+package trace
 
 import (
 	"strconv"
@@ -19,10 +19,10 @@ const podsPerNode = 1000
 // Namespace holds the simulated pods.
 const Namespace = "default"
 
-// NewTraceNode builds the Node object of a trace row: its CPU and memory as
+// NewNode builds the Node object of a trace row: its CPU and memory as
 // allocatable, its GPUs as nvidia.com/gpu with GPU Feature Discovery labels
 // for the model and count, so the engine reads it as any real node.
-func NewTraceNode(name string, milliCPU, memoryMiB int64, gpus int, model string) *v1.Node {
+func NewNode(name string, milliCPU, memoryMiB int64, gpus int, model string) *v1.Node {
 	node := &v1.Node{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:            name,
@@ -48,11 +48,11 @@ func NewTraceNode(name string, milliCPU, memoryMiB int64, gpus int, model string
 	return node
 }
 
-// NewTracePod builds the Pod object of a trace row. Whole GPUs are requested
+// NewPod builds the Pod object of a trace row. Whole GPUs are requested
 // through nvidia.com/gpu; a share of one GPU (gpuMilli below 1000) through
 // the gpusched.io/gpu-milli annotation; allowed models through
 // gpusched.io/gpu-models. These are the same requests a user's pod makes.
-func NewTracePod(name string, milliCPU, memoryMiB int64, numGPU int, gpuMilli int64, models []string) *v1.Pod {
+func NewPod(name string, milliCPU, memoryMiB int64, numGPU int, gpuMilli int64, models []string) *v1.Pod {
 	requests := v1.ResourceList{
 		v1.ResourceCPU:    *resource.NewMilliQuantity(milliCPU, resource.DecimalSI),
 		v1.ResourceMemory: *resource.NewQuantity(memoryMiB<<20, resource.BinarySI),
@@ -88,7 +88,7 @@ func NewTracePod(name string, milliCPU, memoryMiB int64, numGPU int, gpuMilli in
 // quota-counted resources instead (gpu.ResourceMilli, gpu.ResourceMemoryMiB,
 // as request and limit of its first container), in place. The engine reads
 // both forms alike, so the placements are the same.
-func SharesAsResources(pods []TracePod) {
+func SharesAsResources(pods []Pod) {
 	for _, tp := range pods {
 		pod := tp.Pod
 		d, err := gpu.DemandFromPod(pod)

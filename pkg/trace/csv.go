@@ -1,4 +1,4 @@
-package simulator
+package trace
 
 import (
 	"bytes"
@@ -105,8 +105,11 @@ func csvError(file string, err error) error {
 const (
 	maxMilliCPU  = 1 << 32
 	maxMemoryMiB = 1 << 36
-	maxTime      = 1 << 40
 )
+
+// NeverDeleted is the deletion time of a pod the trace never deletes, and
+// the latest time a trace may name.
+const NeverDeleted = 1 << 40
 
 var nodeColumns = []string{"sn", "cpu_milli", "memory_mib", "gpu", "model"}
 
@@ -145,7 +148,7 @@ func nodesFromCSV(file string, data []byte) ([]*v1.Node, error) {
 		if gpus > 0 && model == "" {
 			return nil, t.errorAt("model", "want the GPU model of a node with GPUs")
 		}
-		nodes = append(nodes, NewTraceNode(name, cpu, mem, int(gpus), model))
+		nodes = append(nodes, NewNode(name, cpu, mem, int(gpus), model))
 	}
 	if len(nodes) == 0 {
 		return nil, &InputError{File: file, Msg: "no nodes: want one row per node after the header"}
@@ -162,13 +165,13 @@ var (
 // name,cpu_milli,memory_mib,num_gpu,gpu_milli (the multi-GPU files have only
 // these); gpu_spec ('|'-separated allowed models) and creation_time,
 // deletion_time (seconds) are read when present.
-func podsFromCSV(file string, data []byte) ([]TracePod, error) {
+func podsFromCSV(file string, data []byte) ([]Pod, error) {
 	t, err := newCSVTable(file, data, podColumns, podOptionalColumns)
 	if err != nil {
 		return nil, err
 	}
 	hasTimes := t.has("creation_time") && t.has("deletion_time")
-	var pods []TracePod
+	var pods []Pod
 	seen := map[string]bool{}
 	for {
 		if err := t.next(); err == io.EOF {
@@ -192,55 +195,55 @@ func podsFromCSV(file string, data []byte) ([]TracePod, error) {
 	return pods, nil
 }
 
-func tracePodFromRow(t *csvTable, hasTimes bool) (TracePod, error) {
+func tracePodFromRow(t *csvTable, hasTimes bool) (Pod, error) {
 	name := t.str("name")
 	if name == "" {
-		return TracePod{}, t.errorAt("name", "want a non-empty pod name")
+		return Pod{}, t.errorAt("name", "want a non-empty pod name")
 	}
 	cpu, err := t.int("cpu_milli", maxMilliCPU)
 	if err != nil {
-		return TracePod{}, err
+		return Pod{}, err
 	}
 	mem, err := t.int("memory_mib", maxMemoryMiB)
 	if err != nil {
-		return TracePod{}, err
+		return Pod{}, err
 	}
 	numGPU, err := t.int("num_gpu", gpu.MaxDevicesPerNode)
 	if err != nil {
-		return TracePod{}, err
+		return Pod{}, err
 	}
 	milli, err := t.int("gpu_milli", gpu.MilliPerGPU)
 	if err != nil {
-		return TracePod{}, err
+		return Pod{}, err
 	}
 	switch {
 	case numGPU > 0 && milli == 0:
-		return TracePod{}, t.errorAt("gpu_milli", "want 1..1000 for a pod with num_gpu %d", numGPU)
+		return Pod{}, t.errorAt("gpu_milli", "want 1..1000 for a pod with num_gpu %d", numGPU)
 	case numGPU > 1 && milli < gpu.MilliPerGPU:
-		return TracePod{}, t.errorAt("gpu_milli", "want 1000 for a pod with num_gpu %d: only single-GPU pods share a GPU", numGPU)
+		return Pod{}, t.errorAt("gpu_milli", "want 1000 for a pod with num_gpu %d: only single-GPU pods share a GPU", numGPU)
 	}
 	var models []string
 	if spec := t.str("gpu_spec"); spec != "" {
 		for m := range strings.SplitSeq(spec, "|") {
 			if m = strings.TrimSpace(m); m == "" {
-				return TracePod{}, t.errorAt("gpu_spec", "want GPU models separated by '|', none empty")
+				return Pod{}, t.errorAt("gpu_spec", "want GPU models separated by '|', none empty")
 			}
 			models = append(models, m)
 		}
 	}
-	p := TracePod{Pod: NewTracePod(name, cpu, mem, int(numGPU), milli, models)}
+	p := Pod{Pod: NewPod(name, cpu, mem, int(numGPU), milli, models)}
 	if hasTimes {
-		if p.Created, err = t.int("creation_time", maxTime); err != nil {
-			return TracePod{}, err
+		if p.Created, err = t.int("creation_time", NeverDeleted); err != nil {
+			return Pod{}, err
 		}
 		// A pod still running at the end of the trace has no deletion time.
 		if t.str("deletion_time") == "" {
-			p.Deleted = maxTime
-		} else if p.Deleted, err = t.int("deletion_time", maxTime); err != nil {
-			return TracePod{}, err
+			p.Deleted = NeverDeleted
+		} else if p.Deleted, err = t.int("deletion_time", NeverDeleted); err != nil {
+			return Pod{}, err
 		}
 		if p.Deleted < p.Created {
-			return TracePod{}, t.errorAt("deletion_time", "want a time no earlier than creation_time %d", p.Created)
+			return Pod{}, t.errorAt("deletion_time", "want a time no earlier than creation_time %d", p.Created)
 		}
 		p.HasTimes = true
 	}

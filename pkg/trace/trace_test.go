@@ -1,4 +1,4 @@
-package simulator
+package trace
 
 import (
 	"os"
@@ -56,7 +56,7 @@ func TestLoadPodsCSV(t *testing.T) {
 		created, deleted int64
 	}{
 		{1, 1000, "", 0, 100},
-		{1, 460, "V100M16,V100M32", 10, maxTime}, // still running at the end: no deletion time
+		{1, 460, "V100M16,V100M32", 10, NeverDeleted}, // still running at the end: no deletion time
 		{0, 0, "", 20, 30},
 		{4, 1000, "", 20, 30},
 	}
@@ -175,7 +175,7 @@ func TestLoadYAML(t *testing.T) {
 		t.Fatal(err)
 	}
 	// b is the earliest: time 0, leaving at 60 s; a arrives at 10 s and stays.
-	if ps[0].Created != 10 || ps[0].Deleted != maxTime || ps[1].Created != 0 || ps[1].Deleted != 60 {
+	if ps[0].Created != 10 || ps[0].Deleted != NeverDeleted || ps[1].Created != 0 || ps[1].Deleted != 60 {
 		t.Errorf("times: a %d..%d, b %d..%d; want a 10..end, b 0..60", ps[0].Created, ps[0].Deleted, ps[1].Created, ps[1].Deleted)
 	}
 	if d, _ := gpu.DemandFromPod(ps[0].Pod); d.Milli != 250 {

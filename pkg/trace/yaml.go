@@ -1,4 +1,4 @@
-package simulator
+package trace
 
 import (
 	"bytes"
@@ -42,7 +42,7 @@ func nodesFromYAML(file string, data []byte) ([]*v1.Node, error) {
 // replay, are its metadata.creationTimestamp and metadata.deletionTimestamp,
 // relative to the earliest creation time in the file; pods without a
 // creationTimestamp arrive in file order with no departures.
-func podsFromYAML(file string, data []byte) ([]TracePod, error) {
+func podsFromYAML(file string, data []byte) ([]Pod, error) {
 	objs, err := objectsFromYAML[v1.Pod](file, data, "Pod")
 	if err != nil {
 		return nil, err
@@ -56,7 +56,7 @@ func podsFromYAML(file string, data []byte) ([]TracePod, error) {
 			start = p.CreationTimestamp.Unix()
 		}
 	}
-	pods := make([]TracePod, len(objs))
+	pods := make([]Pod, len(objs))
 	for i, p := range objs {
 		if p.Namespace == "" {
 			p.Namespace = Namespace
@@ -64,10 +64,10 @@ func podsFromYAML(file string, data []byte) ([]TracePod, error) {
 		// Identity is namespace/name: the file's UIDs may repeat or be absent.
 		p.UID = types.UID(p.Namespace + "/" + p.Name)
 		p.Spec.NodeName = ""
-		pods[i] = TracePod{Pod: p}
+		pods[i] = Pod{Pod: p}
 		if start >= 0 && !p.CreationTimestamp.IsZero() {
 			pods[i].Created = p.CreationTimestamp.Unix() - start
-			pods[i].Deleted = maxTime
+			pods[i].Deleted = NeverDeleted
 			if p.DeletionTimestamp != nil {
 				pods[i].Deleted = max(pods[i].Created, p.DeletionTimestamp.Unix()-start)
 			}
