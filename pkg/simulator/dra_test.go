@@ -213,7 +213,7 @@ func TestDRAAssignment(t *testing.T) {
 // prices the models by the cluster's GPUs of each, which on the DRA path
 // only the slices publish (draFleet).
 func TestDRAPathPlacesAsTheAnnotationPath(t *testing.T) {
-	nodes, pods := trace.Synthetic(trace.SyntheticOptions{Nodes: 30, Seed: 5})
+	nodes, pods := trace.Synthetic(trace.SyntheticOptions{Nodes: 30, Seed: 8})
 	limited := make([]trace.Pod, len(pods))
 	gpuPods := 0
 	for i, tp := range pods {

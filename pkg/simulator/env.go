@@ -155,7 +155,7 @@ func NewEnv(opts EnvOptions) (*Env, error) {
 	e := &Env{opts: sim, reward: opts.Reward, capacity: trace.CapacityMilli(opts.Nodes), typical: typicalPods(opts.Pods),
 		index: map[string]int{}, columns: gpu.FeatureColumns(), rows: make([]cachedRow, len(opts.Nodes)), nextSeed: 42}
 	e.fitsColumn, e.builtinColumn = slices.Index(e.columns, "fits"), slices.Index(e.columns, "builtin_score")
-	e.profile = withWorkloadShapes(opts.Profile, e.typical)
+	e.profile = opts.Profile
 	for i, n := range opts.Nodes {
 		if _, dup := e.index[n.Name]; dup {
 			return nil, fmt.Errorf("node %s is listed twice", n.Name)

@@ -53,7 +53,7 @@ func TestFilterMemoServesDefaultProfile(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	nodes, pods := trace.Synthetic(trace.SyntheticOptions{Nodes: 4, Seed: 5})
-	registry, err := runRegistry(nil, &replayClock{})
+	registry, err := runRegistry(nil, &replayClock{}, typicalPods(pods))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -146,7 +146,7 @@ func TestMigrationsLoseNothing(t *testing.T) {
 	}
 	opts := Options{Nodes: nodes, Pods: pods, Profiles: profiles[1:], Seeds: []int64{42}, Arrival: trace.ArrivalFGD}
 	capacity, typical := trace.CapacityMilli(nodes), typicalPods(pods)
-	r := &runner{opts: &opts, profile: withWorkloadShapes(profiles[1], typical), seed: 42, capacity: capacity,
+	r := &runner{opts: &opts, profile: profiles[1], seed: 42, capacity: capacity,
 		typical: typical, parallelism: 1, tick: func() {}}
 	e, err := r.newEpisode(context.Background())
 	if err != nil {

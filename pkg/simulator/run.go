@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"math"
 	"runtime"
 	"slices"
 	"sync"
@@ -15,7 +14,6 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/gpusched/gpusched/pkg/apis/config"
 	"github.com/gpusched/gpusched/pkg/gpu"
 	"github.com/gpusched/gpusched/pkg/telemetry"
 	"github.com/gpusched/gpusched/pkg/trace"
@@ -146,10 +144,6 @@ func Simulate(ctx context.Context, opts Options) ([]Run, error) {
 
 	capacity := trace.CapacityMilli(opts.Nodes)
 	typical := typicalPods(opts.Pods)
-	profiles := make([]Profile, len(opts.Profiles))
-	for i, p := range opts.Profiles {
-		profiles[i] = withWorkloadShapes(p, typical)
-	}
 	var done atomic.Int64
 	total := int64(len(jobs)) * int64(expectedEvents(opts, capacity))
 	tick := func() {
@@ -166,7 +160,7 @@ func Simulate(ctx context.Context, opts Options) ([]Run, error) {
 		wg.Go(func() {
 			for i := range next {
 				j := jobs[i]
-				r := &runner{opts: &opts, profile: profiles[j.profile], seed: opts.Seeds[j.seed],
+				r := &runner{opts: &opts, profile: opts.Profiles[j.profile], seed: opts.Seeds[j.seed],
 					capacity: capacity, typical: typical, parallelism: perRun, tick: tick}
 				runs[i], errs[i] = r.run(ctx)
 			}
@@ -280,7 +274,7 @@ func (r *runner) newEpisode(ctx context.Context) (*episode, error) {
 	// state until their context ends: end it with the episode (close).
 	e.ctx, e.cancel = context.WithCancel(ctx)
 	tieBreak := cmp.Or(r.opts.TieBreak, DefaultTieBreak(r.opts.Arrival))
-	registry, err := runRegistry(r.opts.Telemetry, e.clock)
+	registry, err := runRegistry(r.opts.Telemetry, e.clock, r.typical)
 	if err != nil {
 		e.cancel()
 		return nil, err
@@ -530,36 +524,4 @@ func typicalPods(pods []trace.Pod) []gpu.TypicalPod {
 
 func sortBy[T any, K cmp.Ordered](s []T, key func(T) K) {
 	slices.SortFunc(s, func(a, b T) int { return cmp.Compare(key(a), key(b)) })
-}
-
-// withWorkloadShapes gives a profile whose GPUPlacement runs a
-// fragmentation-aware policy (gpu.PolicyInfo.NeedsShapes; for the External
-// strategy, its fallback, which picks the GPUs) without a
-// configured distribution of pod shapes the workload's own typical pods,
-// fixed for the run, as the FGD paper measures. A configured distribution is
-// kept as it is.
-func withWorkloadShapes(p Profile, typical []gpu.TypicalPod) Profile {
-	args := findGPUPlacementArgs(p.Profile)
-	if args == nil || len(args.Fragmentation.TypicalPods) > 0 {
-		return p
-	}
-	policy := args.ScoringStrategy.Type
-	if policy == config.ScoringStrategyExternal {
-		policy = args.External.Fallback // the policy that picks the GPUs
-	}
-	if info, err := gpu.LookupPolicy(string(policy)); err != nil || !info.NeedsShapes {
-		return p
-	}
-	p.Profile = p.Profile.DeepCopy()
-	args = findGPUPlacementArgs(p.Profile)
-	args.Fragmentation.HalfLifePods = 0
-	for _, t := range typical {
-		sh := config.PodShape{MilliCPU: t.Demand.MilliCPU, MemoryMiB: t.Demand.HostMemoryMiB, GPUs: int32(t.Demand.Count), Models: t.Demand.Models,
-			Weight: max(1, int64(math.Round(t.Weight*1e6)))}
-		if sh.GPUs > 0 {
-			sh.MilliGPU = t.Demand.Milli
-		}
-		args.Fragmentation.TypicalPods = append(args.Fragmentation.TypicalPods, sh)
-	}
-	return p
 }

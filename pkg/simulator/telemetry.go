@@ -7,6 +7,8 @@ import (
 
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 
+	"github.com/gpusched/gpusched/pkg/gpu"
+	"github.com/gpusched/gpusched/pkg/plugins/gpuplacement"
 	"github.com/gpusched/gpusched/pkg/plugins/gputelemetry"
 	"github.com/gpusched/gpusched/pkg/telemetry"
 	"github.com/gpusched/gpusched/pkg/trace"
@@ -36,16 +38,24 @@ func (s *replaySource) Latest() *telemetry.Snapshot {
 }
 
 // runRegistry is Registry with GPUTelemetry reading the run's replayed
-// telemetry at its simulated time instead of querying Prometheus. Without a
+// telemetry at its simulated time instead of querying Prometheus, and
+// GPUPlacement measuring fragmentation against the workload's typical pods,
+// fixed for the run (gpuplacement.NewWithShapes), as the FGD paper
+// measures, unless the profile's args configure typical pods. Without a
 // replay the telemetry is missing, as when Prometheus is unreachable: its
 // dynamic signals score neutral and nothing is filtered.
-func runRegistry(replay *telemetry.Replay, clock *replayClock) (frameworkruntime.Registry, error) {
+func runRegistry(replay *telemetry.Replay, clock *replayClock, typical []gpu.TypicalPod) (frameworkruntime.Registry, error) {
 	r := Registry()
-	if err := r.Unregister(gputelemetry.Name); err != nil {
-		return nil, fmt.Errorf("registry: %w", err)
-	}
-	if err := r.Register(gputelemetry.Name, gputelemetry.NewWithSource(&replaySource{replay: replay, clock: clock}, clock.now)); err != nil {
-		return nil, fmt.Errorf("registry: %w", err)
+	for name, factory := range map[string]frameworkruntime.PluginFactory{
+		gputelemetry.Name: gputelemetry.NewWithSource(&replaySource{replay: replay, clock: clock}, clock.now),
+		gpuplacement.Name: gpuplacement.NewWithShapes(gpu.StaticShapes(typical)),
+	} {
+		if err := r.Unregister(name); err != nil {
+			return nil, fmt.Errorf("registry: %w", err)
+		}
+		if err := r.Register(name, factory); err != nil {
+			return nil, fmt.Errorf("registry: %w", err)
+		}
 	}
 	return r, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -12,8 +13,10 @@ import (
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
+	schedconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
 
 	"github.com/gpusched/gpusched/pkg/gpu"
+	"github.com/gpusched/gpusched/pkg/gpuview"
 	"github.com/gpusched/gpusched/pkg/simulator"
 	"github.com/gpusched/gpusched/pkg/trace"
 	"github.com/gpusched/gpusched/pkg/whatif"
@@ -317,4 +320,78 @@ func randomPods(rng *rand.Rand) string {
 		b.WriteString(limits)
 	}
 	return b.String()
+}
+
+// TestFragmentationAgrees: the simulator, what-if and gpuview (`kubectl
+// gpusched nodes`, the dashboard) report the same fragmentation for the
+// same cluster. The simulator places a synthetic workload (replay arrival,
+// no departures) and reports the cluster's fragmentation after each event;
+// the same pods, bound where it put them (those it failed pending), are the
+// live cluster what-if and gpuview measure. All three weigh the workload's
+// typical pods (every pod: the pending ones are in the workload too).
+//
+// The last pod is one whole GPU, which moves the arrived workload by
+// 1000 / the cluster's milli-GPU, more than one point of the curve's
+// buckets: the last point of the curve is that one event, the
+// fragmentation of the final cluster in % of capacity, rounded to 2
+// decimals.
+func TestFragmentationAgrees(t *testing.T) {
+	for seed := range uint64(4) {
+		nodes, pods := trace.Synthetic(trace.SyntheticOptions{Nodes: 12, Load: 1.1, Seed: seed})
+		last := pods[len(pods)-1]
+		pods = append(pods, trace.Pod{Pod: trace.NewPod("last", 4000, 8192, 1, 1000, nil), Created: last.Created + 1, HasTimes: true})
+		for i := range pods {
+			pods[i].Deleted = trace.NeverDeleted
+		}
+		capacity := trace.CapacityMilli(nodes)
+		if 100*1000 <= capacity {
+			t.Fatalf("seed %d: %d milli-GPU of capacity: one GPU is less than a point of the curve", seed, capacity)
+		}
+		profiles, err := simulator.ProfilesFor(mustConfig(t), []string{simulator.DefaultPolicy})
+		if err != nil {
+			t.Fatal(err)
+		}
+		runs, err := simulator.Simulate(context.Background(), simulator.Options{Nodes: nodes, Pods: pods, Profiles: profiles,
+			Seeds: []int64{int64(seed)}, Arrival: trace.ArrivalReplay, RecordPlacements: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		run := runs[0]
+		if run.Failed == 0 || run.Placed == 0 {
+			t.Fatalf("seed %d: %d placed, %d failed: want a cluster that is full", seed, run.Placed, run.Failed)
+		}
+		simulated := run.Curve[len(run.Curve)-1]
+		if simulated.Events != 1 {
+			t.Fatalf("seed %d: the curve's last point holds %d events, want the last pod's alone", seed, simulated.Events)
+		}
+
+		newPods := make([]*v1.Pod, len(pods))
+		for i := range pods {
+			newPods[i] = pods[i].Pod
+		}
+		cluster := boundPods(t, newPods, run.Placements)
+		view := gpuview.Build(nodes, cluster, gpuview.Options{})
+		results, err := whatif.Run(whatif.Input{Nodes: nodes, Pods: cluster}, whatif.Options{Policies: []string{simulator.DefaultPolicy}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pct := func(milli float64) float64 { return math.Round(100*100*milli/float64(capacity)) / 100 }
+		viewPct, whatifPct := pct(view.Cluster.FragmentedMilli), pct(results[0].Summary.FragmentedMilliBefore)
+		if simulated.FragmentedPct != viewPct || simulated.FragmentedPct != whatifPct {
+			t.Errorf("seed %d: fragmented %% of capacity: simulator %.2f, gpuview %.2f, what-if %.2f; want one number",
+				seed, simulated.FragmentedPct, viewPct, whatifPct)
+		}
+		if simulated.FragmentedPct == 0 {
+			t.Errorf("seed %d: no fragmentation: the cluster does not exercise the typical pods", seed)
+		}
+	}
+}
+
+func mustConfig(t *testing.T) *schedconfig.KubeSchedulerConfiguration {
+	t.Helper()
+	cfg, err := simulator.LoadConfig("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
 }

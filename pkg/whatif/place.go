@@ -15,11 +15,9 @@ const maxNodeScore = 100
 // newPolicy builds a policy as the simulator builds GPUPlacement's for a
 // run: the built-in profile's weights (GPU compute, weight 1: the
 // engine's defaults) and, for a policy that measures fragmentation, the
-// workload's typical pods as configured pod shapes. The simulator writes
-// them into GPUPlacementArgs (withWorkloadShapes: weights scaled by 10⁶ and
-// rounded, GPU memory left out) and GPUPlacementArgs.NewPolicy reads them
-// back into a ShapeWindow that learns nothing (half-life 0); this makes
-// the same round trip, so that both measure against the same shapes.
+// workload's typical pods (gpu.TypicalPods, cut once), fixed
+// (gpu.StaticShapes), as the simulator registers GPUPlacement
+// (gpuplacement.NewWithShapes) and as gpuview measures fragmentation.
 func (c *cluster) newPolicy(t gpu.PolicyType) (*gpu.Policy, error) {
 	info, err := gpu.LookupPolicy(string(t))
 	if err != nil {
@@ -27,17 +25,7 @@ func (c *cluster) newPolicy(t gpu.PolicyType) (*gpu.Policy, error) {
 	}
 	cfg := gpu.PolicyConfig{Fleet: c.fleet}
 	if info.NeedsShapes {
-		seed := make([]gpu.TypicalPod, 0, len(c.typical))
-		for _, tp := range c.typical {
-			d := gpu.Demand{Count: tp.Demand.Count, Models: tp.Demand.Models,
-				MilliCPU: tp.Demand.MilliCPU, HostMemoryMiB: tp.Demand.HostMemoryMiB}
-			if d.Count > 0 {
-				d.Milli = tp.Demand.Milli
-			}
-			weight := max(1, int64(math.Round(tp.Weight*1e6)))
-			seed = append(seed, gpu.TypicalPod{Demand: d, Weight: float64(weight)})
-		}
-		cfg.Shapes = gpu.NewShapeWindow(0, seed)
+		cfg.Shapes = gpu.StaticShapes(c.typical)
 	}
 	return gpu.NewPolicy(t, cfg)
 }

@@ -12,6 +12,16 @@ import "github.com/gpusched/gpusched/pkg/gpu"
 // which chooses the GPUs on every node; the front end asks the policy
 // service for the node scores (pkg/policyservice).
 func (a *GPUPlacementArgs) NewPolicy() (*gpu.Policy, error) {
+	return a.NewPolicyWithShapes(nil)
+}
+
+// NewPolicyWithShapes is NewPolicy where a policy that measures
+// fragmentation measures it against shapes, fixed, when the args configure
+// no typical pods (Fragmentation.TypicalPods) and shapes is not nil: the
+// simulator's runs use the workload's own typical pods, as the FGD paper
+// measures. Typical pods the args configure are kept, learned further with
+// their half-life.
+func (a *GPUPlacementArgs) NewPolicyWithShapes(shapes gpu.Shapes) (*gpu.Policy, error) {
 	name := a.ScoringStrategy.Type
 	if name == ScoringStrategyExternal {
 		name = a.External.Fallback
@@ -30,7 +40,11 @@ func (a *GPUPlacementArgs) NewPolicy() (*gpu.Policy, error) {
 		}
 	}
 	if info.NeedsShapes {
-		cfg.Shapes = a.Fragmentation.NewShapeWindow()
+		if shapes != nil && len(a.Fragmentation.TypicalPods) == 0 {
+			cfg.Shapes = shapes
+		} else {
+			cfg.Shapes = a.Fragmentation.NewShapeWindow()
+		}
 	}
 	return gpu.NewPolicy(info.Type, cfg)
 }

@@ -91,11 +91,25 @@ var (
 // The args are validated again here, so a plugin built any other way (tests,
 // the simulator) is held to the same rules.
 func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
+	return newPlugin(ctx, obj, h, nil)
+}
+
+// NewWithShapes is the factory of a GPUPlacement whose policy, where it
+// measures fragmentation and its args configure no typical pods, measures
+// it against shapes, fixed (config.GPUPlacementArgs.NewPolicyWithShapes):
+// the simulator registers it with the workload's typical pods.
+func NewWithShapes(shapes gpu.Shapes) func(context.Context, runtime.Object, fwk.Handle) (fwk.Plugin, error) {
+	return func(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
+		return newPlugin(ctx, obj, h, shapes)
+	}
+}
+
+func newPlugin(ctx context.Context, obj runtime.Object, h fwk.Handle, shapes gpu.Shapes) (fwk.Plugin, error) {
 	args, err := load.GPUPlacementArgs(obj)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", Name, err)
 	}
-	policy, err := args.NewPolicy()
+	policy, err := args.NewPolicyWithShapes(shapes)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", Name, err)
 	}
