@@ -11,6 +11,8 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+
+	"github.com/gpusched/gpusched/pkg/floor"
 )
 
 // mergeFlags are the options of `gpusched simulate merge`.
@@ -251,10 +253,10 @@ func assemble(spec *sweepSpec, shards map[int]loadedShard) *Sweep {
 	nw, np, ns := len(spec.Workloads), len(spec.Policies), len(spec.Seeds)
 	reports := make([]*Report, nw)
 	runs := make([][]Run, nw)
-	floors := make([][]*Floor, nw)
+	floors := make([][]*floor.Floor, nw)
 	for w, name := range spec.Workloads {
 		reports[w] = &Report{Workload: name, Arrival: spec.Arrival, TieBreak: spec.TieBreak}
-		runs[w], floors[w] = make([]Run, np*ns), make([]*Floor, ns)
+		runs[w], floors[w] = make([]Run, np*ns), make([]*floor.Floor, ns)
 	}
 	var wall float64
 	for _, s := range shards {
@@ -286,7 +288,7 @@ func assemble(spec *sweepSpec, shards map[int]loadedShard) *Sweep {
 		}
 	}
 	for w, r := range reports {
-		var kept []Floor
+		var kept []floor.Floor
 		for _, fl := range floors[w] {
 			if fl != nil {
 				kept = append(kept, *fl)

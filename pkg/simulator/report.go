@@ -9,6 +9,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/gpusched/gpusched/pkg/floor"
 	"github.com/gpusched/gpusched/pkg/trace"
 )
 
@@ -50,17 +51,27 @@ type Report struct {
 	GPUs     int64         `json:"gpus"`
 	Pods     int           `json:"pods"`
 	Summary  []Summary     `json:"summary"`
-	// Floor is the workload's floors (see Floor) over the seeds; nil for
+	// Floor is the workload's floors (see floor.Floor) over the seeds; nil for
 	// replay arrival.
 	Floor       *FloorSummary `json:"floor,omitempty"`
 	Runs        []Run         `json:"runs"`
 	WallSeconds float64       `json:"wall_seconds"`
 }
 
+// workloadFloors is the floors of opts' workload for each seed (floor.Of)
+// under the FGD arrival process; none under replay, whose departures void
+// every measure.
+func workloadFloors(opts Options) []floor.Floor {
+	if opts.Arrival == trace.ArrivalReplay {
+		return nil
+	}
+	return floor.Of(opts.Nodes, opts.Pods, opts.Seeds)
+}
+
 // NewReport summarizes runs per policy, in the order the policies ran.
 func NewReport(opts Options, runs []Run, wall float64) *Report {
 	r := reportHead(opts)
-	r.fill(profileNames(opts.Profiles), runs, workloadFloors(opts, trace.CapacityMilli(opts.Nodes)))
+	r.fill(profileNames(opts.Profiles), runs, workloadFloors(opts))
 	r.WallSeconds = wall
 	return r
 }
@@ -75,7 +86,7 @@ func reportHead(opts Options) *Report {
 // fill sets the runs, one summary per policy in the order given, and the
 // floor summary of the seeds' floors. A sweep merged from shards fills its
 // reports here too, so they equal the reports of one process.
-func (r *Report) fill(policies []string, runs []Run, floors []Floor) {
+func (r *Report) fill(policies []string, runs []Run, floors []floor.Floor) {
 	r.Runs = runs
 	for _, p := range policies {
 		var mine []Run
@@ -120,16 +131,16 @@ func (r *Report) ClearTimings() {
 	}
 }
 
-// FloorSummary is the workload's Floor over the seeds.
+// FloorSummary is the workload's floor.Floor over the seeds.
 type FloorSummary struct {
 	AnyPlacementPct  Stat `json:"any_placement_pct"`
 	PlaceEveryFitPct Stat `json:"place_every_fit_pct"`
 	LargeSharesPct   Stat `json:"large_shares_pct"`
 	OfflineBFDPct    Stat `json:"offline_bfd_pct"`
 	// ModelsCounted is set when the LP counts GPU models on some seed
-	// (Floor.ModelsCounted): the two bounds then hold pods to their models.
-	ModelsCounted bool    `json:"models_counted,omitempty"`
-	Seeds         []Floor `json:"seeds"`
+	// (floor.Floor.ModelsCounted): the two bounds then hold pods to their models.
+	ModelsCounted bool          `json:"models_counted,omitempty"`
+	Seeds         []floor.Floor `json:"seeds"`
 }
 
 func summarize(policy string, runs []Run) Summary {

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpusched/gpusched/pkg/floor"
 	"github.com/gpusched/gpusched/pkg/trace"
 )
 
@@ -121,12 +122,12 @@ func (a *sweepSpec) combination(w, p, s int) int { return (w*len(a.Policies)+p)*
 // whose run with the first policy is the shard's (each floor is computed by
 // exactly one shard).
 type shardWorkload struct {
-	Workload string  `json:"workload"`
-	Nodes    int     `json:"nodes"`
-	GPUs     int64   `json:"gpus"`
-	Pods     int     `json:"pods"`
-	Runs     []Run   `json:"runs"`
-	Floors   []Floor `json:"floors,omitempty"`
+	Workload string        `json:"workload"`
+	Nodes    int           `json:"nodes"`
+	GPUs     int64         `json:"gpus"`
+	Pods     int           `json:"pods"`
+	Runs     []Run         `json:"runs"`
+	Floors   []floor.Floor `json:"floors,omitempty"`
 }
 
 // writeShardFile writes f into dir under its shard's FileName, through a
@@ -203,7 +204,7 @@ func runShard(ctx context.Context, opts Options, workloads []workload, spec *swe
 			head := reportHead(o)
 			o.Seeds = floorSeeds
 			f.Workloads = append(f.Workloads, shardWorkload{Workload: head.Workload, Nodes: head.Nodes, GPUs: head.GPUs, Pods: head.Pods,
-				Runs: got, Floors: workloadFloors(o, trace.CapacityMilli(o.Nodes))})
+				Runs: got, Floors: workloadFloors(o)})
 			runs += len(got)
 		}
 		return nil

@@ -1,4 +1,4 @@
-package simulator
+package floor
 
 import (
 	"math/rand/v2"

@@ -1,4 +1,4 @@
-package simulator
+package floor
 
 import (
 	"testing"
@@ -127,8 +127,7 @@ func TestOfflineBestFitDecreasing(t *testing.T) {
 // above 500 first, so both bounds hold for it.
 func TestWorkloadFloors(t *testing.T) {
 	nodes, pods := trace.Synthetic(trace.SyntheticOptions{})
-	opts := Options{Nodes: nodes, Pods: pods, Seeds: []int64{1, 2, 3}, Arrival: trace.ArrivalFGD}
-	floors := workloadFloors(opts, trace.CapacityMilli(nodes))
+	floors := Of(nodes, pods, []int64{1, 2, 3})
 	if len(floors) != 3 {
 		t.Fatalf("%d floors, want one per seed: %+v", len(floors), floors)
 	}
@@ -143,9 +142,5 @@ func TestWorkloadFloors(t *testing.T) {
 			t.Errorf("seed %d: LP bound %.2f%% (%v per GPU, weights %v), offline BFD %.2f%%: want 0 ≤ bound ≤ BFD and a certificate",
 				f.Seed, f.AnyPlacementPct, f.LPPerGPU, f.LPWeights, f.OfflineBFDPct)
 		}
-	}
-	opts.Arrival = trace.ArrivalReplay
-	if floors := workloadFloors(opts, trace.CapacityMilli(nodes)); floors != nil {
-		t.Errorf("replay arrival: floors %+v, want none (departures void both measures)", floors)
 	}
 }

@@ -1,4 +1,4 @@
-package simulator
+package floor
 
 import (
 	v1 "k8s.io/api/core/v1"
@@ -7,8 +7,8 @@ import (
 	"github.com/gpusched/gpusched/pkg/packing"
 )
 
-// clusterModelGPUs counts the nodes' GPUs by model.
-func clusterModelGPUs(nodes []*v1.Node) gpu.ModelGPUs {
+// ModelGPUsOf counts the nodes' GPUs by model, the GPUs the floors place on.
+func ModelGPUsOf(nodes []*v1.Node) gpu.ModelGPUs {
 	inventories := make([]*gpu.Inventory, 0, len(nodes))
 	for _, n := range nodes {
 		if inv, err := gpu.InventoryFromNode(n); err == nil {

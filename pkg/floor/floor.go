@@ -1,4 +1,4 @@
-package simulator
+package floor
 
 import (
 	"cmp"
@@ -6,6 +6,8 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+
+	v1 "k8s.io/api/core/v1"
 
 	"github.com/gpusched/gpusched/pkg/gpu"
 	"github.com/gpusched/gpusched/pkg/trace"
@@ -63,26 +65,29 @@ type LPClass struct {
 	PerGPU float64  `json:"per_gpu"`
 }
 
-// workloadFloors computes the Floor of each seed's workload under the FGD
-// arrival process; replay has departures, for which none of the measures
-// holds.
-func workloadFloors(opts Options, capacity int64) []Floor {
-	if opts.Arrival == trace.ArrivalReplay || capacity == 0 {
+// Of computes the Floor of each seed's workload: the pods in the order
+// the FGD arrival process submits them for the seed (trace.FGDSequence) on
+// the nodes. It holds for that process alone: under replay arrival pods
+// leave, and none of the measures holds. Seeds whose workload never reaches
+// the cluster's capacity have no Floor; a cluster without GPUs has none.
+func Of(nodes []*v1.Node, pods []trace.Pod, seeds []int64) []Floor {
+	capacity := trace.CapacityMilli(nodes)
+	if capacity == 0 {
 		return nil
 	}
-	floors := make([]*Floor, len(opts.Seeds))
-	models := clusterModelGPUs(opts.Nodes)
+	floors := make([]*Floor, len(seeds))
+	models := ModelGPUsOf(nodes)
 	// The seeds' floors are independent: one at a time per CPU.
 	next := make(chan int)
 	var wg sync.WaitGroup
-	for range min(runtime.GOMAXPROCS(0), len(opts.Seeds)) {
+	for range min(runtime.GOMAXPROCS(0), len(seeds)) {
 		wg.Go(func() {
 			for i := range next {
-				floors[i] = seedFloor(opts, opts.Seeds[i], capacity, models)
+				floors[i] = seedFloor(pods, seeds[i], capacity, models)
 			}
 		})
 	}
-	for i := range opts.Seeds {
+	for i := range seeds {
 		next <- i
 	}
 	close(next)
@@ -98,10 +103,10 @@ func workloadFloors(opts Options, capacity int64) []Floor {
 
 // seedFloor is the Floor of one seed's workload; nil when the workload never
 // reaches the cluster's capacity, so that there is no metric to bound.
-func seedFloor(opts Options, seed, capacity int64, models gpu.ModelGPUs) *Floor {
+func seedFloor(pods []trace.Pod, seed, capacity int64, models gpu.ModelGPUs) *Floor {
 	var arrived []arrivedPod
 	var total int64
-	for _, p := range trace.FGDSequence(opts.Pods, seed, capacity) {
+	for _, p := range trace.FGDSequence(pods, seed, capacity) {
 		d, err := gpu.DemandFromPod(p.Pod)
 		if err != nil || d.TotalMilli() == 0 {
 			continue
@@ -281,3 +286,6 @@ func b2i(b bool) int {
 	}
 	return 0
 }
+
+// round2 rounds to two decimals, half to even, as the reports do.
+func round2(x float64) float64 { return math.RoundToEven(x*100) / 100 }

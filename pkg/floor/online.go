@@ -1,4 +1,4 @@
-package simulator
+package floor
 
 import (
 	"container/heap"
