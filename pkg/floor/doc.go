@@ -3,9 +3,9 @@
 // policy: the packing LP's bound for every placement, the online floor for
 // placements that never refuse a pod that fits, a bound for placements of
 // every large share, and offline best-fit-decreasing as a reference
-// packing (Of, one Floor per seed). Each bound comes with its certificate
-// and is checked exactly (pkg/packing); docs/simulator.md#floors explains
-// each measure.
+// packing (Of, one Floor per seed). The LP's bound comes with its
+// certificate, checked exactly (pkg/packing); docs/simulator.md#floors
+// explains each measure.
 //
 // It needs no scheduler: the engine (pkg/gpu), the LP (pkg/packing) and
 // the workloads (pkg/trace).

@@ -119,4 +119,3 @@ func TestLPPackingBoundWithModels(t *testing.T) {
 		t.Errorf("kinds %q (models counted: %v), want one limited to no model of the cluster", items.Labels, items.ModelsCounted())
 	}
 }
-

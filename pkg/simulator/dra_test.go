@@ -213,6 +213,9 @@ func TestDRAAssignment(t *testing.T) {
 // prices the models by the cluster's GPUs of each, which on the DRA path
 // only the slices publish (draFleet).
 func TestDRAPathPlacesAsTheAnnotationPath(t *testing.T) {
+	// Seed 8: a workload on which first fit places some pods where the
+	// policy would not (4.44 % unallocated against 4.29), so that the case
+	// tells the two apart.
 	nodes, pods := trace.Synthetic(trace.SyntheticOptions{Nodes: 30, Seed: 8})
 	limited := make([]trace.Pod, len(pods))
 	gpuPods := 0

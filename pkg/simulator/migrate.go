@@ -135,14 +135,16 @@ type migrator struct {
 }
 
 // newRunMigrator is the migrator of a run of profile on nodes: its planner
-// places pods with the profile's own policy (GPUPlacementArgs.NewPolicy),
-// knowing the cluster's GPUs by model as the plugin does.
-func newRunMigrator(profile Profile, nodes []*v1.Node) (*migrator, error) {
+// places pods with the profile's own policy, measuring fragmentation
+// against the workload's typical pods as the run's GPUPlacement does
+// (GPUPlacementArgs.NewPolicyWithShapes, runRegistry), and knowing the
+// cluster's GPUs by model as the plugin does.
+func newRunMigrator(profile Profile, nodes []*v1.Node, typical []gpu.TypicalPod) (*migrator, error) {
 	args := findGPUPlacementArgs(profile.Profile)
 	if args == nil {
 		return nil, fmt.Errorf("profile %s: migrations need GPUPlacement, whose policy plans them", profile.Name)
 	}
-	policy, err := args.NewPolicy()
+	policy, err := args.NewPolicyWithShapes(gpu.StaticShapes(typical))
 	if err != nil {
 		return nil, fmt.Errorf("profile %s: %w", profile.Name, err)
 	}

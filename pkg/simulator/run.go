@@ -310,7 +310,7 @@ func (r *runner) newEpisode(ctx context.Context) (*episode, error) {
 	}
 	e.curve = newCurve(r.capacity)
 	if !r.profile.Migrations.IsZero() {
-		if e.migrator, err = newRunMigrator(r.profile, r.opts.Nodes); err != nil {
+		if e.migrator, err = newRunMigrator(r.profile, r.opts.Nodes, r.typical); err != nil {
 			e.close()
 			return nil, err
 		}

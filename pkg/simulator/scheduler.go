@@ -32,8 +32,8 @@ import (
 
 // Registry is the plugins a simulated profile may use: the in-tree plugins
 // and gpusched's, exactly as cmd/gpusched registers them (pkg/plugins; a
-// run replaces GPUTelemetry's factory to replay recorded telemetry, see
-// runRegistry).
+// run replaces GPUTelemetry's factory to replay recorded telemetry and
+// GPUPlacement's to give it the workload's typical pods, see runRegistry).
 func Registry() frameworkruntime.Registry {
 	r := plugins.NewInTreeRegistry()
 	if err := r.Merge(gpuplugins.Registry()); err != nil {

@@ -13,9 +13,10 @@ import (
 	"github.com/gpusched/gpusched/pkg/trace"
 )
 
-// TestRunMeasuresAgainstTheWorkloadsTypicalPods: a run's GPUPlacement
-// measures fragmentation against the workload's typical pods exactly as
-// gpu.TypicalPods cuts them, once, for every policy that measures it.
+// TestRunMeasuresAgainstTheWorkloadsTypicalPods: a run's GPUPlacement and
+// its migration planner measure fragmentation against the workload's
+// typical pods exactly as gpu.TypicalPods cuts them, once, for every policy
+// that measures it.
 //
 // The workload is 100 pods of four shapes: 60 one-GPU pods (4 CPUs), 34
 // half shares (2 CPUs), 3 two-GPU pods (8 CPUs) and 3 CPU-only pods (1 CPU).
@@ -67,6 +68,19 @@ func TestRunMeasuresAgainstTheWorkloadsTypicalPods(t *testing.T) {
 			}
 			if got := placement.TypicalPods(); !reflect.DeepEqual(got, typical) {
 				t.Errorf("GPUPlacement measures against %d shapes %+v, want the workload's %d %+v", len(got), got, len(typical), typical)
+			}
+
+			// The migration planner places with the same policy.
+			profiles, err := withMigrations(defaultProfiles(t, policy), "1%")
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, err := newRunMigrator(profiles[1], nodes, typical)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := m.planner.Policy.Shapes().Typical(); !reflect.DeepEqual(got, typical) {
+				t.Errorf("the migration planner measures against %d shapes %+v, want the workload's %d", len(got), got, len(typical))
 			}
 		})
 	}

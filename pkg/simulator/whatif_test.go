@@ -375,7 +375,7 @@ func TestFragmentationAgrees(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		pct := func(milli float64) float64 { return math.Round(100*100*milli/float64(capacity)) / 100 }
+		pct := func(milli float64) float64 { return math.RoundToEven(100*100*milli/float64(capacity)) / 100 }
 		viewPct, whatifPct := pct(view.Cluster.FragmentedMilli), pct(results[0].Summary.FragmentedMilliBefore)
 		if simulated.FragmentedPct != viewPct || simulated.FragmentedPct != whatifPct {
 			t.Errorf("seed %d: fragmented %% of capacity: simulator %.2f, gpuview %.2f, what-if %.2f; want one number",

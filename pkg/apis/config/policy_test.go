@@ -21,20 +21,24 @@ func TestNewPolicyWithShapes(t *testing.T) {
 	tests := []struct {
 		name       string
 		policy     ScoringStrategyType
+		fallback   ScoringStrategyType // External's
 		configured []PodShape
 		shapes     gpu.Shapes
 		want       []gpu.TypicalPod
 	}{
-		{"given shapes, none configured", "PairFit", nil, given, given},
-		{"configured shapes win", "PairFit", configured, given, fromArgs},
-		{"no shapes given: the args'", "FGD", configured, nil, fromArgs},
-		{"no shapes given, none configured", "FragFit", nil, nil, []gpu.TypicalPod{}},
-		{"a policy that measures none", "BestFit", nil, given, nil},
+		{"given shapes, none configured", "PairFit", "", nil, given, given},
+		{"configured shapes win", "PairFit", "", configured, given, fromArgs},
+		{"no shapes given: the args'", "FGD", "", configured, nil, fromArgs},
+		{"no shapes given, none configured", "FragFit", "", nil, nil, []gpu.TypicalPod{}},
+		{"a policy that measures none", "BestFit", "", nil, given, nil},
+		// External: the fallback picks the GPUs and measures the fragment.
+		{"External falling back to PairFit", ScoringStrategyExternal, "PairFit", nil, given, given},
+		{"External falling back to BestFit", ScoringStrategyExternal, "BestFit", nil, given, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			args := &GPUPlacementArgs{ScoringStrategy: ScoringStrategy{Type: tt.policy},
-				Fragmentation: Fragmentation{TypicalPods: tt.configured}}
+				Fragmentation: Fragmentation{TypicalPods: tt.configured}, External: ExternalPolicy{Fallback: tt.fallback}}
 			policy, err := args.NewPolicyWithShapes(tt.shapes)
 			if err != nil {
 				t.Fatal(err)
