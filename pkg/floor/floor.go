@@ -101,11 +101,18 @@ func Of(nodes []*v1.Node, pods []trace.Pod, seeds []int64) []Floor {
 	return out
 }
 
-// seedFloor is the Floor of one seed's workload; nil when the workload never
-// reaches the cluster's capacity, so that there is no metric to bound.
-func seedFloor(pods []trace.Pod, seed, capacity int64, models gpu.ModelGPUs) *Floor {
-	var arrived []arrivedPod
-	var total int64
+// ArrivedDemands is the GPU demands the floors of a seed bound: those of
+// the GPU pods the FGD arrival process submits for the seed
+// (trace.FGDSequence) until the next would pass the cluster's capacity
+// (capacityMilli), in arrival order.
+func ArrivedDemands(pods []trace.Pod, seed, capacityMilli int64) []gpu.Demand {
+	arrived, _ := arrivedAt100(pods, seed, capacityMilli)
+	return demandsOf(arrived)
+}
+
+// arrivedAt100 is ArrivedDemands' pods with their CPU and memory, and the
+// milli-GPU they ask in all.
+func arrivedAt100(pods []trace.Pod, seed, capacity int64) (arrived []arrivedPod, total int64) {
 	for _, p := range trace.FGDSequence(pods, seed, capacity) {
 		d, err := gpu.DemandFromPod(p.Pod)
 		if err != nil || d.TotalMilli() == 0 {
@@ -117,6 +124,13 @@ func seedFloor(pods []trace.Pod, seed, capacity int64, models gpu.ModelGPUs) *Fl
 		total += d.TotalMilli()
 		arrived = append(arrived, arrivedPod{demand: d, milliCPU: gpu.PodMilliCPU(p.Pod), memoryMiB: gpu.PodMemoryMiB(p.Pod)})
 	}
+	return arrived, total
+}
+
+// seedFloor is the Floor of one seed's workload; nil when the workload never
+// reaches the cluster's capacity, so that there is no metric to bound.
+func seedFloor(pods []trace.Pod, seed, capacity int64, models gpu.ModelGPUs) *Floor {
+	arrived, total := arrivedAt100(pods, seed, capacity)
 	if total*100 < capacity*99 {
 		return nil
 	}

@@ -19,19 +19,7 @@ import (
 // refuses a pod that fits, goes below neither.
 func TestLPBoundOnTheTrace(t *testing.T) {
 	opts, capacity, seedFloor := seed42Floor(t, "openb_pod_list_default.csv")
-	var arrived []gpu.Demand
-	var total int64
-	for _, p := range trace.FGDSequence(opts.Pods, 42, capacity) {
-		d, err := gpu.DemandFromPod(p.Pod)
-		if err != nil || d.TotalMilli() == 0 {
-			continue
-		}
-		if total+d.TotalMilli() > capacity {
-			break
-		}
-		total += d.TotalMilli()
-		arrived = append(arrived, d)
-	}
+	arrived := floor.ArrivedDemands(opts.Pods, 42, capacity)
 	handMade := func(s int64) float64 {
 		switch {
 		case s >= 810:

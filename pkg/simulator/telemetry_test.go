@@ -88,9 +88,7 @@ func TestReplayTelemetry(t *testing.T) {
 func writeFile(t *testing.T, name, content string) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), name)
-	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	mustWrite(t, path, content)
 	return path
 }
 
