@@ -89,6 +89,7 @@ func newCommand(ctx context.Context) *cobra.Command {
 	gofs := goflag.NewFlagSet("klog", goflag.ExitOnError)
 	klog.InitFlags(gofs)
 	fs.AddGoFlagSet(gofs)
+	cmd.AddCommand(newInventoryCommand())
 	return cmd
 }
 

@@ -9,8 +9,11 @@
 //
 // It needs root, bin/containerd, bin/ctr and bin/containerd-shim-runc-v2 at
 // the module root (installed by .ci/containerd.sh), runc on PATH (Debian's
-// package) and the go command (to build the image's static sleeper). Without
-// them Start skips the test, except under CI=true where it fails it.
+// package) and the go command (to build the image's static sleeper) or
+// CRITEST_SLEEPER naming a prebuilt static one; CRITEST_BIN_DIR may name
+// another directory of containerd's binaries, CRITEST_SNAPSHOTTER another
+// default snapshotter than overlayfs. Without them Start skips the
+// test, except under CI=true where it fails it.
 //
 // Images cannot be pulled: ImportImage builds a one-layer OCI image in Go and
 // imports it with `ctr images import`; the same kind of image is the pinned
@@ -179,6 +182,9 @@ func BinDir() string {
 func Start(t testing.TB, opts ...Option) *Runtime {
 	t.Helper()
 	cfg := config{snapshotter: "overlayfs"}
+	if s := os.Getenv("CRITEST_SNAPSHOTTER"); s != "" {
+		cfg.snapshotter = s // where /tmp cannot hold overlay mounts
+	}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -198,11 +204,12 @@ func Start(t testing.TB, opts ...Option) *Runtime {
 	if err != nil {
 		missing(t, "runc not on PATH")
 	}
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
-		if _, err := os.Stat(goBin); err != nil {
-			missing(t, "go command not found (needed to build the image's sleeper)")
+	// A prebuilt static sleeper (for machines without the go command),
+	// else one built here.
+	sleeper := os.Getenv("CRITEST_SLEEPER")
+	if sleeper == "" {
+		if _, err := GoCommand(); err != nil {
+			missing(t, "%v (needed to build the image's sleeper; or set CRITEST_SLEEPER to a static sleeper)", err)
 		}
 	}
 
@@ -233,10 +240,16 @@ func Start(t testing.TB, opts ...Option) *Runtime {
 	}
 
 	start := time.Now()
-	if r.pauseBin, err = buildPause(goBin, dir); err != nil {
-		t.Fatalf("critest: %v", err)
+	if sleeper != "" {
+		r.pauseBin = sleeper
+	} else {
+		root, err := moduleRoot()
+		if err != nil {
+			t.Fatalf("critest: %v", err)
+		}
+		r.pauseBin = BuildStatic(t, filepath.Join(root, "internal", "critest", "sleeper"), dir)
+		t.Logf("critest: built the sleeper in %v", time.Since(start).Round(time.Millisecond))
 	}
-	t.Logf("critest: built the sleeper in %v", time.Since(start).Round(time.Millisecond))
 
 	if err := os.WriteFile(r.configPath, []byte(r.configTOML(cfg, runcPath)), 0o644); err != nil {
 		t.Fatal(err)
@@ -343,6 +356,12 @@ disabled_plugins = [
   stream_server_address = "127.0.0.1"
   stream_server_port = "0"
 
+# ctr images import unpacks through the transfer service, into the
+# snapshotter CRI uses.
+[[plugins."io.containerd.transfer.v1.local".unpack_config]]
+  platform = %s
+  snapshotter = %s
+
 [plugins."io.containerd.nri.v1.nri"]
   disable = false
   socket_path = %s
@@ -356,6 +375,7 @@ disabled_plugins = [
 		q(cfg.snapshotter), q(PauseImage),
 		q(r.cdiDir), q(cfg.snapshotter), q(runcPath), q(filepath.Join(r.dir, "runc")),
 		q(filepath.Join(r.dir, "cni/bin")), q(filepath.Join(r.dir, "cni/conf")),
+		q("linux/"+runtime.GOARCH), q(cfg.snapshotter),
 		q(r.nriSock), q(filepath.Join(r.dir, "nri/plugins")), q(filepath.Join(r.dir, "nri/conf")))
 	if cfg.validator {
 		fmt.Fprintf(&b, `  [plugins."io.containerd.nri.v1.nri".default_validator]
@@ -424,6 +444,13 @@ func (r *Runtime) importImage(t testing.TB, ref string, env []string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	r.importArchive(t, ref, archive)
+}
+
+// importArchive imports an OCI archive of the image ref and waits until CRI
+// sees it.
+func (r *Runtime) importArchive(t testing.TB, ref string, archive []byte) {
+	t.Helper()
 	tarPath := filepath.Join(r.dir, "image.tar")
 	if err := os.WriteFile(tarPath, archive, 0o644); err != nil {
 		t.Fatal(err)

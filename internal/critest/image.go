@@ -6,56 +6,10 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"fmt"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"time"
 )
-
-// pauseSource is the sandbox's (and every test container's) entrypoint: it
-// sleeps until SIGTERM/SIGINT. PID 1 of a PID namespace ignores signals it
-// has no handler for, so it installs one to stop promptly.
-const pauseSource = `package main
-
-import (
-	"os"
-	"os/signal"
-	"syscall"
-)
-
-func main() {
-	c := make(chan os.Signal, 1)
-	signal.Notify(c, syscall.SIGTERM, syscall.SIGINT)
-	<-c
-	os.Exit(0)
-}
-`
-
-// buildPause compiles pauseSource into a static binary under dir with the
-// go command that runs the tests (CGO off, no module downloads).
-func buildPause(goBin, dir string) (string, error) {
-	src := filepath.Join(dir, "pausesrc")
-	if err := os.MkdirAll(src, 0o755); err != nil {
-		return "", err
-	}
-	if err := os.WriteFile(filepath.Join(src, "main.go"), []byte(pauseSource), 0o644); err != nil {
-		return "", err
-	}
-	if err := os.WriteFile(filepath.Join(src, "go.mod"), []byte("module critestpause\n\ngo 1.21\n"), 0o644); err != nil {
-		return "", err
-	}
-	out := filepath.Join(dir, "pause")
-	cmd := exec.Command(goBin, "build", "-trimpath", "-ldflags=-s -w", "-o", out, ".")
-	cmd.Dir = src
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOWORK=off", "GOFLAGS=-mod=mod", "GOTOOLCHAIN=local",
-		"GOOS=linux", "GOARCH="+runtime.GOARCH)
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build pause: %v: %s", err, b)
-	}
-	return out, nil
-}
 
 // imageFile is one regular file of the image's single layer.
 type imageFile struct {

@@ -45,7 +45,13 @@ func eightGPUs(t testing.TB) *discovery.Store {
 // until both of its connections are synchronized.
 func startAgent(t testing.TB, rt *critest.Runtime) *agentnri.Plugin {
 	t.Helper()
-	p, err := agentnri.New(agentnri.Config{NodeName: agentNode, Mode: agentnri.ModeEnv}, eightGPUs(t), nil)
+	return startAgentWith(t, rt, eightGPUs(t), agentnri.ModeEnv)
+}
+
+// startAgentWith is startAgent with the given inventory and hand-off mode.
+func startAgentWith(t testing.TB, rt *critest.Runtime, store *discovery.Store, mode agentnri.Mode) *agentnri.Plugin {
+	t.Helper()
+	p, err := agentnri.New(agentnri.Config{NodeName: agentNode, Mode: mode}, store, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

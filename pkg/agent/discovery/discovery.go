@@ -47,36 +47,40 @@ import (
 // GPU is one physical GPU as NVML reports it.
 type GPU struct {
 	// UUID is NVML's "GPU-..." identifier.
-	UUID string
+	UUID string `json:"uuid"`
 	// Index is NVML's index; Minor is the /dev/nvidia<minor> number (-1 unknown).
-	Index, Minor int
+	Index int `json:"nvmlIndex"`
+	Minor int `json:"minor"`
 	// Name is NVML's product name; Model is Name the way GPU Feature Discovery
 	// writes nvidia.com/gpu.product (runs of spaces become "-").
-	Name, Model string
+	Name  string `json:"name"`
+	Model string `json:"model"`
 	// MemoryMiB is the GPU's total framebuffer memory.
-	MemoryMiB int64
+	MemoryMiB int64 `json:"memoryMiB"`
 	// PCIBusID is e.g. "00000000:07:00.0"; NUMANode is the host NUMA node the
 	// GPU hangs off (-1 unknown).
-	PCIBusID string
-	NUMANode int
+	PCIBusID string `json:"pciBusID"`
+	NUMANode int    `json:"numaNode"`
 	// MIGEnabled is the GPU's current MIG mode; MIG lists its MIG devices.
-	MIGEnabled bool
-	MIG        []MIGDevice
+	MIGEnabled bool        `json:"migEnabled"`
+	MIG        []MIGDevice `json:"mig,omitempty"`
 	// Group is the GPU's interconnect group (see groups).
-	Group string
+	Group string `json:"group,omitempty"`
 
 	handle nvml.Device
 }
 
 // MIGDevice is one MIG device (a GPU instance and its compute instance).
 type MIGDevice struct {
-	UUID string
+	UUID string `json:"uuid"`
 	// GPUInstanceID and ComputeInstanceID identify it on its parent GPU.
-	GPUInstanceID, ComputeInstanceID int
+	GPUInstanceID     int `json:"gpuInstance"`
+	ComputeInstanceID int `json:"computeInstance"`
 	// Profile is e.g. "1g.10gb"; Model is the parent's Model + "-MIG-" + Profile,
 	// as GPU Feature Discovery names MIG products.
-	Profile, Model string
-	MemoryMiB      int64
+	Profile   string `json:"profile"`
+	Model     string `json:"model"`
+	MemoryMiB int64  `json:"memoryMiB"`
 }
 
 // Machine is what one discovery found.

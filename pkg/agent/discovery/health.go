@@ -133,15 +133,8 @@ func (w *XIDWatcher) Run(ctx context.Context, m *Machine) error {
 		return fmt.Errorf("nvmlEventSetCreate: %v", ret)
 	}
 	defer set.Free()
-	for _, g := range m.GPUs {
-		supported, ret := g.handle.GetSupportedEventTypes()
-		if ret != nvml.SUCCESS || supported&nvml.EventTypeXidCriticalError == 0 {
-			logger.Info("GPU does not report XID events; its health is not watched", "uuid", g.UUID, "nvml", ret)
-			continue
-		}
-		if ret := g.handle.RegisterEvents(nvml.EventTypeXidCriticalError, set); ret != nvml.SUCCESS {
-			logger.Info("registering for XID events failed; the GPU's health is not watched", "uuid", g.UUID, "nvml", ret)
-		}
+	for uuid, why := range registerXIDs(set, m) {
+		logger.Info(why+"; its health is not watched", "uuid", uuid)
 	}
 	timeout := w.WaitTimeout
 	if timeout <= 0 {
@@ -165,6 +158,39 @@ func (w *XIDWatcher) Run(ctx context.Context, m *Machine) error {
 		w.handle(ctx, m, e)
 	}
 	return ctx.Err()
+}
+
+// registerXIDs registers every GPU of m for XID events on set and returns,
+// for each GPU it could not register, why.
+func registerXIDs(set nvml.EventSet, m *Machine) map[string]string {
+	unwatched := map[string]string{}
+	for _, g := range m.GPUs {
+		supported, ret := g.handle.GetSupportedEventTypes()
+		if ret != nvml.SUCCESS {
+			unwatched[g.UUID] = fmt.Sprintf("asking for the GPU's event types failed (nvml %v)", ret)
+			continue
+		}
+		if supported&nvml.EventTypeXidCriticalError == 0 {
+			unwatched[g.UUID] = "GPU does not report XID events"
+			continue
+		}
+		if ret := g.handle.RegisterEvents(nvml.EventTypeXidCriticalError, set); ret != nvml.SUCCESS {
+			unwatched[g.UUID] = fmt.Sprintf("registering for XID events failed (nvml %v)", ret)
+		}
+	}
+	return unwatched
+}
+
+// XIDSupport registers m's GPUs for XID events as XIDWatcher does, on an
+// event set of its own that it frees again, and returns for each GPU whose
+// health the agent could not watch why.
+func XIDSupport(lib nvml.Interface, m *Machine) (map[string]string, error) {
+	set, ret := lib.EventSetCreate()
+	if ret != nvml.SUCCESS {
+		return nil, fmt.Errorf("nvmlEventSetCreate: %v", ret)
+	}
+	defer set.Free()
+	return registerXIDs(set, m), nil
 }
 
 func (w *XIDWatcher) handle(ctx context.Context, m *Machine, e nvml.EventData) {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
@@ -125,5 +126,31 @@ func TestNVMLParseXIDs(t *testing.T) {
 				t.Fatalf("ParseXIDs(%q) = %v, %v; want %v", tt.in, got, err, tt.want)
 			}
 		})
+	}
+}
+
+// TestXIDSupport: the GPUs whose health the agent cannot watch are named
+// with why; the others are registered (and the event set freed again).
+func TestXIDSupport(t *testing.T) {
+	m := nvmlmock.DGXA100()
+	m.Devices[3].(*server.Device).GetSupportedEventTypesFunc = func() (uint64, nvml.Return) { return 0, nvml.SUCCESS }
+	m.Devices[5].(*server.Device).RegisterEventsFunc = func(uint64, nvml.EventSet) nvml.Return { return nvml.ERROR_NOT_SUPPORTED }
+	if ret := m.Init(); ret != nvml.SUCCESS {
+		t.Fatal(ret)
+	}
+	machine, err := discovery.Discover(m, discovery.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := discovery.XIDSupport(m, machine)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{
+		nvmlmock.GPUUUID(3): "GPU does not report XID events",
+		nvmlmock.GPUUUID(5): "registering for XID events failed (nvml ERROR_NOT_SUPPORTED)",
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("unwatched GPUs %v, want %v", got, want)
 	}
 }
