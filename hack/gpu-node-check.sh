@@ -3,7 +3,9 @@
 # what its discovery publishes there, and what real containers started
 # through containerd and runc, with the agent as their required NRI plugin
 # (cdi mode), can open of the GPU (test/runtime's
-# TestContainersOpenExactlyTheirGPUs with GPUSCHED_REAL_GPU=1).
+# TestContainersOpenExactlyTheirGPUs with GPUSCHED_REAL_GPU=1); and, when the
+# driver has MPS, whether a share's MPS limits hold (TestMPSShareLimits, with
+# python3 for its CUDA client).
 #
 #   hack/gpu-node-check.sh build DIR    # here: binaries into DIR (needs Go, gcc, runc)
 #   hack/gpu-node-check.sh run DIR OUT  # on the GPU machine, as root; results in OUT
@@ -47,9 +49,21 @@ run() {
   mountpoint -q /sys/fs/cgroup || mount -t cgroup2 none /sys/fs/cgroup
   grep -q overlay /proc/filesystems || export CRITEST_SNAPSHOTTER=native
   export CRITEST_BIN_DIR="$d" CRITEST_SLEEPER="$d/pause" GPUSCHED_GPU_PROBE="$d/gpuprobe" PATH="$d:$PATH"
+  # An MPS control daemon for TestMPSShareLimits, when the driver has one.
+  if command -v nvidia-cuda-mps-control >/dev/null; then
+    export GPUSCHED_MPS_PIPE_DIR=/tmp/gpusched-mps/pipe
+    mkdir -p "$GPUSCHED_MPS_PIPE_DIR" /tmp/gpusched-mps/log
+    CUDA_MPS_PIPE_DIRECTORY="$GPUSCHED_MPS_PIPE_DIR" CUDA_MPS_LOG_DIRECTORY=/tmp/gpusched-mps/log nvidia-cuda-mps-control -d
+  fi
   local rc=0
-  (cd test/runtime && GPUSCHED_REAL_GPU=1 timeout 300 "$d/runtime.test" -test.run TestContainersOpenExactlyTheirGPUs -test.v -test.count=1) > "$out/real-gpu.log" 2>&1 || rc=1
-  grep -E '^(---|    ---|PASS|FAIL)|probe in|refused:' "$out/real-gpu.log"
+  (cd test/runtime && GPUSCHED_REAL_GPU=1 timeout 300 "$d/runtime.test" -test.run 'TestContainersOpenExactlyTheirGPUs|TestMPSShareLimits' -test.v -test.count=1) > "$out/real-gpu.log" 2>&1 || rc=1
+  grep -E '^(---|    ---|PASS|FAIL)|probe in|refused:|MPS client|SKIP' "$out/real-gpu.log"
+  if [ -n "${GPUSCHED_MPS_PIPE_DIR:-}" ]; then
+    echo quit | CUDA_MPS_PIPE_DIRECTORY="$GPUSCHED_MPS_PIPE_DIR" nvidia-cuda-mps-control
+    cp /tmp/gpusched-mps/log/control.log "$out/mps-control.log" 2>/dev/null
+    cp /tmp/gpusched-mps/log/server.log "$out/mps-server.log" 2>/dev/null
+    unset GPUSCHED_MPS_PIPE_DIR
+  fi
   (cd test/runtime && timeout 300 "$d/runtime.test" -test.v -test.count=1) > "$out/mock-gpus.log" 2>&1 || rc=1
   grep -E '^(---|    ---|PASS|FAIL)' "$out/mock-gpus.log"
   echo "gpu-node-check: rc=$rc"

@@ -45,13 +45,15 @@ func eightGPUs(t testing.TB) *discovery.Store {
 // until both of its connections are synchronized.
 func startAgent(t testing.TB, rt *critest.Runtime) *agentnri.Plugin {
 	t.Helper()
-	return startAgentWith(t, rt, eightGPUs(t), agentnri.ModeEnv)
+	return startAgentWith(t, rt, eightGPUs(t), agentnri.Config{Mode: agentnri.ModeEnv})
 }
 
-// startAgentWith is startAgent with the given inventory and hand-off mode.
-func startAgentWith(t testing.TB, rt *critest.Runtime, store *discovery.Store, mode agentnri.Mode) *agentnri.Plugin {
+// startAgentWith is startAgent with the given inventory and configuration
+// (its node is agentNode).
+func startAgentWith(t testing.TB, rt *critest.Runtime, store *discovery.Store, cfg agentnri.Config) *agentnri.Plugin {
 	t.Helper()
-	p, err := agentnri.New(agentnri.Config{NodeName: agentNode, Mode: mode}, store, nil)
+	cfg.NodeName = agentNode
+	p, err := agentnri.New(cfg, store, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,7 +3,9 @@ package runtime
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -131,7 +133,7 @@ func TestContainersOpenExactlyTheirGPUs(t *testing.T) {
 	image := rt.ImportProgram(t, probe, []string{"NVIDIA_VISIBLE_DEVICES=all", "PROBE_MINORS=" + strings.Join(minors, ",")})
 	store := &discovery.Store{}
 	store.Set(snap)
-	startAgentWith(t, rt, store, agentnri.ModeCDI)
+	startAgentWith(t, rt, store, agentnri.Config{Mode: agentnri.ModeCDI})
 
 	last := len(snap.Devices) - 1
 	// run starts the probe in a new pod whose sandbox and container carry
@@ -232,4 +234,86 @@ func TestContainersOpenExactlyTheirGPUs(t *testing.T) {
 		}
 		checkGPUs(t, r, nil)
 	})
+}
+
+// mpsClient runs testdata/mpsclient.py on the host with the CUDA_MPS_*
+// variables of env (a container's final environment) and no others of the
+// test's, allocating allocMiB on the GPU.
+func mpsClient(t *testing.T, env []string, allocMiB int64) map[string]any {
+	t.Helper()
+	cmd := exec.Command("python3", "testdata/mpsclient.py")
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "CUDA_MPS_") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	for _, kv := range env {
+		if strings.HasPrefix(kv, "CUDA_MPS_") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Env = append(cmd.Env, fmt.Sprintf("ALLOC_MIB=%d", allocMiB))
+	out, err := cmd.Output()
+	var r map[string]any
+	if jerr := json.Unmarshal(out, &r); jerr != nil {
+		t.Fatalf("MPS client: %v, %v: %s", err, jerr, out)
+	}
+	t.Logf("MPS client allocating %d MiB: %s", allocMiB, strings.TrimSpace(string(out)))
+	return r
+}
+
+// TestMPSShareLimits checks on a real GPU that the MPS settings the agent
+// gives a share hold: a client with a 250-milli share's final environment
+// (from a real containerd, agent in env mode with --mps-pipe-dir) may use
+// about a quarter of the SMs, and allocating more than the share's memory
+// fails, while the same allocation by a client of the same daemon without
+// the share's limits succeeds.
+// The client runs on the host with the container's CUDA_MPS_* variables
+// (the test image has no CUDA). It needs GPUSCHED_REAL_GPU=1, python3 and an
+// MPS control daemon whose pipe directory GPUSCHED_MPS_PIPE_DIR names
+// (hack/gpu-node-check.sh starts one); it skips otherwise, in CI too.
+func TestMPSShareLimits(t *testing.T) {
+	pipeDir := os.Getenv("GPUSCHED_MPS_PIPE_DIR")
+	if !realGPU() || pipeDir == "" {
+		t.Skip("needs a real GPU (GPUSCHED_REAL_GPU=1) and an MPS control daemon (GPUSCHED_MPS_PIPE_DIR)")
+	}
+	snap := discoverGPUs(t)
+	rt := critest.Start(t)
+	image := rt.ImportImage(t, nil)
+	store := &discovery.Store{}
+	store.Set(snap)
+	startAgentWith(t, rt, store, agentnri.Config{Mode: agentnri.ModeEnv, MPSPipeDir: pipeDir})
+
+	d := snap.Devices[0]
+	shareMiB := d.MemoryMiB / 8
+	env := func(name, assignment string) []string {
+		sb := rt.RunSandbox(t, name, "ml", map[string]string{gpu.AnnotationAssigned: assignment})
+		id, err := rt.CreateContainer(t, sb, name, image, nil, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rt.Spec(t, id).Process.Env
+	}
+	share := env("share", fmt.Sprintf("node=%s;gpus=%d;milli=250;memory=%d;uuids=%s", agentNode, d.Index, shareMiB, d.UUID))
+	// A client of the same daemon without the share's limits.
+	unlimited := []string{agentnri.EnvMPSPipeDir + "=" + pipeDir}
+
+	control := mpsClient(t, unlimited, shareMiB*2)
+	if control["alloc"] != "ok" {
+		t.Fatalf("a client without the share's limits allocating %d MiB: %v, want ok (else a share's failure proves nothing)", shareMiB*2, control["alloc"])
+	}
+	within := mpsClient(t, share, shareMiB/2)
+	if within["alloc"] != "ok" {
+		t.Errorf("a share allocating half its %d MiB: %v, want ok", shareMiB, within["alloc"])
+	}
+	// Under MPS a client's device reports the SMs it may use: the whole
+	// GPU's for the unlimited client, a quarter (MPS rounds to its own
+	// granularity) for the share.
+	if sms, all := within["smCount"].(float64), control["smCount"].(float64); sms <= 0 || sms > math.Ceil(all/4)+1 {
+		t.Errorf("a 250-milli share's context may use %v of the GPU's %v SMs, want at most a quarter", sms, all)
+	}
+	beyond := mpsClient(t, share, shareMiB*2)
+	if beyond["alloc"] != "CUDA_ERROR_OUT_OF_MEMORY" {
+		t.Errorf("a share allocating twice its %d MiB: %v, want CUDA_ERROR_OUT_OF_MEMORY", shareMiB, beyond["alloc"])
+	}
 }
