@@ -92,6 +92,9 @@ type Env struct {
 	// probe is the episode's cycle state of a one-GPU pod after PreFilter,
 	// which node rows without the pod's columns are described with.
 	probe *framework.CycleState
+	// demands numbers the demands whose fitting rows are cached
+	// (cachedRow.fit), so that a step looks a node's row up by index.
+	demands map[gpu.DemandKey]int
 
 	ep *episode
 	// pending is the observation's decision, mask its action mask; nil
@@ -104,13 +107,18 @@ type Env struct {
 }
 
 // cachedRow is a node's rows at one generation of the node: for pods that
-// do not fit (values), and for pods of each demand that fit (fit), whose
-// builtin_score column is rewritten at each step from the cycle's scores.
+// do not fit (values), and for pods that fit, by the demand's number in
+// Env.demands (fit), whose builtin_score column is rewritten at each step
+// from the cycle's scores.
 type cachedRow struct {
 	gen    int64
 	values []byte
-	fit    map[gpu.DemandKey][]byte
+	fit    [][]byte
 }
+
+// maxCachedDemands bounds the demands whose fitting rows are cached (a
+// workload has a few hundred); the rows of others are described anew.
+const maxCachedDemands = 4096
 
 // EnvTimings is where an environment's time went, summed over its calls.
 type EnvTimings struct {
@@ -447,12 +455,15 @@ func (e *Env) observe(d *decision) (*pb.Observation, error) {
 func (e *Env) fitRows(d *decision, fit []fwk.NodeInfo, demand *gpu.Demand, values []byte) error {
 	width := 4 * len(e.columns)
 	cached := !e.noCache && !d.partial && d.scores != nil && e.scoreWeight > 0
-	key := demand.Key()
+	k := -1
+	if cached {
+		k, cached = e.demandNumber(demand.Key())
+	}
 	var miss []fwk.NodeInfo
 	for _, ni := range fit {
 		i := e.index[ni.Node().Name]
-		if row, ok := e.rows[i].fit[key]; ok && cached {
-			copy(values[i*width:], row)
+		if rows := e.rows[i].fit; cached && k < len(rows) && rows[k] != nil {
+			copy(values[i*width:], rows[k])
 		} else {
 			miss = append(miss, ni)
 		}
@@ -475,10 +486,10 @@ func (e *Env) fitRows(d *decision, fit []fwk.NodeInfo, demand *gpu.Demand, value
 			row := m[j*width : (j+1)*width]
 			copy(values[i*width:], row)
 			if cached {
-				if e.rows[i].fit == nil {
-					e.rows[i].fit = map[gpu.DemandKey][]byte{}
+				if len(e.rows[i].fit) <= k {
+					e.rows[i].fit = append(e.rows[i].fit, make([][]byte, k+1-len(e.rows[i].fit))...)
 				}
-				e.rows[i].fit[key] = row
+				e.rows[i].fit[k] = row
 			}
 		}
 	}
@@ -494,6 +505,23 @@ func (e *Env) fitRows(d *decision, fit []fwk.NodeInfo, demand *gpu.Demand, value
 		}
 	}
 	return nil
+}
+
+// demandNumber is the number of a demand in e.demands, given it at its
+// first use; ok is false when maxCachedDemands are numbered already.
+func (e *Env) demandNumber(key gpu.DemandKey) (k int, ok bool) {
+	if k, ok := e.demands[key]; ok {
+		return k, true
+	}
+	if len(e.demands) >= maxCachedDemands {
+		return -1, false
+	}
+	if e.demands == nil {
+		e.demands = map[gpu.DemandKey]int{}
+	}
+	k = len(e.demands)
+	e.demands[key] = k
+	return k, true
 }
 
 // fitting is the nodes every Filter plugin accepts for the decision's pod.

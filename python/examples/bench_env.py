@@ -3,7 +3,8 @@ by builtin_action from Python, and where the time goes (the Go side's
 scheduling, features and measurements, as it reports them on stderr at
 exit; Python's decoding; the rest is the pipe); with --rollouts, also the
 speed of branching from a state (a reset replaying the actions taken, then
-finish()).
+finish()); with --vector N, the steps/s of N episodes stepped at once
+(SimVecEnv) against one, in rounds taken interleaved.
 
     /usr/bin/python3 python/examples/bench_env.py \
         --nodes ../shared/traces/alibaba-gpu-2023/openb_node_list_gpu_node.csv \
@@ -18,6 +19,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from gpusched_policy.env import SimEnv  # noqa: E402
+from gpusched_policy.vector import SimVecEnv  # noqa: E402
 
 
 def main():
@@ -29,7 +31,14 @@ def main():
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--binary")
     ap.add_argument("--rollouts", action="store_true", help="also time replaying to a state and finishing from it")
+    ap.add_argument("--vector", type=int, default=0, metavar="N",
+                    help="only compare N episodes stepped at once with one, interleaved, --steps steps each")
+    ap.add_argument("--steps", type=int, default=3000)
+    ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
+    if args.vector:
+        compare_vector(args)
+        return
 
     env = SimEnv(args.nodes, args.pods, binary=args.binary, policy=args.policy, arrival=args.arrival,
                  extra_args=["--timings"])
@@ -75,6 +84,32 @@ def main():
                   f"{t2 - t1:.2f}s ({(len(actions) - k) / (t2 - t1):.0f} steps/s), "
                   f"{end.get('unallocated_pct_at_100')}% unallocated")
         env.close()
+
+
+def vector_rate(args, n):
+    """Steps per second, summed over n environments stepped together for
+    args.steps steps each with builtin_action (resets not timed)."""
+    with SimVecEnv(n, args.nodes, args.pods, binary=args.binary, policy=args.policy, arrival=args.arrival) as vec:
+        obs, _ = vec.reset(seed=args.seed)
+        t0 = time.perf_counter()
+        for _ in range(args.steps):
+            obs, _, _, _, _ = vec.step(obs["builtin_action"])
+        return n * args.steps / (time.perf_counter() - t0)
+
+
+def compare_vector(args):
+    """One environment, then args.vector, alternately, args.rounds times;
+    prints each round and the median and range of the ratio."""
+    ratios = []
+    for r in range(args.rounds):
+        one = vector_rate(args, 1)
+        many = vector_rate(args, args.vector)
+        load = os.getloadavg()[0]
+        ratios.append(many / one)
+        print(f"round {r + 1}: 1 environment {one:.0f} steps/s, {args.vector} at once {many:.0f} steps/s "
+              f"(ratio {many / one:.2f}; load {load:.2f})")
+    ratios.sort()
+    print(f"ratio median {ratios[len(ratios) // 2]:.2f}, range {ratios[0]:.2f}-{ratios[-1]:.2f} over {len(ratios)} rounds")
 
 
 if __name__ == "__main__":

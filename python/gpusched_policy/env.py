@@ -82,12 +82,25 @@ class SimEnv(_Base):
         mask) and info is the episode's last."""
         if _gym is not None:
             super().reset(seed=seed)
+        return self._reset_reply(self._call(self._reset_request(seed, options)))
+
+    def step(self, action):
+        return self._step_reply(self._call(self._step_request(action)))
+
+    # Requests and replies of reset and step, apart so that SimVecEnv can
+    # send every environment's request before it reads any reply.
+
+    @staticmethod
+    def _reset_request(seed, options=None):
         req = pb.ResetRequest()
         if seed is not None:
             req.seed = int(seed)
         if options and options.get("actions") is not None:
             req.actions.extend(int(a) for a in options["actions"])
-        reply = self._call(pb.EnvRequest(reset=req)).reset
+        return pb.EnvRequest(reset=req)
+
+    def _reset_reply(self, reply):
+        reply = reply.reset
         self.node_names = list(reply.nodes)
         self.node_models = list(reply.node_models)
         if not reply.HasField("observation"):
@@ -100,8 +113,12 @@ class SimEnv(_Base):
             self.action_space = spaces.Discrete(n)
         return self._observation(reply.observation), self._info(reply.info)
 
-    def step(self, action):
-        reply = self._call(pb.EnvRequest(step=pb.StepRequest(action=int(action)))).step
+    @staticmethod
+    def _step_request(action):
+        return pb.EnvRequest(step=pb.StepRequest(action=int(action)))
+
+    def _step_reply(self, reply):
+        reply = reply.step
         obs = self._observation(reply.observation) if reply.HasField("observation") else self._empty_observation()
         return obs, reply.reward, reply.terminated, reply.truncated, self._info(reply.info)
 
@@ -141,12 +158,24 @@ class SimEnv(_Base):
     # --- the protocol ----------------------------------------------------
 
     def _call(self, request):
+        self._send(request)
+        return self._receive()
+
+    # _send and _receive are _call in two halves, so that SimVecEnv can have
+    # every subprocess work on its request at once.
+
+    def _send(self, request):
         if self._proc is None:
             raise EnvError("the environment is closed")
         try:
             write_frame(self._proc.stdin, request.SerializeToString())
+        except BrokenPipeError as e:
+            raise RuntimeError(f"{' '.join(self.args)} ended: {e}\n{self._stderr_tail()}") from e
+
+    def _receive(self):
+        try:
             reply = pb.EnvReply.FromString(read_frame(self._proc.stdout))
-        except (BrokenPipeError, EOFError) as e:
+        except EOFError as e:
             raise RuntimeError(f"{' '.join(self.args)} ended: {e}\n{self._stderr_tail()}") from e
         if reply.WhichOneof("reply") == "error":
             raise EnvError(reply.error)
