@@ -130,6 +130,10 @@ func FeatureColumns() []string {
 	return out
 }
 
+// PolicyScoreColumn names the optional column of the policy's scores (the
+// simulator's environment adds it on request, after FeatureColumns).
+func PolicyScoreColumn(t PolicyType) string { return string(t) + "_score" }
+
 // AppendRow appends the node's row of FeatureColumns for demand d to dst.
 func (f *NodeFeatures) AppendRow(dst []float32, d *Demand) []float32 {
 	maxGPUs := f.Host.MaxGPUs

@@ -44,10 +44,10 @@ func (p *Policy) placeAndScore(n *NodeGPUs, req *Request) (DeviceSet, Fit, int64
 }
 
 // viewMemo remembers policies' answers (Policy.PlaceAndScore) about one
-// view of a node, by demand. A view is immutable, and a strategy's Choose
-// and Score are functions of the view, the demand, the host, the
-// typical pods and the fleet's census alone, so an answer holds for as
-// long as the view lives, asked with the same host, and the policy
+// view of a node, by policy and demand. A view is immutable, and a
+// strategy's Choose and Score are functions of the view, the demand, the
+// host, the typical pods and the fleet's census alone, so an answer holds
+// for as long as the view lives, asked with the same host, and the policy
 // measures against the same typical pods on the same census; answers
 // measured against other typical pods (a ShapeWindow recomputes them) or
 // another census (Fleet) are dropped. Safe for concurrent use.
@@ -58,12 +58,20 @@ type viewMemo struct {
 	// cannot be reused while the memo holds them.
 	typical []TypicalPod
 	census  ModelGPUs
+	// byPolicy holds each policy's answers, by the policy's demand IDs. A
+	// scheduler asks with one policy; the simulator's environment asks
+	// with a few more for its score columns.
+	byPolicy []policyMemo
+}
+
+// policyMemo is one policy's answers about a view.
+type policyMemo struct {
+	policy  *Policy
 	results map[demandID]memoEntry
 }
 
-// memoEntry is one remembered answer and the question's other terms.
+// memoEntry is one remembered answer and the host it was asked with.
 type memoEntry struct {
-	policy *Policy
 	host   Host
 	result memoResult
 }
@@ -80,20 +88,31 @@ func (m *viewMemo) get(p *Policy, id demandID, h Host, typical []TypicalPod, cen
 	if !sameTypical(m.typical, typical) || !sameCensus(m.census, census) {
 		return memoResult{}, false
 	}
-	e, ok := m.results[id]
-	if !ok || e.policy != p || e.host != h {
-		return memoResult{}, false
+	for i := range m.byPolicy {
+		if m.byPolicy[i].policy == p {
+			e, ok := m.byPolicy[i].results[id]
+			if !ok || e.host != h {
+				return memoResult{}, false
+			}
+			return e.result, true
+		}
 	}
-	return e.result, true
+	return memoResult{}, false
 }
 
 func (m *viewMemo) put(p *Policy, id demandID, h Host, typical []TypicalPod, census ModelGPUs, r memoResult) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.results == nil || !sameTypical(m.typical, typical) || !sameCensus(m.census, census) {
-		m.typical, m.census, m.results = typical, census, map[demandID]memoEntry{}
+	if !sameTypical(m.typical, typical) || !sameCensus(m.census, census) {
+		m.typical, m.census, m.byPolicy = typical, census, m.byPolicy[:0]
 	}
-	m.results[id] = memoEntry{policy: p, host: h, result: r}
+	for i := range m.byPolicy {
+		if m.byPolicy[i].policy == p {
+			m.byPolicy[i].results[id] = memoEntry{host: h, result: r}
+			return
+		}
+	}
+	m.byPolicy = append(m.byPolicy, policyMemo{policy: p, results: map[demandID]memoEntry{id: {host: h, result: r}}})
 }
 
 // sameTypical reports whether a and b are the same slice, not merely equal

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/gpusched/gpusched/pkg/gpu"
 	"github.com/gpusched/gpusched/pkg/trace"
 )
 
@@ -391,6 +392,7 @@ type envFlags struct {
 	nodes, pods, config, policy string
 	arrival, tieBreak, reward   string
 	noScreen, timings           bool
+	scoreColumns                []string
 }
 
 // newEnvCommand is `gpusched simulate env`.
@@ -438,6 +440,7 @@ the node the policy itself would choose. The Python package in python/
 	fs.StringVar(&f.reward, "reward", string(RewardFragmentation), "step reward: fragmentation (−change of fragmented GPU, % of capacity), allocation (GPU % allocated) or unallocated (−unallocated % at 100% arrived, on the last step)")
 	fs.BoolVar(&f.timings, "timings", false, "print where the time went, per step, on stderr at the end")
 	fs.BoolVar(&f.noScreen, "no-screen", false, "run the Filter plugins on every node, without the simulator's GPU screen (same results, slower)")
+	fs.StringSliceVar(&f.scoreColumns, "score-columns", nil, "policies whose scores the observation adds as columns <policy>_score (e.g. FragFit,FGD): "+strings.Join(gpu.PolicyNames(), ", "))
 	return cmd
 }
 
@@ -456,5 +459,14 @@ func envFromFlags(f envFlags) (*Env, error) {
 		return nil, err
 	}
 	return NewEnv(EnvOptions{Nodes: sim.Nodes, Pods: pods, Profile: sim.Profiles[0], Arrival: sim.Arrival,
-		TieBreak: sim.TieBreak, NoScreen: f.noScreen, Reward: Reward(f.reward)})
+		TieBreak: sim.TieBreak, NoScreen: f.noScreen, Reward: Reward(f.reward), ScoreColumns: policyTypes(f.scoreColumns)})
+}
+
+// policyTypes is names as policy types (NewEnv checks them).
+func policyTypes(names []string) []gpu.PolicyType {
+	out := make([]gpu.PolicyType, len(names))
+	for i, n := range names {
+		out[i] = gpu.PolicyType(strings.TrimSpace(n))
+	}
+	return out
 }

@@ -53,6 +53,11 @@ type EnvOptions struct {
 	TieBreak TieBreak
 	NoScreen bool
 	Reward   Reward
+	// ScoreColumns are policies whose scores the observation adds as
+	// columns (gpu.PolicyScoreColumn), after gpu.FeatureColumns: what each
+	// policy's GPUPlacement would score, 0..1, and 0 where the pod does not
+	// fit by it.
+	ScoreColumns []gpu.PolicyType
 }
 
 // Env is the simulator as a Gymnasium-style environment for an external
@@ -79,6 +84,11 @@ type Env struct {
 	// fitsColumn and builtinColumn are the indices of the "fits" and
 	// "builtin_score" columns.
 	fitsColumn, builtinColumn int
+	// scoreTypes are the policies of the score columns after the
+	// gpu.FeatureColumns (EnvOptions.ScoreColumns); scorers scores with
+	// them in the episode under way (nil until its first observation).
+	scoreTypes []gpu.PolicyType
+	scorers    *gpuplacement.Scorers
 	// scoreWeight is GPUPlacement's Score weight in the episode's
 	// framework, which its normalized score is multiplied by; 0 when it
 	// does not score, or when its scores are not its policy's (the External
@@ -163,6 +173,16 @@ func NewEnv(opts EnvOptions) (*Env, error) {
 	e := &Env{opts: sim, reward: opts.Reward, capacity: trace.CapacityMilli(opts.Nodes), typical: typicalPods(opts.Pods),
 		index: map[string]int{}, columns: gpu.FeatureColumns(), rows: make([]cachedRow, len(opts.Nodes)), nextSeed: 42}
 	e.fitsColumn, e.builtinColumn = slices.Index(e.columns, "fits"), slices.Index(e.columns, "builtin_score")
+	for _, t := range opts.ScoreColumns {
+		if _, err := gpu.LookupPolicy(string(t)); err != nil {
+			return nil, fmt.Errorf("score column: %w", err)
+		}
+		if slices.Contains(e.scoreTypes, t) {
+			return nil, fmt.Errorf("score column %s is asked for twice", t)
+		}
+		e.scoreTypes = append(e.scoreTypes, t)
+		e.columns = append(e.columns, gpu.PolicyScoreColumn(t))
+	}
 	e.profile = opts.Profile
 	for i, n := range opts.Nodes {
 		if _, dup := e.index[n.Name]; dup {
@@ -184,7 +204,7 @@ func NewEnv(opts EnvOptions) (*Env, error) {
 func (e *Env) Close() {
 	if e.ep != nil {
 		e.ep.close()
-		e.ep, e.pending, e.probe = nil, nil, nil
+		e.ep, e.pending, e.probe, e.scorers = nil, nil, nil, nil
 		for i := range e.rows {
 			e.rows[i].gen = -1
 		}
@@ -436,6 +456,9 @@ func (e *Env) observe(d *decision) (*pb.Observation, error) {
 	if err := e.fitRows(d, fit, &demand, values); err != nil {
 		return nil, err
 	}
+	if err := e.scoreRows(d, fit, values); err != nil {
+		return nil, err
+	}
 	return &pb.Observation{
 		Pod:           policyservice.PodMessage(d.pod, &demand),
 		Nodes:         &pb.FeatureMatrix{Columns: e.columns, Rows: int32(len(e.names)), Values: values},
@@ -453,7 +476,7 @@ func (e *Env) observe(d *decision) (*pb.Observation, error) {
 // cycle has no scores for every fitting node (one feasible node, a partial
 // Filter scan), the rows are described anew.
 func (e *Env) fitRows(d *decision, fit []fwk.NodeInfo, demand *gpu.Demand, values []byte) error {
-	width := 4 * len(e.columns)
+	width, base := 4*len(e.columns), 4*len(gpu.FeatureColumns())
 	cached := !e.noCache && !d.partial && d.scores != nil && e.scoreWeight > 0
 	k := -1
 	if cached {
@@ -483,7 +506,7 @@ func (e *Env) fitRows(d *decision, fit []fwk.NodeInfo, demand *gpu.Demand, value
 		m := policyservice.Matrix(feats, demand, nil).Values
 		for j, ni := range miss {
 			i := e.index[ni.Node().Name]
-			row := m[j*width : (j+1)*width]
+			row := m[j*base : (j+1)*base]
 			copy(values[i*width:], row)
 			if cached {
 				if len(e.rows[i].fit) <= k {
@@ -502,6 +525,34 @@ func (e *Env) fitRows(d *decision, fit []fwk.NodeInfo, demand *gpu.Demand, value
 				v := float32(float64(ps.Score) / float64(e.scoreWeight) / float64(fwk.MaxNodeScore))
 				binary.LittleEndian.PutUint32(values[e.index[ns.Name]*width+4*e.builtinColumn:], math.Float32bits(v))
 			}
+		}
+	}
+	return nil
+}
+
+// scoreRows writes the score columns of the nodes the pod fits into
+// values. A pod that leaves GPUPlacement no state (no GPUs under a policy
+// that weighs GPUs alone) keeps 0 there.
+func (e *Env) scoreRows(d *decision, fit []fwk.NodeInfo, values []byte) error {
+	if len(e.scoreTypes) == 0 || len(fit) == 0 {
+		return nil
+	}
+	if e.scorers == nil {
+		s, err := gpuplacement.NewScorers(d.state, e.scoreTypes, gpu.StaticShapes(e.typical))
+		if err != nil {
+			return nil // a cycle without GPUPlacement's state; built at the next pod's
+		}
+		e.scorers = s
+	}
+	scores, err := e.scorers.Scores(d.state, fit)
+	if err != nil {
+		return nil
+	}
+	width, base := 4*len(e.columns), 4*len(gpu.FeatureColumns())
+	for k := range e.scoreTypes {
+		for j, ni := range fit {
+			at := e.index[ni.Node().Name]*width + base + 4*k
+			binary.LittleEndian.PutUint32(values[at:], math.Float32bits(float32(scores[k][j])))
 		}
 	}
 	return nil

@@ -11,6 +11,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/gpusched/gpusched/pkg/gpu"
 	pb "github.com/gpusched/gpusched/pkg/policyservice/v1alpha1"
 	"github.com/gpusched/gpusched/pkg/trace"
 )
@@ -413,5 +414,94 @@ func TestEnvironmentReplayAndFinish(t *testing.T) {
 	long := append(slices.Clone(actions), 0)
 	if _, err := env.Reset(ctx, &seed, long...); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("actions[%d]: the episode ended after %d actions", len(actions), len(actions))) {
 		t.Errorf("reset replaying past the end: %v", err)
+	}
+}
+
+// TestEnvironmentScoreColumns: a policy's score column is what its own
+// GPUPlacement scores, state for state: in an episode of FragFit and one of
+// FGD, each with FragFit and FGD score columns, the column of the episode's
+// own policy equals builtin_score (the cycle's normalized scores) at every
+// step, every column is 0 off the mask and within 0..1, and the other
+// policy's column differs from builtin_score somewhere (it is not a copy).
+// Unknown or repeated policies are refused.
+func TestEnvironmentScoreColumns(t *testing.T) {
+	nodes, pods := trace.Synthetic(trace.SyntheticOptions{Nodes: 24})
+	column := func(obs *pb.Observation, name string) []float32 {
+		t.Helper()
+		k := slices.Index(obs.Nodes.Columns, name)
+		if k < 0 {
+			t.Fatalf("no column %s in %v", name, obs.Nodes.Columns)
+		}
+		out := make([]float32, obs.Nodes.Rows)
+		for i := range out {
+			out[i] = featureValue(obs.Nodes, i, k)
+		}
+		return out
+	}
+	columns := []gpu.PolicyType{"FragFit", "FGD"}
+	for _, own := range columns {
+		t.Run(string(own), func(t *testing.T) {
+			env, err := NewEnv(EnvOptions{Nodes: nodes, Pods: pods, Profile: defaultProfiles(t, string(own))[0],
+				Arrival: trace.ArrivalFGD, TieBreak: TieBreakNodeOrder, ScoreColumns: columns})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer env.Close()
+			ctx := context.Background()
+			seed := int64(3)
+			reset, err := env.Reset(ctx, &seed)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, want := reset.Observation.Nodes.Columns, append(gpu.FeatureColumns(), "FragFit_score", "FGD_score"); !slices.Equal(got, want) {
+				t.Fatalf("columns %v, want %v", got, want)
+			}
+			obs, nonzero, differ := reset.Observation, 0, 0
+			for step := 0; ; step++ {
+				builtin := column(obs, "builtin_score")
+				for _, policy := range columns {
+					got := column(obs, gpu.PolicyScoreColumn(policy))
+					for i, v := range got {
+						switch {
+						case policy == own && v != builtin[i]:
+							t.Fatalf("step %d, node %s: %s %v, want builtin_score %v", step, env.names[i], gpu.PolicyScoreColumn(policy), v, builtin[i])
+						case obs.ActionMask[i] == 0 && v != 0, v < 0, v > 1:
+							t.Fatalf("step %d, node %s (mask %d): %s %v, want 0 off the mask and 0..1 on it", step, env.names[i], obs.ActionMask[i], gpu.PolicyScoreColumn(policy), v)
+						}
+						if v != 0 {
+							nonzero++
+						}
+						if policy != own && v != builtin[i] {
+							differ++
+						}
+					}
+				}
+				reply, err := env.Step(ctx, obs.BuiltinAction)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if reply.Terminated {
+					break
+				}
+				obs = reply.Observation
+			}
+			// Comparisons of zeros alone, or of a copy, would prove nothing.
+			if nonzero < 100 || differ == 0 {
+				t.Fatalf("%d nonzero scores, %d of the other policy's differing from builtin_score: want many and some", nonzero, differ)
+			}
+		})
+	}
+
+	for _, tc := range []struct {
+		columns []gpu.PolicyType
+		want    string
+	}{
+		{[]gpu.PolicyType{"Tetris"}, `score column: unknown policy "Tetris": want one of`},
+		{[]gpu.PolicyType{"FGD", "FGD"}, "score column FGD is asked for twice"},
+	} {
+		_, err := NewEnv(EnvOptions{Nodes: nodes, Pods: pods, Profile: defaultProfiles(t, "PairFit")[0], ScoreColumns: tc.columns})
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("score columns %v: error %v, want one containing %q", tc.columns, err, tc.want)
+		}
 	}
 }

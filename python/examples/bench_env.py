@@ -30,6 +30,7 @@ def main():
     ap.add_argument("--arrival", default="fgd")
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--binary")
+    ap.add_argument("--score-columns", default="", help="policies whose score columns the observation adds, e.g. FragFit,FGD")
     ap.add_argument("--rollouts", action="store_true", help="also time replaying to a state and finishing from it")
     ap.add_argument("--vector", type=int, default=0, metavar="N",
                     help="only compare N episodes stepped at once with one, interleaved, --steps steps each")
@@ -41,7 +42,7 @@ def main():
         return
 
     env = SimEnv(args.nodes, args.pods, binary=args.binary, policy=args.policy, arrival=args.arrival,
-                 extra_args=["--timings"])
+                 score_columns=[c for c in args.score_columns.split(",") if c], extra_args=["--timings"])
     t0 = time.perf_counter()
     obs, info = env.reset(seed=args.seed)
     t_reset = time.perf_counter() - t0

@@ -47,13 +47,19 @@ class SimEnv(_Base):
     (the feature columns), "action_mask" (bool per node: every Filter plugin
     accepts the pod there) and "builtin_action" (the node the policy itself
     would choose). An action is a node index inside the mask.
+
+    score_columns (policy names, e.g. ("FragFit", "FGD")) adds a column
+    "<policy>_score" per policy after the feature columns: what that
+    policy's GPUPlacement would score each node, 0..1, 0 off the mask.
     """
 
     metadata = {"render_modes": []}
 
     def __init__(self, nodes=None, pods=None, *, binary=None, config=None, policy=None, arrival=None,
-                 tie_break=None, reward=None, no_screen=False, extra_args=()):
+                 tie_break=None, reward=None, no_screen=False, score_columns=(), extra_args=()):
         args = [binary or default_binary(), "simulate", "env"]
+        if score_columns:
+            args += ["--score-columns", ",".join(score_columns)]
         for flag, value in (("--nodes", nodes), ("--pods", pods), ("--config", config), ("--policy", policy),
                             ("--arrival", arrival), ("--tie-break", tie_break), ("--reward", reward)):
             if value is not None:

@@ -134,6 +134,27 @@ class SimEnvTest(unittest.TestCase):
         with self.assertRaisesRegex(EnvError, r"reset: actions\[0\]: action 99 is out of range"):
             env.reset(seed=3, options={"actions": [99]})
 
+    def test_score_columns(self):
+        """score_columns adds "<policy>_score" after the feature columns: in
+        a FragFit episode, its own column is builtin_score; FGD's is 0 off the
+        mask and within 0..1 on it."""
+        env = self.env(policy="FragFit", score_columns=("FragFit", "FGD"))
+        obs, _ = env.reset(seed=3)
+        self.assertEqual(obs["columns"][-2:], ["FragFit_score", "FGD_score"])
+        for _ in range(5):
+            nodes, cols = obs["nodes"], obs["columns"]
+            np.testing.assert_array_equal(nodes[:, cols.index("FragFit_score")], nodes[:, cols.index("builtin_score")])
+            fgd = nodes[:, cols.index("FGD_score")]
+            self.assertTrue(np.all(fgd[~obs["action_mask"]] == 0))
+            self.assertTrue(np.all((fgd >= 0) & (fgd <= 1)))
+            obs, _, terminated, _, _ = env.step(obs["builtin_action"])
+            if terminated:
+                break
+        bad = SimEnv(self.nodes, self.pods, binary=self.binary, score_columns=("Tetris",))
+        with self.assertRaisesRegex(RuntimeError, r'score column: unknown policy .*Tetris'):
+            bad.reset(seed=1)
+        bad.close()
+
     def test_bad_flag_is_reported(self):
         env = SimEnv(self.nodes, self.pods, binary=self.binary, reward="nonsense")
         with self.assertRaisesRegex(RuntimeError, "reward .*nonsense.*want fragmentation"):

@@ -33,30 +33,14 @@ func Features(state fwk.CycleState, nodes []fwk.NodeInfo, feasible []bool) ([]gp
 // inventory, which is empty: the policy service scores them by their CPU
 // and memory.
 func (p *GPUPlacement) features(state fwk.CycleState, nodes []fwk.NodeInfo, feasible []bool) ([]gpu.NodeFeatures, error) {
-	demand, status := demandOf(state)
-	if status != nil {
-		return nil, status.AsError()
+	views, reqs, err := p.requests(state, nodes)
+	if err != nil {
+		return nil, err
 	}
-	var maxima gpu.Host
-	if data, err := state.Read(hostKey); err == nil {
-		maxima = data.(*hostState).host
-	} else {
-		all, err := p.handle.SnapshotSharedLister().NodeInfos().List()
-		if err != nil {
-			return nil, fmt.Errorf("%s: listing nodes: %w", Name, err)
-		}
-		maxima = p.maxima(all)
-	}
-	exclude := gpuhealth.Read(state)
-	views := make([]*gpu.NodeGPUs, len(nodes))
-	reqs := make([]gpu.Request, len(nodes))
 	chosen := make([]gpu.DeviceSet, len(nodes))
 	fits := make([]bool, len(nodes))
 	var scores []int64
-	for i, ni := range nodes {
-		views[i] = p.nodeGPUs(ni)
-		host := nodeHost(maxima, ni)
-		reqs[i] = gpu.Request{Demand: demand, Host: host, Exclude: exclude}
+	for i := range nodes {
 		c, fit, score := p.policy.PlaceAndScore(views[i], &reqs[i])
 		if fits[i] = fit.OK() && (feasible == nil || feasible[i]); fits[i] {
 			chosen[i] = c
@@ -74,6 +58,33 @@ func (p *GPUPlacement) features(state fwk.CycleState, nodes []fwk.NodeInfo, feas
 		out[i] = p.policy.Features(views[i], &reqs[i], fits[i], chosen[i], builtin, alloc.GetMilliCPU(), alloc.GetMemory()>>20)
 	}
 	return out, nil
+}
+
+// requests is the cycle's request on each node, with the node's GPUs as the
+// ledger sees them: what the engine is asked about the node.
+func (p *GPUPlacement) requests(state fwk.CycleState, nodes []fwk.NodeInfo) ([]*gpu.NodeGPUs, []gpu.Request, error) {
+	demand, status := demandOf(state)
+	if status != nil {
+		return nil, nil, status.AsError()
+	}
+	var maxima gpu.Host
+	if data, err := state.Read(hostKey); err == nil {
+		maxima = data.(*hostState).host
+	} else {
+		all, err := p.handle.SnapshotSharedLister().NodeInfos().List()
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s: listing nodes: %w", Name, err)
+		}
+		maxima = p.maxima(all)
+	}
+	exclude := gpuhealth.Read(state)
+	views := make([]*gpu.NodeGPUs, len(nodes))
+	reqs := make([]gpu.Request, len(nodes))
+	for i, ni := range nodes {
+		views[i] = p.nodeGPUs(ni)
+		reqs[i] = gpu.Request{Demand: demand, Host: nodeHost(maxima, ni), Exclude: exclude}
+	}
+	return views, reqs, nil
 }
 
 // nodeHost is the node's free CPU and memory with the cluster's maxima.

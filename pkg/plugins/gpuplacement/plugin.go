@@ -41,6 +41,8 @@ const assignmentKey fwk.StateKey = "Reserve" + Name
 type GPUPlacement struct {
 	handle fwk.Handle
 	policy *gpu.Policy
+	// fleet is the cluster's GPUs by model, as policy reads them.
+	fleet  gpu.Fleet
 	ledger *gpu.Ledger
 	// dra reads GPUs that a DRA driver publishes; nil without DRA (see newDRAReader).
 	dra *draReader
@@ -118,7 +120,8 @@ func newPlugin(ctx context.Context, obj runtime.Object, h fwk.Handle, shapes gpu
 		return nil, fmt.Errorf("%s: %w", Name, err)
 	}
 	ledger, dra := gpu.NewLedger(), newDRAReader(args.DRA, h)
-	p := &GPUPlacement{handle: h, ledger: ledger, policy: policy.WithFleet(fleetOf(ledger, dra)), dra: dra, external: external,
+	fleet := fleetOf(ledger, dra)
+	p := &GPUPlacement{handle: h, ledger: ledger, policy: policy.WithFleet(fleet), fleet: fleet, dra: dra, external: external,
 		settleAfter: cmp.Or(args.BindSettleAfter, gpu.DefaultBindSettleAfter)}
 	conflictLog := klog.FromContext(ctx)
 	p.ledger.ReportConflicts(func(node string, conflicts []string) {

@@ -1,0 +1,35 @@
+package gpu
+
+import "testing"
+
+// TestViewMemoKeepsEachPolicysAnswers: policies asking about one view with
+// the same demand ID (each interns its own) keep each its own answer, as
+// the simulator's environment asks with its score columns' policies beside
+// the scheduler's; another census drops them all.
+func TestViewMemoKeepsEachPolicysAnswers(t *testing.T) {
+	a, b := &Policy{}, &Policy{}
+	typical := []TypicalPod{{Demand: Demand{Count: 1, Milli: 1000}, Weight: 1}}
+	census := ModelGPUs{{Model: "T4", GPUs: 8}}
+	m := &viewMemo{}
+	m.put(a, 0, Host{}, typical, census, memoResult{score: 11})
+	m.put(b, 0, Host{}, typical, census, memoResult{score: 22})
+	for _, tc := range []struct {
+		p    *Policy
+		want int64
+	}{{a, 11}, {b, 22}} {
+		if r, ok := m.get(tc.p, 0, Host{}, typical, census); !ok || r.score != tc.want {
+			t.Errorf("get = (%+v, %v), want score %d remembered", r, ok, tc.want)
+		}
+	}
+	if _, ok := m.get(a, 0, Host{FreeMilliCPU: 1}, typical, census); ok {
+		t.Error("answered for another host")
+	}
+	other := ModelGPUs{{Model: "T4", GPUs: 7}}
+	m.put(a, 1, Host{}, typical, other, memoResult{score: 33})
+	if _, ok := m.get(b, 0, Host{}, typical, other); ok {
+		t.Error("kept an answer measured on another census")
+	}
+	if r, ok := m.get(a, 1, Host{}, typical, other); !ok || r.score != 33 {
+		t.Errorf("get = (%+v, %v), want score 33 remembered", r, ok)
+	}
+}
