@@ -16,7 +16,8 @@
 # overlayfs (else the native snapshotter is used). docs/node-agent.md
 # records a run.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+# DIR and OUT are the caller's, before the cd into the repository.
+abs() { mkdir -p "$1" && (cd "$1" && pwd); }
 
 build() {
   local d="$1" ver
@@ -28,7 +29,11 @@ build() {
     "github.com/containerd/containerd/v2/cmd/ctr@$ver" \
     "github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2@$ver"
   cp "$(command -v runc)" "$d/"
-  cp "$(ldd "$(command -v runc)" | awk '/libseccomp/{print $3}')" "$d/lib/libseccomp.so.2"
+  # A dynamically linked runc (Debian's) needs its libseccomp; a static one
+  # (runc's own releases) needs nothing.
+  local seccomp
+  seccomp="$(ldd "$(command -v runc)" 2>/dev/null | awk '/libseccomp/{print $3}')"
+  [ -z "$seccomp" ] || cp "$seccomp" "$d/lib/libseccomp.so.2"
   go build -trimpath -ldflags="-s -w" -o "$d/gpusched-agent" ./cmd/gpusched-agent
   go test -c -trimpath -ldflags="-s -w" -o "$d/runtime.test" ./test/runtime
   (cd test/runtime/gpuprobe && CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o "$d/gpuprobe" .)
@@ -36,30 +41,36 @@ build() {
 }
 
 run() {
-  local d out nvml
-  d="$(cd "$1" && pwd)"; out="$2"; mkdir -p "$out"
+  local d="$1" out="$2" nvml rc=0
   uname -a; head -2 /etc/os-release
   nvidia-smi --query-gpu=index,uuid,name,memory.total,pci.bus_id --format=csv
   ls -la /dev/nvidia*
   nvml="$(ldconfig -p | awk '/libnvidia-ml.so.1 /{print $NF; exit}')"
   [ -n "$nvml" ] || nvml="$(find /usr/local/nvidia /usr/lib /usr/lib64 -name libnvidia-ml.so.1 2>/dev/null | head -1)"
   export LD_LIBRARY_PATH="$(dirname "${nvml:-/nonexistent/x}"):$d/lib:${LD_LIBRARY_PATH:-}"
-  "$d/gpusched-agent" inventory | tee "$out/inventory.txt"
-  "$d/gpusched-agent" inventory -o json > "$out/inventory.json"
+  "$d/gpusched-agent" inventory | tee "$out/inventory.txt" || rc=1
+  "$d/gpusched-agent" inventory -o json > "$out/inventory.json" || rc=1
   mountpoint -q /sys/fs/cgroup || mount -t cgroup2 none /sys/fs/cgroup
   grep -q overlay /proc/filesystems || export CRITEST_SNAPSHOTTER=native
   export CRITEST_BIN_DIR="$d" CRITEST_SLEEPER="$d/pause" GPUSCHED_GPU_PROBE="$d/gpuprobe" PATH="$d:$PATH"
-  # An MPS control daemon for TestMPSShareLimits, when the driver has one.
+  # An MPS control daemon for TestMPSShareLimits, when the driver has one;
+  # told to quit however the script ends.
   if command -v nvidia-cuda-mps-control >/dev/null; then
-    export GPUSCHED_MPS_PIPE_DIR=/tmp/gpusched-mps/pipe
-    mkdir -p "$GPUSCHED_MPS_PIPE_DIR" /tmp/gpusched-mps/log
-    CUDA_MPS_PIPE_DIRECTORY="$GPUSCHED_MPS_PIPE_DIR" CUDA_MPS_LOG_DIRECTORY=/tmp/gpusched-mps/log nvidia-cuda-mps-control -d
+    local pipe=/tmp/gpusched-mps/pipe
+    mkdir -p "$pipe" /tmp/gpusched-mps/log
+    if CUDA_MPS_PIPE_DIRECTORY="$pipe" CUDA_MPS_LOG_DIRECTORY=/tmp/gpusched-mps/log nvidia-cuda-mps-control -d; then
+      export GPUSCHED_MPS_PIPE_DIR="$pipe"
+      trap 'echo quit | CUDA_MPS_PIPE_DIRECTORY=/tmp/gpusched-mps/pipe nvidia-cuda-mps-control >/dev/null 2>&1' EXIT
+    else
+      echo "gpu-node-check: the MPS control daemon did not start; TestMPSShareLimits skips" >&2
+      rc=1
+    fi
   fi
-  local rc=0
   (cd test/runtime && GPUSCHED_REAL_GPU=1 timeout 300 "$d/runtime.test" -test.run 'TestContainersOpenExactlyTheirGPUs|TestMPSShareLimits' -test.v -test.count=1) > "$out/real-gpu.log" 2>&1 || rc=1
   grep -E '^(---|    ---|PASS|FAIL)|probe in|refused:|MPS client|SKIP' "$out/real-gpu.log"
   if [ -n "${GPUSCHED_MPS_PIPE_DIR:-}" ]; then
     echo quit | CUDA_MPS_PIPE_DIRECTORY="$GPUSCHED_MPS_PIPE_DIR" nvidia-cuda-mps-control
+    trap - EXIT
     cp /tmp/gpusched-mps/log/control.log "$out/mps-control.log" 2>/dev/null
     cp /tmp/gpusched-mps/log/server.log "$out/mps-server.log" 2>/dev/null
     unset GPUSCHED_MPS_PIPE_DIR
@@ -71,7 +82,7 @@ run() {
 }
 
 case "${1:-}" in
-  build) build "${2:?build DIR}" ;;
-  run) run "${2:?run DIR OUT}" "${3:?run DIR OUT}" ;;
+  build) dir="$(abs "${2:?build DIR}")"; cd "$(dirname "$0")/.." && build "$dir" ;;
+  run) dir="$(abs "${2:?run DIR OUT}")"; out="$(abs "${3:?run DIR OUT}")"; cd "$(dirname "$0")/.." && run "$dir" "$out" ;;
   *) echo "usage: $0 build DIR | run DIR OUT" >&2; exit 2 ;;
 esac

@@ -42,7 +42,9 @@ func BuildStatic(t testing.TB, pkgDir, dir string) string {
 	out := filepath.Join(dir, filepath.Base(pkgDir))
 	cmd := exec.Command(goBin, "build", "-trimpath", "-ldflags=-s -w", "-o", out, ".")
 	cmd.Dir = pkgDir
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+runtime.GOARCH)
+	// The test's own GOFLAGS (-race, say) do not apply to a static helper,
+	// and no toolchain is fetched for it.
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=", "GOTOOLCHAIN=local", "GOOS=linux", "GOARCH="+runtime.GOARCH)
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("critest: go build %s: %v\n%s", pkgDir, err, b)
 	}

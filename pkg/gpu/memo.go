@@ -58,9 +58,12 @@ type viewMemo struct {
 	// cannot be reused while the memo holds them.
 	typical []TypicalPod
 	census  ModelGPUs
-	// byPolicy holds each policy's answers, by the policy's demand IDs. A
-	// scheduler asks with one policy; the simulator's environment asks
-	// with a few more for its score columns.
+	// byPolicy holds each policy's answers, by the policy's demand IDs,
+	// oldest first, at most maxMemoPolicies. A scheduler asks with one
+	// policy; the simulator's environment asks with a few more for its
+	// score columns. Policies measuring against other typical pods or
+	// another census drop each other's answers (typical and census are
+	// the view's).
 	byPolicy []policyMemo
 }
 
@@ -104,6 +107,7 @@ func (m *viewMemo) put(p *Policy, id demandID, h Host, typical []TypicalPod, cen
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if !sameTypical(m.typical, typical) || !sameCensus(m.census, census) {
+		clear(m.byPolicy)
 		m.typical, m.census, m.byPolicy = typical, census, m.byPolicy[:0]
 	}
 	for i := range m.byPolicy {
@@ -112,8 +116,18 @@ func (m *viewMemo) put(p *Policy, id demandID, h Host, typical []TypicalPod, cen
 			return
 		}
 	}
+	if len(m.byPolicy) == maxMemoPolicies {
+		// The oldest policy's answers give way.
+		copy(m.byPolicy, m.byPolicy[1:])
+		m.byPolicy = m.byPolicy[:len(m.byPolicy)-1]
+	}
 	m.byPolicy = append(m.byPolicy, policyMemo{policy: p, results: map[demandID]memoEntry{id: {host: h, result: r}}})
 }
+
+// maxMemoPolicies bounds the policies whose answers a view keeps, so that
+// policies built again and again (each a new *Policy) cannot grow a
+// long-lived view's memo.
+const maxMemoPolicies = 8
 
 // sameTypical reports whether a and b are the same slice, not merely equal
 // ones.

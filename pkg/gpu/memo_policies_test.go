@@ -32,4 +32,20 @@ func TestViewMemoKeepsEachPolicysAnswers(t *testing.T) {
 	if r, ok := m.get(a, 1, Host{}, typical, other); !ok || r.score != 33 {
 		t.Errorf("get = (%+v, %v), want score 33 remembered", r, ok)
 	}
+	// A ninth policy's answers push out the first's, not grow the memo.
+	policies := []*Policy{a}
+	for i := range maxMemoPolicies {
+		q := &Policy{}
+		policies = append(policies, q)
+		m.put(q, 1, Host{}, typical, other, memoResult{score: int64(i)})
+	}
+	if len(m.byPolicy) != maxMemoPolicies {
+		t.Errorf("%d policies' answers kept, want at most %d", len(m.byPolicy), maxMemoPolicies)
+	}
+	if _, ok := m.get(a, 1, Host{}, typical, other); ok {
+		t.Error("the oldest policy's answer outlived eight newer policies'")
+	}
+	if r, ok := m.get(policies[len(policies)-1], 1, Host{}, typical, other); !ok || r.score != maxMemoPolicies-1 {
+		t.Errorf("the newest policy's answer: (%+v, %v), want score %d", r, ok, maxMemoPolicies-1)
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -532,21 +533,27 @@ func (e *Env) fitRows(d *decision, fit []fwk.NodeInfo, demand *gpu.Demand, value
 
 // scoreRows writes the score columns of the nodes the pod fits into
 // values. A pod that leaves GPUPlacement no state (no GPUs under a policy
-// that weighs GPUs alone) keeps 0 there.
+// that weighs GPUs alone) keeps 0 there, as it does in builtin_score.
 func (e *Env) scoreRows(d *decision, fit []fwk.NodeInfo, values []byte) error {
 	if len(e.scoreTypes) == 0 || len(fit) == 0 {
 		return nil
 	}
 	if e.scorers == nil {
 		s, err := gpuplacement.NewScorers(d.state, e.scoreTypes, gpu.StaticShapes(e.typical))
+		if errors.Is(err, gpuplacement.ErrNoCycleState) {
+			return nil // built at the next pod GPUPlacement keeps state for
+		}
 		if err != nil {
-			return nil // a cycle without GPUPlacement's state; built at the next pod's
+			return fmt.Errorf("score columns: %w", err)
 		}
 		e.scorers = s
 	}
-	scores, err := e.scorers.Scores(d.state, fit)
-	if err != nil {
+	scores, err := e.scorers.Scores(d.state, d.pod, fit)
+	if errors.Is(err, gpuplacement.ErrNoCycleState) {
 		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("score columns, pod %s: %w", d.pod.Name, err)
 	}
 	width, base := 4*len(e.columns), 4*len(gpu.FeatureColumns())
 	for k := range e.scoreTypes {
@@ -636,8 +643,9 @@ func (e *Env) nodeRows(values []byte) error {
 			return fmt.Errorf("describing the nodes: %w", err)
 		}
 		for j, ni := range stale {
-			e.rows[e.index[ni.Node().Name]] = cachedRow{gen: ni.GetGeneration(), // and no fitting rows yet
-				values: policyservice.Matrix(feats[j:j+1], &gpu.Demand{}, nil).Values}
+			row := &e.rows[e.index[ni.Node().Name]]
+			clear(row.fit) // no fitting rows yet; the slice is kept for them
+			row.gen, row.values, row.fit = ni.GetGeneration(), policyservice.Matrix(feats[j:j+1], &gpu.Demand{}, nil).Values, row.fit[:0]
 		}
 	}
 	width := 4 * len(e.columns)

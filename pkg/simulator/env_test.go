@@ -232,35 +232,38 @@ func TestEnvironmentCachedRowsMatchFeatures(t *testing.T) {
 			fresh, _ := newTestEnv(t, policy, trace.ArrivalFGD, TieBreakRandom)
 			fresh.noCache = true
 			ctx := context.Background()
-			seed := int64(5)
-			a, err := cached.Reset(ctx, &seed)
-			if err != nil {
-				t.Fatal(err)
-			}
-			b, err := fresh.Reset(ctx, &seed)
-			if err != nil {
-				t.Fatal(err)
-			}
-			x, y := a.Observation, b.Observation
-			for step := 0; ; step++ {
-				if !proto.Equal(x, y) {
-					t.Fatalf("step %d, pod %s: cached and fresh observations differ", step, x.Pod.Name)
-				}
-				ra, err := cached.Step(ctx, x.BuiltinAction)
+			// Two episodes: the second reuses the demands' numbers of the
+			// first, with the rows of every node described anew.
+			for _, seed := range []int64{5, 6} {
+				a, err := cached.Reset(ctx, &seed)
 				if err != nil {
 					t.Fatal(err)
 				}
-				rb, err := fresh.Step(ctx, y.BuiltinAction)
+				b, err := fresh.Reset(ctx, &seed)
 				if err != nil {
 					t.Fatal(err)
 				}
-				if ra.Terminated || rb.Terminated {
-					if ra.Terminated != rb.Terminated {
-						t.Fatalf("step %d: terminated %v and %v", step, ra.Terminated, rb.Terminated)
+				x, y := a.Observation, b.Observation
+				for step := 0; ; step++ {
+					if !proto.Equal(x, y) {
+						t.Fatalf("seed %d, step %d, pod %s: cached and fresh observations differ", seed, step, x.Pod.Name)
 					}
-					return
+					ra, err := cached.Step(ctx, x.BuiltinAction)
+					if err != nil {
+						t.Fatal(err)
+					}
+					rb, err := fresh.Step(ctx, y.BuiltinAction)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if ra.Terminated || rb.Terminated {
+						if ra.Terminated != rb.Terminated {
+							t.Fatalf("seed %d, step %d: terminated %v and %v", seed, step, ra.Terminated, rb.Terminated)
+						}
+						break
+					}
+					x, y = ra.Observation, rb.Observation
 				}
-				x, y = ra.Observation, rb.Observation
 			}
 		})
 	}
@@ -418,12 +421,15 @@ func TestEnvironmentReplayAndFinish(t *testing.T) {
 }
 
 // TestEnvironmentScoreColumns: a policy's score column is what its own
-// GPUPlacement scores, state for state: in an episode of FragFit and one of
-// FGD, each with FragFit and FGD score columns, the column of the episode's
-// own policy equals builtin_score (the cycle's normalized scores) at every
-// step, every column is 0 off the mask and within 0..1, and the other
-// policy's column differs from builtin_score somewhere (it is not a copy).
-// Unknown or repeated policies are refused.
+// GPUPlacement scores. In episodes of FragFit, FGD and BestFit with
+// BestFit, FragFit and FGD score columns, the column of the episode's own
+// policy equals builtin_score (the cycle's normalized scores) at every step;
+// at the reset (an empty cluster, the same first pod) every episode's
+// column of a policy equals builtin_score of that policy's episode, the
+// pod read as that policy reads it (BestFit leaves CPU and memory out);
+// every column is 0 off the mask and within 0..1; and another policy's
+// column differs from builtin_score somewhere (it is not a copy). Unknown or
+// repeated policies are refused.
 func TestEnvironmentScoreColumns(t *testing.T) {
 	nodes, pods := trace.Synthetic(trace.SyntheticOptions{Nodes: 24})
 	column := func(obs *pb.Observation, name string) []float32 {
@@ -438,7 +444,10 @@ func TestEnvironmentScoreColumns(t *testing.T) {
 		}
 		return out
 	}
-	columns := []gpu.PolicyType{"FragFit", "FGD"}
+	columns := []gpu.PolicyType{"BestFit", "FragFit", "FGD"}
+	ctx := context.Background()
+	seed := int64(3)
+	first := map[gpu.PolicyType]*pb.Observation{} // each episode's first observation
 	for _, own := range columns {
 		t.Run(string(own), func(t *testing.T) {
 			env, err := NewEnv(EnvOptions{Nodes: nodes, Pods: pods, Profile: defaultProfiles(t, string(own))[0],
@@ -447,15 +456,14 @@ func TestEnvironmentScoreColumns(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer env.Close()
-			ctx := context.Background()
-			seed := int64(3)
 			reset, err := env.Reset(ctx, &seed)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got, want := reset.Observation.Nodes.Columns, append(gpu.FeatureColumns(), "FragFit_score", "FGD_score"); !slices.Equal(got, want) {
+			if got, want := reset.Observation.Nodes.Columns, append(gpu.FeatureColumns(), "BestFit_score", "FragFit_score", "FGD_score"); !slices.Equal(got, want) {
 				t.Fatalf("columns %v, want %v", got, want)
 			}
+			first[own] = reset.Observation
 			obs, nonzero, differ := reset.Observation, 0, 0
 			for step := 0; ; step++ {
 				builtin := column(obs, "builtin_score")
@@ -487,9 +495,18 @@ func TestEnvironmentScoreColumns(t *testing.T) {
 			}
 			// Comparisons of zeros alone, or of a copy, would prove nothing.
 			if nonzero < 100 || differ == 0 {
-				t.Fatalf("%d nonzero scores, %d of the other policy's differing from builtin_score: want many and some", nonzero, differ)
+				t.Fatalf("%d nonzero scores, %d of other policies differing from builtin_score: want many and some", nonzero, differ)
 			}
 		})
+	}
+	for _, episode := range columns {
+		for _, policy := range columns {
+			got, want := column(first[episode], gpu.PolicyScoreColumn(policy)), column(first[policy], "builtin_score")
+			if !slices.Equal(got, want) {
+				t.Errorf("at the reset of the %s episode, %s %v; want the %s episode's builtin_score %v",
+					episode, gpu.PolicyScoreColumn(policy), got, policy, want)
+			}
+		}
 	}
 
 	for _, tc := range []struct {

@@ -16,8 +16,9 @@ class SimVecEnv:
     """n independent episodes of the same cluster and workload.
 
     Environment i plays the seeds seed+i, seed+i+n, seed+i+2n, ... of the
-    seed given to reset, so the episodes a run plays do not depend on how
-    fast each one goes. When an episode ends, step resets that environment
+    seed given to reset (42 without one), so the episodes a run plays do not
+    depend on how fast each one goes. An episode with no pod to place is
+    skipped. When an episode ends, step resets that environment
     to its next seed at once (Gymnasium's same-step autoreset): the returned
     observation is the new episode's first, terminated[i] is True, and
     infos[i] is the finished episode's last info (with
@@ -39,7 +40,7 @@ class SimVecEnv:
             self.close()
             raise
         self.num_envs = n
-        self._next_seed = [0] * n
+        self._next_seed = [42 + i for i in range(n)]
 
     @property
     def node_names(self):
@@ -49,37 +50,73 @@ class SimVecEnv:
     def columns(self):
         return self.envs[0].columns
 
-    def reset(self, seed=42):
-        """Starts an episode in every environment (environment i with seed
-        seed+i) and returns the stacked first observations and their infos."""
-        n = self.num_envs
-        for i, env in enumerate(self.envs):
-            env._send(env._reset_request(seed + i))
-            self._next_seed[i] = seed + i + n
-        results = [env._reset_reply(env._receive()) for env in self.envs]
+    def reset(self, seed=None):
+        """Starts an episode in every environment, environment i with seed
+        seed+i (without a seed, each with its next seed: 42+i at first) and
+        returns the stacked first observations and their infos."""
+        if seed is not None:
+            self._next_seed = [seed + i for i in range(self.num_envs)]
+        results = self._exchange([(i, SimEnv._reset_request(self._take_seed(i))) for i in range(self.num_envs)],
+                                 lambda env, reply: env._reset_reply(reply))
+        for i, (obs, _) in enumerate(results):
+            results[i] = self._until_observed(i, obs, results[i][1])
         return self._stack([o for o, _ in results]), [info for _, info in results]
 
     def step(self, actions):
         """Places each environment's pending pod on the node actions[i] names.
-        Returns (observations, rewards, terminated, truncated, infos)."""
+        Returns (observations, rewards, terminated, truncated, infos). A
+        refused action raises EnvError after every environment's reply is
+        read; the environments that took theirs have moved on."""
         if len(actions) != self.num_envs:
             raise ValueError(f"{len(actions)} actions for {self.num_envs} environments")
-        for env, a in zip(self.envs, actions):
-            env._send(env._step_request(a))
-        results = [env._step_reply(env._receive()) for env in self.envs]
+        results = self._exchange([(i, SimEnv._step_request(a)) for i, a in enumerate(actions)],
+                                 lambda env, reply: env._step_reply(reply))
         obs = [r[0] for r in results]
         rewards = np.array([r[1] for r in results], dtype=np.float64)
         terminated = np.array([r[2] for r in results], dtype=bool)
         truncated = np.array([r[3] for r in results], dtype=bool)
         infos = [r[4] for r in results]
         done = [i for i in range(self.num_envs) if terminated[i] or truncated[i]]
-        for i in done:
-            env = self.envs[i]
-            env._send(env._reset_request(self._next_seed[i]))
-            self._next_seed[i] += self.num_envs
-        for i in done:
-            obs[i], _ = self.envs[i]._reset_reply(self.envs[i]._receive())
+        if done:
+            resets = self._exchange([(i, SimEnv._reset_request(self._take_seed(i))) for i in done],
+                                    lambda env, reply: env._reset_reply(reply))
+            for i, (o, info) in zip(done, resets):
+                obs[i], _ = self._until_observed(i, o, info)
         return self._stack(obs), rewards, terminated, truncated, infos
+
+    # --- the protocol, every environment at once ---------------------------
+
+    def _take_seed(self, i):
+        seed = self._next_seed[i]
+        self._next_seed[i] += self.num_envs
+        return seed
+
+    def _exchange(self, requests, handle):
+        """Sends each (environment index, request), then reads every reply,
+        in order, through handle(env, reply). Every reply is read before an
+        error is raised, so that the next exchange reads its own replies."""
+        for i, req in requests:
+            self.envs[i]._send(req)
+        results, first_error = [], None
+        for i, _ in requests:
+            try:
+                results.append(handle(self.envs[i], self.envs[i]._receive()))
+            except Exception as e:  # noqa: BLE001 - re-raised below
+                results.append(None)
+                first_error = first_error or e
+        if first_error is not None:
+            raise first_error
+        return results
+
+    def _until_observed(self, i, obs, info, tries=100):
+        """Resets environment i to its next seeds while its episode ends at
+        once (no pod fits anywhere), so that every observation has a pod."""
+        for _ in range(tries):
+            if obs["builtin_action"] >= 0:
+                return obs, info
+            env = self.envs[i]
+            obs, info = env._reset_reply(env._call(SimEnv._reset_request(self._take_seed(i))))
+        raise RuntimeError(f"environment {i}: {tries} episodes in a row had no pod to place")
 
     def close(self):
         for env in self.envs:

@@ -5,7 +5,7 @@ import numpy as np
 
 from tests.helpers import NODES, gpusched_binary, write_trace
 
-from gpusched_policy.env import SimEnv
+from gpusched_policy.env import EnvError, SimEnv
 from gpusched_policy.vector import SimVecEnv
 
 
@@ -65,6 +65,24 @@ class SimVecEnvTest(unittest.TestCase):
                 actions, info, _ = want[3 + i]
                 self.assertEqual(taken[i], actions, f"environment {i}")
                 self.assertEqual(ended[i], info, f"environment {i}'s last info")
+
+    def test_refused_action_keeps_replies_in_step(self):
+        """A refused action raises EnvError once every environment answered:
+        the next step's replies are that step's own (the other environment
+        moved on, the refused one is where it was)."""
+        with SimEnv(self.nodes, self.pods, binary=self.binary) as single:
+            want = {seed: builtin_episode(single, seed) for seed in (3, 4)}
+        with SimVecEnv(2, self.nodes, self.pods, binary=self.binary) as vec:
+            obs, _ = vec.reset()  # seeds 42 and 43
+            obs, _ = vec.reset(seed=3)
+            out_of_range = len(vec.node_names) + 5
+            with self.assertRaisesRegex(EnvError, "out of range"):
+                vec.step([out_of_range, obs["builtin_action"][1]])
+            # Environment 0 is still at its first pod, environment 1 one step on.
+            actions = [want[3][0][0], want[4][0][1]]
+            obs, _, _, _, _ = vec.step(actions)
+            self.assertEqual(int(obs["builtin_action"][0]), want[3][0][1])
+            self.assertEqual(int(obs["builtin_action"][1]), want[4][0][2])
 
     def test_one_action_per_environment(self):
         with SimVecEnv(2, self.nodes, self.pods, binary=self.binary) as vec:

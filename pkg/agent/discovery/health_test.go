@@ -130,7 +130,7 @@ func TestNVMLParseXIDs(t *testing.T) {
 }
 
 // TestXIDSupport: the GPUs whose health the agent cannot watch are named
-// with why; the others are registered (and the event set freed again).
+// with why; the others are registered.
 func TestXIDSupport(t *testing.T) {
 	m := nvmlmock.DGXA100()
 	m.Devices[3].(*server.Device).GetSupportedEventTypesFunc = func() (uint64, nvml.Return) { return 0, nvml.SUCCESS }

@@ -33,7 +33,11 @@ func Features(state fwk.CycleState, nodes []fwk.NodeInfo, feasible []bool) ([]gp
 // inventory, which is empty: the policy service scores them by their CPU
 // and memory.
 func (p *GPUPlacement) features(state fwk.CycleState, nodes []fwk.NodeInfo, feasible []bool) ([]gpu.NodeFeatures, error) {
-	views, reqs, err := p.requests(state, nodes)
+	demand, status := demandOf(state)
+	if status != nil {
+		return nil, status.AsError()
+	}
+	views, reqs, err := p.requests(state, nodes, demand)
 	if err != nil {
 		return nil, err
 	}
@@ -60,13 +64,10 @@ func (p *GPUPlacement) features(state fwk.CycleState, nodes []fwk.NodeInfo, feas
 	return out, nil
 }
 
-// requests is the cycle's request on each node, with the node's GPUs as the
-// ledger sees them: what the engine is asked about the node.
-func (p *GPUPlacement) requests(state fwk.CycleState, nodes []fwk.NodeInfo) ([]*gpu.NodeGPUs, []gpu.Request, error) {
-	demand, status := demandOf(state)
-	if status != nil {
-		return nil, nil, status.AsError()
-	}
+// requests is the request of demand on each node in the cycle, with the
+// node's GPUs as the ledger sees them: what the engine is asked about the
+// node.
+func (p *GPUPlacement) requests(state fwk.CycleState, nodes []fwk.NodeInfo, demand *gpu.Demand) ([]*gpu.NodeGPUs, []gpu.Request, error) {
 	var maxima gpu.Host
 	if data, err := state.Read(hostKey); err == nil {
 		maxima = data.(*hostState).host

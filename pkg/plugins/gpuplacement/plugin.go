@@ -190,7 +190,7 @@ func (p *GPUPlacement) PreFilter(ctx context.Context, state fwk.CycleState, pod 
 		// weighs CPU, or when its own ResourceClaims may take DRA GPUs.
 		// A host-aware policy scores every pod with the node's GPUs, which
 		// on a DRA node are the DRA inventory and allocations.
-		scored, filtered := p.policy.Info().HostAware, false
+		scored, filtered := scoresWithoutGPUs(p.policy), false
 		if p.dra != nil && (scored || hasClaims(pod)) {
 			found, status := p.readDRA(ctx, state, false)
 			if status != nil {
@@ -274,6 +274,11 @@ func (p *GPUPlacement) readDRA(ctx context.Context, state fwk.CycleState, withHe
 // preemption's what-if evaluation re-reads the node's pods through its
 // NodeInfo, whose generation changes with them.
 func (p *GPUPlacement) PreFilterExtensions() fwk.PreFilterExtensions { return nil }
+
+// scoresWithoutGPUs reports whether the plugin scores a pod without GPU
+// demand under pol (DRA claims aside): a host-aware policy scores every
+// pod with the node's CPU and memory beside its GPUs.
+func scoresWithoutGPUs(pol *gpu.Policy) bool { return pol.Info().HostAware }
 
 func demandOf(state fwk.CycleState) (*gpu.Demand, *fwk.Status) {
 	data, err := state.Read(stateKey)

@@ -1,13 +1,20 @@
 package gpuplacement
 
 import (
+	"errors"
 	"fmt"
 
+	v1 "k8s.io/api/core/v1"
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/gpusched/gpusched/pkg/gpu"
 	"github.com/gpusched/gpusched/pkg/plugins/internal/gpuledger"
 )
+
+// ErrNoCycleState is NewScorers' and Scores' error for a cycle in which
+// GPUPlacement's PreFilter left no state: a profile without the plugin, or
+// a pod it skips (no GPUs under a policy that weighs GPUs alone).
+var ErrNoCycleState = errors.New("the cycle has no " + Name + " state")
 
 // Scorers scores nodes with policies other than GPUPlacement's own, as its
 // Score would if each were its policy. The simulator's environment offers
@@ -17,21 +24,27 @@ type Scorers struct {
 	policies []*gpu.Policy
 }
 
-// NewScorers builds the policies for the cycle's GPUPlacement, with its
-// typical pods (shapes when its own policy measures against none) and the
-// cluster's GPUs by model as it reads them. Build them once per scheduler,
-// not per cycle: the engine remembers a policy's answers about a node while
-// the node stays as it was.
+// NewScorers builds the policies for the plugin of the cycle: the plugin's
+// own policy for its own type (with the profile's settings), and the others
+// with their default settings, measured against the plugin's typical pods
+// (shapes when its own policy measures against none) and the cluster's GPUs
+// by model as the plugin reads them. Build them once per scheduler (an
+// environment's episode), not per cycle: the engine remembers a policy's
+// answers about a node while the node stays as it was.
 func NewScorers(state fwk.CycleState, types []gpu.PolicyType, shapes gpu.Shapes) (*Scorers, error) {
 	p, ok := gpuledger.Read(state).(*GPUPlacement)
 	if !ok {
-		return nil, fmt.Errorf("the cycle has no %s PreFilter: the profile has no %s plugin", Name, Name)
+		return nil, ErrNoCycleState
 	}
 	if own := p.policy.Shapes(); own != nil {
 		shapes = own
 	}
 	s := &Scorers{}
 	for _, t := range types {
+		if t == p.policy.Type() {
+			s.policies = append(s.policies, p.policy)
+			continue
+		}
 		pol, err := gpu.NewPolicy(t, gpu.PolicyConfig{Shapes: shapes, Fleet: p.fleet})
 		if err != nil {
 			return nil, err
@@ -42,21 +55,30 @@ func NewScorers(state fwk.CycleState, types []gpu.PolicyType, shapes gpu.Shapes)
 }
 
 // Scores returns, for each policy, one score per node in 0..1: the policy's
-// engine scores of the nodes where the cycle's pod fits by it, rescaled
-// over those nodes as the policy rescales (gpu.Policy.Rescale) and divided
-// by the framework's maximum, what the policy's GPUPlacement would score;
-// 0 where the pod does not fit.
-func (s *Scorers) Scores(state fwk.CycleState, nodes []fwk.NodeInfo) ([][]float64, error) {
+// engine scores for the pod (its demand as that policy reads it) of the
+// nodes where the pod fits by it, rescaled over those nodes as the policy
+// rescales (gpu.Policy.Rescale) and divided by the framework's maximum:
+// what the policy's GPUPlacement would score; 0 where the pod does not fit,
+// and everywhere when that policy would not score the pod.
+func (s *Scorers) Scores(state fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) ([][]float64, error) {
 	p, ok := gpuledger.Read(state).(*GPUPlacement)
 	if !ok {
-		return nil, fmt.Errorf("the cycle has no %s PreFilter: the profile has no %s plugin", Name, Name)
-	}
-	views, reqs, err := p.requests(state, nodes)
-	if err != nil {
-		return nil, err
+		return nil, ErrNoCycleState
 	}
 	out := make([][]float64, len(s.policies))
 	for k, pol := range s.policies {
+		demand, err := pol.Demand(pod)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", pol.Type(), err)
+		}
+		out[k] = make([]float64, len(nodes))
+		if demand.IsZero() && !scoresWithoutGPUs(pol) {
+			continue // that policy's GPUPlacement would not score the pod
+		}
+		views, reqs, err := p.requests(state, nodes, &demand)
+		if err != nil {
+			return nil, err
+		}
 		var fit []int
 		var scores []int64
 		for i := range nodes {
@@ -66,7 +88,6 @@ func (s *Scorers) Scores(state fwk.CycleState, nodes []fwk.NodeInfo) ([][]float6
 			}
 		}
 		pol.Rescale(scores, fwk.MaxNodeScore)
-		out[k] = make([]float64, len(nodes))
 		for j, i := range fit {
 			out[k][i] = float64(scores[j]) / float64(fwk.MaxNodeScore)
 		}
