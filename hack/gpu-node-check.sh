@@ -16,8 +16,13 @@
 # overlayfs (else the native snapshotter is used). docs/node-agent.md
 # records a run.
 set -uo pipefail
-# DIR and OUT are the caller's, before the cd into the repository.
-abs() { mkdir -p "$1" && (cd "$1" && pwd); }
+usage() { echo "usage: $0 build DIR | run DIR OUT" >&2; exit 2; }
+# DIR and OUT are the caller's, made absolute before the cd into the
+# repository; abs creates the directory when mkdir is given.
+abs() {
+  if [ "${2:-}" = mkdir ]; then mkdir -p -- "$1" || exit 2; fi
+  (CDPATH='' cd -- "$1" >/dev/null && pwd) || { echo "gpu-node-check: no directory $1" >&2; exit 2; }
+}
 
 build() {
   local d="$1" ver
@@ -82,7 +87,14 @@ run() {
 }
 
 case "${1:-}" in
-  build) dir="$(abs "${2:?build DIR}")"; cd "$(dirname "$0")/.." && build "$dir" ;;
-  run) dir="$(abs "${2:?run DIR OUT}")"; out="$(abs "${3:?run DIR OUT}")"; cd "$(dirname "$0")/.." && run "$dir" "$out" ;;
-  *) echo "usage: $0 build DIR | run DIR OUT" >&2; exit 2 ;;
+  build)
+    [ $# -eq 2 ] || usage
+    dir="$(abs "$2" mkdir)" || exit 2
+    cd "$(dirname "$0")/.." && build "$dir" ;;
+  run)
+    [ $# -eq 3 ] || usage
+    dir="$(abs "$2")" || exit 2
+    out="$(abs "$3" mkdir)" || exit 2
+    cd "$(dirname "$0")/.." && run "$dir" "$out" ;;
+  *) usage ;;
 esac

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -174,6 +173,9 @@ func NewEnv(opts EnvOptions) (*Env, error) {
 	e := &Env{opts: sim, reward: opts.Reward, capacity: trace.CapacityMilli(opts.Nodes), typical: typicalPods(opts.Pods),
 		index: map[string]int{}, columns: gpu.FeatureColumns(), rows: make([]cachedRow, len(opts.Nodes)), nextSeed: 42}
 	e.fitsColumn, e.builtinColumn = slices.Index(e.columns, "fits"), slices.Index(e.columns, "builtin_score")
+	if len(opts.ScoreColumns) > 0 && findGPUPlacementArgs(opts.Profile.Profile) == nil {
+		return nil, fmt.Errorf("score columns %v: profile %s has no %s plugin to score with", opts.ScoreColumns, opts.Profile.Name, gpuplacement.Name)
+	}
 	for _, t := range opts.ScoreColumns {
 		if _, err := gpu.LookupPolicy(string(t)); err != nil {
 			return nil, fmt.Errorf("score column: %w", err)
@@ -532,26 +534,19 @@ func (e *Env) fitRows(d *decision, fit []fwk.NodeInfo, demand *gpu.Demand, value
 }
 
 // scoreRows writes the score columns of the nodes the pod fits into
-// values. A pod that leaves GPUPlacement no state (no GPUs under a policy
-// that weighs GPUs alone) keeps 0 there, as it does in builtin_score.
+// values (NewEnv made sure the profile has GPUPlacement).
 func (e *Env) scoreRows(d *decision, fit []fwk.NodeInfo, values []byte) error {
 	if len(e.scoreTypes) == 0 || len(fit) == 0 {
 		return nil
 	}
 	if e.scorers == nil {
 		s, err := gpuplacement.NewScorers(d.state, e.scoreTypes, gpu.StaticShapes(e.typical))
-		if errors.Is(err, gpuplacement.ErrNoCycleState) {
-			return nil // built at the next pod GPUPlacement keeps state for
-		}
 		if err != nil {
 			return fmt.Errorf("score columns: %w", err)
 		}
 		e.scorers = s
 	}
 	scores, err := e.scorers.Scores(d.state, d.pod, fit)
-	if errors.Is(err, gpuplacement.ErrNoCycleState) {
-		return nil
-	}
 	if err != nil {
 		return fmt.Errorf("score columns, pod %s: %w", d.pod.Name, err)
 	}

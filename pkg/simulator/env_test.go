@@ -464,9 +464,25 @@ func TestEnvironmentScoreColumns(t *testing.T) {
 				t.Fatalf("columns %v, want %v", got, want)
 			}
 			first[own] = reset.Observation
-			obs, nonzero, differ := reset.Observation, 0, 0
+			obs, nonzero, differ, cpuOnlyScored := reset.Observation, 0, 0, 0
 			for step := 0; ; step++ {
 				builtin := column(obs, "builtin_score")
+				// BestFit weighs GPUs alone and does not score a pod
+				// without them; the host-aware policies do.
+				if obs.Pod.Gpus == 0 {
+					for i, v := range column(obs, "BestFit_score") {
+						if v != 0 {
+							t.Fatalf("step %d, pod %s without GPUs, node %s: BestFit_score %v, want 0", step, obs.Pod.Name, env.names[i], v)
+						}
+					}
+					for _, policy := range []gpu.PolicyType{"FragFit", "FGD"} {
+						for i, v := range column(obs, gpu.PolicyScoreColumn(policy)) {
+							if v != 0 && obs.ActionMask[i] == 1 {
+								cpuOnlyScored++
+							}
+						}
+					}
+				}
 				for _, policy := range columns {
 					got := column(obs, gpu.PolicyScoreColumn(policy))
 					for i, v := range got {
@@ -494,10 +510,14 @@ func TestEnvironmentScoreColumns(t *testing.T) {
 				obs = reply.Observation
 			}
 			// Comparisons of zeros alone, or of a copy, would prove nothing.
-			if nonzero < 100 || differ == 0 {
-				t.Fatalf("%d nonzero scores, %d of other policies differing from builtin_score: want many and some", nonzero, differ)
+			if nonzero < 100 || differ == 0 || cpuOnlyScored == 0 {
+				t.Fatalf("%d nonzero scores, %d of other policies differing from builtin_score, %d of FragFit and FGD for pods without GPUs: want many, some and some",
+					nonzero, differ, cpuOnlyScored)
 			}
 		})
+	}
+	if t.Failed() {
+		return
 	}
 	for _, episode := range columns {
 		for _, policy := range columns {

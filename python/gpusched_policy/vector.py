@@ -56,35 +56,50 @@ class SimVecEnv:
         returns the stacked first observations and their infos."""
         if seed is not None:
             self._next_seed = [seed + i for i in range(self.num_envs)]
-        results = self._exchange([(i, SimEnv._reset_request(self._take_seed(i))) for i in range(self.num_envs)],
-                                 lambda env, reply: env._reset_reply(reply))
-        for i, (obs, _) in enumerate(results):
-            results[i] = self._until_observed(i, obs, results[i][1])
+        results, error = self._exchange([(i, SimEnv._reset_request(self._take_seed(i))) for i in range(self.num_envs)],
+                                        lambda env, reply: env._reset_reply(reply))
+        if error is not None:
+            raise error
+        for i, (obs, info) in enumerate(results):
+            results[i] = self._until_observed(i, obs, info)
         return self._stack([o for o, _ in results]), [info for _, info in results]
 
     def step(self, actions):
         """Places each environment's pending pod on the node actions[i] names.
         Returns (observations, rewards, terminated, truncated, infos). A
         refused action raises EnvError after every environment's reply is
-        read; the environments that took theirs have moved on."""
+        read: the environments that took theirs have moved on (those whose
+        episode ended reset to their next seed, as always), the refused ones
+        are where they were."""
         if len(actions) != self.num_envs:
             raise ValueError(f"{len(actions)} actions for {self.num_envs} environments")
-        results = self._exchange([(i, SimEnv._step_request(a)) for i, a in enumerate(actions)],
-                                 lambda env, reply: env._step_reply(reply))
+        results, error = self._exchange([(i, SimEnv._step_request(a)) for i, a in enumerate(actions)],
+                                        lambda env, reply: env._step_reply(reply))
+        if error is not None:
+            ended = [i for i, r in enumerate(results) if r is not None and (r[2] or r[3])]
+            self._reset_ended(ended, [None] * self.num_envs)
+            raise error
         obs = [r[0] for r in results]
         rewards = np.array([r[1] for r in results], dtype=np.float64)
         terminated = np.array([r[2] for r in results], dtype=bool)
         truncated = np.array([r[3] for r in results], dtype=bool)
         infos = [r[4] for r in results]
-        done = [i for i in range(self.num_envs) if terminated[i] or truncated[i]]
-        if done:
-            resets = self._exchange([(i, SimEnv._reset_request(self._take_seed(i))) for i in done],
-                                    lambda env, reply: env._reset_reply(reply))
-            for i, (o, info) in zip(done, resets):
-                obs[i], _ = self._until_observed(i, o, info)
+        self._reset_ended([i for i in range(self.num_envs) if terminated[i] or truncated[i]], obs)
         return self._stack(obs), rewards, terminated, truncated, infos
 
     # --- the protocol, every environment at once ---------------------------
+
+    def _reset_ended(self, ended, obs):
+        """Resets the environments ended to their next seeds; obs[i] becomes
+        each one's first observation."""
+        if not ended:
+            return
+        resets, error = self._exchange([(i, SimEnv._reset_request(self._take_seed(i))) for i in ended],
+                                       lambda env, reply: env._reset_reply(reply))
+        if error is not None:
+            raise error
+        for i, (o, info) in zip(ended, resets):
+            obs[i], _ = self._until_observed(i, o, info)
 
     def _take_seed(self, i):
         seed = self._next_seed[i]
@@ -92,31 +107,42 @@ class SimVecEnv:
         return seed
 
     def _exchange(self, requests, handle):
-        """Sends each (environment index, request), then reads every reply,
-        in order, through handle(env, reply). Every reply is read before an
-        error is raised, so that the next exchange reads its own replies."""
+        """Sends each (environment index, request), then reads the reply of
+        every request sent, in order, through handle(env, reply). Returns
+        the results (None where sending or the reply failed) and the first
+        error, or None: every reply is read before the caller raises it, so
+        that the next exchange reads its own replies."""
+        sent, first_error = [], None
         for i, req in requests:
-            self.envs[i]._send(req)
-        results, first_error = [], None
+            try:
+                self.envs[i]._send(req)
+                sent.append(i)
+            except Exception as e:  # noqa: BLE001 - returned to the caller
+                first_error = first_error or e
+        results = []
         for i, _ in requests:
+            if i not in sent:
+                results.append(None)
+                continue
             try:
                 results.append(handle(self.envs[i], self.envs[i]._receive()))
-            except Exception as e:  # noqa: BLE001 - re-raised below
+            except Exception as e:  # noqa: BLE001 - returned to the caller
                 results.append(None)
                 first_error = first_error or e
-        if first_error is not None:
-            raise first_error
-        return results
+        return results, first_error
 
     def _until_observed(self, i, obs, info, tries=100):
         """Resets environment i to its next seeds while its episode ends at
-        once (no pod fits anywhere), so that every observation has a pod."""
+        once (no pod fits anywhere), at most tries more times, so that every
+        observation has a pod."""
+        env = self.envs[i]
         for _ in range(tries):
             if obs["builtin_action"] >= 0:
                 return obs, info
-            env = self.envs[i]
             obs, info = env._reset_reply(env._call(SimEnv._reset_request(self._take_seed(i))))
-        raise RuntimeError(f"environment {i}: {tries} episodes in a row had no pod to place")
+        if obs["builtin_action"] >= 0:
+            return obs, info
+        raise RuntimeError(f"environment {i}: {tries + 1} episodes in a row had no pod to place")
 
     def close(self):
         for env in self.envs:

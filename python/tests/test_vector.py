@@ -72,8 +72,10 @@ class SimVecEnvTest(unittest.TestCase):
         moved on, the refused one is where it was)."""
         with SimEnv(self.nodes, self.pods, binary=self.binary) as single:
             want = {seed: builtin_episode(single, seed) for seed in (3, 4)}
+            seed43_first, _ = single.reset(seed=43)
         with SimVecEnv(2, self.nodes, self.pods, binary=self.binary) as vec:
             obs, _ = vec.reset()  # seeds 42 and 43
+            np.testing.assert_array_equal(obs["nodes"][1], seed43_first["nodes"])
             obs, _ = vec.reset(seed=3)
             out_of_range = len(vec.node_names) + 5
             with self.assertRaisesRegex(EnvError, "out of range"):

@@ -12,14 +12,17 @@ import (
 )
 
 // ErrNoCycleState is NewScorers' and Scores' error for a cycle in which
-// GPUPlacement's PreFilter left no state: a profile without the plugin, or
-// a pod it skips (no GPUs under a policy that weighs GPUs alone).
+// GPUPlacement's PreFilter did not run: a profile without the plugin.
 var ErrNoCycleState = errors.New("the cycle has no " + Name + " state")
 
 // Scorers scores nodes with policies other than GPUPlacement's own, as its
 // Score would if each were its policy. The simulator's environment offers
 // their scores as optional observation columns, so that a learned policy can
 // read what FragFit or FGD would say beside the built-in policy's score.
+// It reads nodes through the annotation ledger and skips pods without GPU
+// demand as PreFilter does without DRA: a pod's own ResourceClaims and DRA
+// nodes are not scored as the plugin would score them (the environment
+// runs without DRA).
 type Scorers struct {
 	policies []*gpu.Policy
 }
