@@ -35,7 +35,7 @@ func BenchmarkExternalPolicyCycle(b *testing.B) {
 		pods = append(pods, held)
 	}
 	srv := policyservicetest.Start(b, policyservicetest.Prefer("node-7"))
-	pod := gt.MakeGPUPod("p").GPUs(1).Obj()
+	whole, share := gt.MakeGPUPod("p").GPUs(1).Obj(), gt.MakeGPUPod("s").Milli(250).Obj()
 	ctx := context.Background()
 	_, file, _, _ := runtime.Caller(0)
 	model := filepath.Join(filepath.Dir(file), "..", "..", "..", "python", "examples", "learned_model.json")
@@ -45,25 +45,31 @@ func BenchmarkExternalPolicyCycle(b *testing.B) {
 		{"PairFit", "scoringStrategy:\n  type: PairFit\n"},
 		{"Model", fmt.Sprintf("scoringStrategy:\n  type: External\nexternal:\n  model: %q\n  fallback: PairFit\n", model)},
 	} {
-		b.Run(tc.name, func(b *testing.B) {
-			args, err := load.GPUPlacementArgsFromYAML([]byte(tc.yaml))
-			if err != nil {
-				b.Fatal(err)
+		for _, pod := range []*v1.Pod{whole, share} {
+			name := tc.name
+			if pod == share {
+				name += "-share"
 			}
-			c := newClusterBinding(b, args, nodes, pods, false)
-			infos, _ := c.snapshot.NodeInfos().List()
-			for b.Loop() {
-				state := framework.NewCycleState()
-				if _, status, _ := c.fw.RunPreFilterPlugins(ctx, state, pod); !status.IsSuccess() {
-					b.Fatal(status)
+			b.Run(name, func(b *testing.B) {
+				args, err := load.GPUPlacementArgsFromYAML([]byte(tc.yaml))
+				if err != nil {
+					b.Fatal(err)
 				}
-				if status := c.fw.RunPreScorePlugins(ctx, state, pod, infos); !status.IsSuccess() {
-					b.Fatal(status)
+				c := newClusterBinding(b, args, nodes, pods, false)
+				infos, _ := c.snapshot.NodeInfos().List()
+				for b.Loop() {
+					state := framework.NewCycleState()
+					if _, status, _ := c.fw.RunPreFilterPlugins(ctx, state, pod); !status.IsSuccess() {
+						b.Fatal(status)
+					}
+					if status := c.fw.RunPreScorePlugins(ctx, state, pod, infos); !status.IsSuccess() {
+						b.Fatal(status)
+					}
+					if _, status := c.fw.RunScorePlugins(ctx, state, pod, infos); !status.IsSuccess() {
+						b.Fatal(status)
+					}
 				}
-				if _, status := c.fw.RunScorePlugins(ctx, state, pod, infos); !status.IsSuccess() {
-					b.Fatal(status)
-				}
-			}
-		})
+			})
+		}
 	}
 }
