@@ -5,6 +5,7 @@ import random
 import subprocess
 import sys
 import tempfile
+import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PYTHON_DIR = os.path.dirname(HERE)
@@ -54,3 +55,21 @@ def write_trace(directory, pods=40, seed=1):
             f.write(f"pod-{i:03d},{rng.choice([2000, 4000, 8000])},{rng.choice([4096, 16384])},{gpus},{milli},{spec},LS,Running,"
                     f"{created},{deleted},{created}\n")
     return nodes_csv, pods_csv
+
+
+class TraceTestCase(unittest.TestCase):
+    """A test case with the gpusched binary (cls.binary) and a small trace
+    (cls.nodes, cls.pods) written once for the class; trace_pods and
+    trace_seed choose the trace."""
+
+    trace_pods, trace_seed = 40, 1
+
+    @classmethod
+    def setUpClass(cls):
+        cls.binary = gpusched_binary()
+        cls.dir = tempfile.TemporaryDirectory()
+        cls.nodes, cls.pods = write_trace(cls.dir.name, pods=cls.trace_pods, seed=cls.trace_seed)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.dir.cleanup()

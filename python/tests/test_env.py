@@ -1,27 +1,16 @@
 import json
 import os
 import subprocess
-import tempfile
 import unittest
 
 import numpy as np
 
-from tests.helpers import NODES, gpusched_binary, write_trace
+from tests.helpers import NODES, TraceTestCase
 
 from gpusched_policy.env import EnvError, SimEnv
 
 
-class SimEnvTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.binary = gpusched_binary()
-        cls.dir = tempfile.TemporaryDirectory()
-        cls.nodes, cls.pods = write_trace(cls.dir.name)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.dir.cleanup()
-
+class SimEnvTest(TraceTestCase):
     def env(self, **kw):
         env = SimEnv(self.nodes, self.pods, binary=self.binary, **kw)
         self.addCleanup(env.close)

@@ -9,7 +9,7 @@ import sys
 import tempfile
 import unittest
 
-from tests.helpers import PYTHON_DIR, gpusched_binary, write_trace
+from tests.helpers import PYTHON_DIR, TraceTestCase
 
 sys.path.insert(0, os.path.join(PYTHON_DIR, "examples"))
 
@@ -17,16 +17,8 @@ import train_model  # noqa: E402
 from gpusched_policy.model import Model  # noqa: E402
 
 
-class TrainModelTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.binary = gpusched_binary()
-        cls.dir = tempfile.TemporaryDirectory()
-        cls.nodes, cls.pods = write_trace(cls.dir.name, pods=80, seed=5)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.dir.cleanup()
+class TrainModelTest(TraceTestCase):
+    trace_pods, trace_seed = 80, 5
 
     def test_builtin_score_alone_is_the_builtin_policy(self):
         # The search starts at weights 0: builtin_score alone, which must

@@ -1,9 +1,8 @@
-import tempfile
 import unittest
 
 import numpy as np
 
-from tests.helpers import NODES, gpusched_binary, write_trace
+from tests.helpers import NODES, TraceTestCase
 
 from gpusched_policy.env import EnvError, SimEnv
 from gpusched_policy.vector import SimVecEnv
@@ -21,17 +20,7 @@ def builtin_episode(env, seed):
             return actions, info, first
 
 
-class SimVecEnvTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.binary = gpusched_binary()
-        cls.dir = tempfile.TemporaryDirectory()
-        cls.nodes, cls.pods = write_trace(cls.dir.name)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.dir.cleanup()
-
+class SimVecEnvTest(TraceTestCase):
     def test_episodes_are_the_single_environments(self):
         """Environment i plays seeds 3+i, 3+i+2, ...: stepped with
         builtin_action, each episode takes the actions and ends with the info

@@ -68,6 +68,12 @@ func (s *Scorers) Scores(state fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo
 	if !ok {
 		return nil, ErrNoCycleState
 	}
+	// The nodes' views and hosts are the same for every policy; only the
+	// demand, as each policy reads the pod, changes.
+	views, reqs, err := p.requests(state, nodes, nil)
+	if err != nil {
+		return nil, err
+	}
 	out := make([][]float64, len(s.policies))
 	for k, pol := range s.policies {
 		demand, err := pol.Demand(pod)
@@ -78,9 +84,8 @@ func (s *Scorers) Scores(state fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo
 		if demand.IsZero() && !scoresWithoutGPUs(pol) {
 			continue // that policy's GPUPlacement would not score the pod
 		}
-		views, reqs, err := p.requests(state, nodes, &demand)
-		if err != nil {
-			return nil, err
+		for i := range reqs {
+			reqs[i].Demand = &demand
 		}
 		var fit []int
 		var scores []int64
