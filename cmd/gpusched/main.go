@@ -25,6 +25,7 @@ import (
 	"k8s.io/kubernetes/cmd/kube-scheduler/app"
 
 	"github.com/gpusched/gpusched/pkg/dashboard"
+	"github.com/gpusched/gpusched/pkg/defrag"
 	"github.com/gpusched/gpusched/pkg/plugins"
 	"github.com/gpusched/gpusched/pkg/simulator"
 )
@@ -39,6 +40,6 @@ func newCommand() *cobra.Command {
 	command := app.NewSchedulerCommand(plugins.CommandOptions()...)
 	command.Use = "gpusched"
 	withKubeconfig(command)
-	command.AddCommand(simulator.NewCommand(), dashboard.NewCommand())
+	command.AddCommand(simulator.NewCommand(), dashboard.NewCommand(), defrag.NewCommand())
 	return command
 }

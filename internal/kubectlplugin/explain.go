@@ -7,16 +7,21 @@ import (
 	"io"
 	"strings"
 	"text/tabwriter"
+	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpusched/gpusched/pkg/defrag"
+	"github.com/gpusched/gpusched/pkg/gpu"
 	"github.com/gpusched/gpusched/pkg/gpuview"
 )
 
 func explainCommand(ctx context.Context, o *options) *cobra.Command {
 	var detail int
+	var policy string
 	cmd := &cobra.Command{
 		Use:   "explain POD",
 		Short: "Why a GPU pod waits, per node and GPU, and the nearest ways it would run",
@@ -40,7 +45,26 @@ func explainCommand(ctx context.Context, o *options) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			e := o.snapshot(c).Explain(pod, c.pods, c.gangs)
+			snap := o.snapshot(c)
+			e := snap.Explain(pod, c.pods, c.gangs)
+			if pod.Spec.NodeName == "" {
+				pdbs, pdbErr := cs.PolicyV1().PodDisruptionBudgets(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+				rules := defrag.Rules{}
+				switch {
+				case pdbErr == nil:
+					for i := range pdbs.Items {
+						rules.PDBs = append(rules.PDBs, &pdbs.Items[i])
+					}
+				case !apierrors.IsForbidden(pdbErr):
+					return fmt.Errorf("listing PodDisruptionBudgets: %w", pdbErr)
+				}
+				if e.Migration, err = defrag.Explain(snap, pod, rules, gpu.PolicyType(policy), time.Now()); err != nil {
+					return fmt.Errorf("--policy: %w", err)
+				}
+				if pdbErr != nil && e.Migration != "" {
+					e.Migration += " (PodDisruptionBudgets not read: forbidden)"
+				}
+			}
 			if o.output == "json" {
 				return writeJSON(cmd.OutOrStdout(), e)
 			}
@@ -48,6 +72,7 @@ func explainCommand(ctx context.Context, o *options) *cobra.Command {
 		},
 	}
 	cmd.Flags().IntVar(&detail, "nodes", 10, "show the per-GPU answer of this many nodes (nearest first); -1 for all")
+	cmd.Flags().StringVar(&policy, "policy", string(gpu.DefaultPolicy), "the scheduler's placement policy, with which the defragmenter's plan places pods")
 	return cmd
 }
 
@@ -71,6 +96,9 @@ func writeExplanation(w io.Writer, e *gpuview.Explanation, detail int) error {
 		for i, f := range e.Fixes {
 			fmt.Fprintf(w, "  %d. %s\n", i+1, f.Text)
 		}
+	}
+	if e.Migration != "" {
+		fmt.Fprintf(w, "\nMigration: %s\n", e.Migration)
 	}
 	if g := e.Gang; g != nil {
 		fmt.Fprintf(w, "\nGang %s (minMember %d): %d bound, %d pending, %d of them fit now together\n", g.Name, g.MinMember, g.Bound, g.Pending, g.FitNow)

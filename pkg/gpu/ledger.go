@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	v1 "k8s.io/api/core/v1"
@@ -69,6 +70,16 @@ type Ledger struct {
 	// guarded by mu.
 	modelCounts map[string]int64
 	census      atomic.Pointer[ModelGPUs]
+	// taken maps the ID of each reservation a pod in flight or bound took
+	// (AssumeReserved) to that pod: the reservation's GPUs count once, as
+	// the pod's. Guarded by mu.
+	taken map[string]taker
+}
+
+// taker is the pod that took a reservation, and the reservation's node.
+type taker struct {
+	uid  types.UID
+	node string
 }
 
 // ReportConflicts makes the ledger call report whenever a node's view is
@@ -143,6 +154,12 @@ type cachedView struct {
 	inv        *Inventory
 	invErr     error
 	view       *NodeGPUs
+	// reservations are the node's AnnotationReservations, read with inv;
+	// expires is when the first reservation the view holds expires (zero
+	// when it holds none): the view is computed again after it.
+	reservations    []Reservation
+	reservationsErr error
+	expires         time.Time
 	// held is the UIDs of the assumed pods the view was computed from. Every
 	// Assume and Forget on the node marks its view stale, so a view in use
 	// was computed after the node's current assumptions were made.
@@ -151,7 +168,8 @@ type cachedView struct {
 
 // NewLedger returns an empty ledger.
 func NewLedger() *Ledger {
-	return &Ledger{assumed: map[types.UID]Assignment{}, assumedAt: map[types.UID]int64{}, doubtful: map[types.UID][]Assignment{}}
+	return &Ledger{assumed: map[types.UID]Assignment{}, assumedAt: map[types.UID]int64{}, doubtful: map[types.UID][]Assignment{},
+		taken: map[string]taker{}}
 }
 
 // Node returns node's GPUs and their allocation by pods.
@@ -164,11 +182,11 @@ func NewLedger() *Ledger {
 // is a different object with a different resourceVersion.
 func (l *Ledger) Node(node *v1.Node, generation int64, pods iter.Seq[*v1.Pod]) *NodeGPUs {
 	if front := l.front.Load(); front != nil {
-		if c := front[frontSlot(node)].Load(); c != nil && c.source == node && !c.stale && c.generation == generation {
+		if c := front[frontSlot(node)].Load(); c != nil && c.source == node && !c.stale && c.generation == generation && c.current() {
 			return c.view
 		}
 	}
-	if c := l.cached(node.Name); c != nil && !c.stale && c.generation == generation && sameNode(c.source, node) {
+	if c := l.cached(node.Name); c != nil && !c.stale && c.generation == generation && sameNode(c.source, node) && c.current() {
 		return c.view
 	}
 
@@ -177,10 +195,18 @@ func (l *Ledger) Node(node *v1.Node, generation int64, pods iter.Seq[*v1.Pod]) *
 	next := &cachedView{source: node, generation: generation}
 	if c := l.cached(node.Name); c != nil && sameNode(c.source, node) {
 		next.inv, next.invErr = c.inv, c.invErr
+		next.reservations, next.reservationsErr = c.reservations, c.reservationsErr
 	} else {
 		next.inv, next.invErr = InventoryFromNode(node)
+		next.reservations, next.reservationsErr = ReservationsOf(node)
 	}
-	next.view, next.held = l.compute(node.Name, next.inv, next.invErr, pods)
+	next.view, next.held = l.compute(node.Name, next.inv, next.invErr, pods, next.reservations, time.Now())
+	next.view.ReservationsErr = next.reservationsErr
+	for _, r := range next.view.Reserved {
+		if next.expires.IsZero() || r.Expires.Before(next.expires) {
+			next.expires = r.Expires
+		}
+	}
 	l.store(node.Name, next)
 	if l.onConflicts != nil {
 		if key := strings.Join(next.view.Conflicts, "\n"); key != l.reported[node.Name] {
@@ -243,6 +269,12 @@ func (l *Ledger) cached(name string) *cachedView {
 	return nil
 }
 
+// current reports whether no reservation the view holds has expired. Only
+// a view holding reservations reads the clock.
+func (c *cachedView) current() bool {
+	return c.expires.IsZero() || time.Now().Before(c.expires)
+}
+
 func sameNode(seen, node *v1.Node) bool {
 	if seen == nil {
 		return false
@@ -256,13 +288,13 @@ func sameNode(seen, node *v1.Node) bool {
 // with a GPU demand and neither — one nominated to the node by preemption, or
 // one bound by another scheduler — still needs GPUs there: it is counted on
 // the GPUs best-fit would give it, so that its claim is held.
-func (l *Ledger) compute(name string, inv *Inventory, invErr error, pods iter.Seq[*v1.Pod]) (*NodeGPUs, []types.UID) {
+func (l *Ledger) compute(name string, inv *Inventory, invErr error, pods iter.Seq[*v1.Pod], rs []Reservation, now time.Time) (*NodeGPUs, []types.UID) {
 	n := newNodeGPUs(name, inv, invErr)
 	if inv == nil {
 		return n, nil
 	}
 	var unplaced []*v1.Pod
-	var held []types.UID
+	var held, onNode []types.UID
 	for pod := range pods {
 		if _, ok := l.assumed[pod.UID]; ok {
 			held = append(held, pod.UID)
@@ -279,7 +311,12 @@ func (l *Ledger) compute(name string, inv *Inventory, invErr error, pods iter.Se
 			continue
 		}
 		n.add(&a)
+		if len(rs) > 0 {
+			onNode = append(onNode, pod.UID)
+		}
 	}
+	l.forgetTaken(name, rs)
+	holdReservations(n, rs, now, func(id string) (types.UID, bool) { t, ok := l.taken[id]; return t.uid, ok }, onNode)
 	for _, doubts := range l.doubtful {
 		for _, a := range doubts {
 			if a.Node == name {
@@ -347,6 +384,12 @@ func isTerminated(pod *v1.Pod) bool {
 func (l *Ledger) Assume(uid types.UID, a Assignment) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	return l.assumeLocked(uid, a, nil)
+}
+
+// assumeLocked is Assume, checking a's GPUs against free when it is not
+// nil (else the node's view). Callers hold l.mu.
+func (l *Ledger) assumeLocked(uid types.UID, a Assignment, free *NodeGPUs) error {
 	c := l.cached(a.Node)
 	switch {
 	case c == nil || c.inv == nil:
@@ -357,7 +400,10 @@ func (l *Ledger) Assume(uid types.UID, a Assignment) error {
 	if old, ok := l.assumed[uid]; ok {
 		return fmt.Errorf("pod %s is already assumed on GPUs %v of node %s", uid, old.Devices, old.Node)
 	}
-	if err := checkFree(c.view, &a); err != nil {
+	if free == nil {
+		free = c.view
+	}
+	if err := checkFree(free, &a); err != nil {
 		return err
 	}
 	l.assumed[uid] = a
@@ -375,6 +421,46 @@ func (l *Ledger) Forget(uid types.UID) {
 	if a, ok := l.assumed[uid]; ok {
 		l.done(uid)
 		l.markStale(a.Node)
+	}
+	for id, t := range l.taken {
+		if t.uid == uid {
+			delete(l.taken, id) // the reservation holds its GPUs again
+			l.markStale(t.node)
+		}
+	}
+}
+
+// AssumeReserved is Assume for a pod that takes reservation id of a's node
+// (Reservation.Reserves): a's GPUs must be free once the reservation's are
+// given back, and from then on the reservation counts as the pod's, not
+// beside it, while the pod is assumed or bound on the node. Forget gives it
+// back to the reservation.
+func (l *Ledger) AssumeReserved(uid types.UID, a Assignment, id string) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	c := l.cached(a.Node)
+	if c == nil || c.inv == nil || c.stale {
+		return l.assumeLocked(uid, a, nil)
+	}
+	i := slices.IndexFunc(c.view.Reserved, func(r Reservation) bool { return r.ID == id })
+	if i < 0 {
+		return fmt.Errorf("node %s holds no reservation %s", a.Node, id)
+	}
+	free := c.view.Without(&c.view.Reserved[i].Assignment)
+	if err := l.assumeLocked(uid, a, free); err != nil {
+		return err
+	}
+	l.taken[id] = taker{uid: uid, node: a.Node}
+	return nil
+}
+
+// forgetTaken drops the takers of reservations of node that rs, the node's
+// reservations now, no longer has. Callers hold l.mu.
+func (l *Ledger) forgetTaken(node string, rs []Reservation) {
+	for id, t := range l.taken {
+		if t.node == node && !slices.ContainsFunc(rs, func(r Reservation) bool { return r.ID == id }) {
+			delete(l.taken, id)
+		}
 	}
 }
 

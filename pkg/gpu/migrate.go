@@ -3,6 +3,8 @@ package gpu
 import (
 	"cmp"
 	"slices"
+
+	v1 "k8s.io/api/core/v1"
 )
 
 // PlanNode is one node as the migration planner sees it: its GPUs and what
@@ -38,6 +40,30 @@ type PlanPod struct {
 	Movable bool
 }
 
+// PlanDemand is the pod's demand as policy reads it, with the CPU and
+// memory it requests as a node's free CPU and memory count them
+// (PodRequests): what moving the pod frees, and what its replacement asks.
+// Every front end that plans reads a pod's demand with it.
+func PlanDemand(policy *Policy, pod *v1.Pod) (Demand, error) {
+	d, err := policy.Demand(pod)
+	if err != nil {
+		return d, err
+	}
+	cpu, memoryBytes := PodRequests(pod)
+	d.MilliCPU, d.HostMemoryMiB = cpu, memoryBytes>>20
+	return d, nil
+}
+
+// MovesPerGPU bounds a plan's moves by the GPU it makes room for: four
+// pods per GPU (a pod of one GPU may move 4, a share of half a GPU 2; a
+// share below a quarter of a GPU never moves another pod). Moving more pods
+// than that to place less GPU costs more disruption than the capacity it
+// buys (docs/defragmentation.md has the measurements).
+const MovesPerGPU = 4
+
+// MaxMoves is the most pods a plan that makes room for d may move.
+func MaxMoves(d *Demand) int { return int(d.TotalMilli() * MovesPerGPU / MilliPerGPU) }
+
 // Move is one migration: a pod leaves its node (From, the plan's Node) for
 // To (To.Node names the destination).
 type Move struct {
@@ -63,7 +89,16 @@ type Planner struct {
 	Policy *Policy
 	// MaxMoves bounds the pods one plan moves; 0 means 1.
 	MaxMoves int
+	// Admits, when set, says whether a node admits a pod beside its GPUs,
+	// CPU and memory (the pod's node selector and affinity, the node's
+	// taints: what the front end's other filters decide): pod is a moved
+	// pod's PlanPod.ID, or "" for the pending pod. Nil admits every pod
+	// everywhere.
+	Admits func(node, pod string) bool
 }
+
+// admits is p.Admits, or true without it.
+func (p *Planner) admits(node, pod string) bool { return p.Admits == nil || p.Admits(node, pod) }
 
 // maxPlanTries bounds the nodes whose plans are worked out in full (their
 // moved pods given destinations), cheapest first. Plans of equal cost
@@ -101,7 +136,7 @@ func (p *Planner) MakeRoom(nodes []PlanNode, pending *Demand, priority int32) (p
 	elsewhere := placeable{nodes: nodes, fits: map[DemandKey]bool{}}
 	for i := range nodes {
 		n := &nodes[i]
-		if n.GPUs == nil || n.GPUs.Inventory == nil || n.GPUs.Len() < pending.Count {
+		if n.GPUs == nil || n.GPUs.Inventory == nil || n.GPUs.Len() < pending.Count || !p.admits(n.GPUs.Name, "") {
 			continue
 		}
 		var movable []PlanPod
@@ -233,7 +268,7 @@ func (p *Planner) complete(nodes []PlanNode, target int, before *NodeGPUs, moves
 		best, bestScore := -1, int64(-1)
 		var bestChosen DeviceSet
 		for i := range nodes {
-			if i == target || views[i] == nil || views[i].Inventory == nil || !hostFits(hosts[i], &pod.Demand) {
+			if i == target || views[i] == nil || views[i].Inventory == nil || !hostFits(hosts[i], &pod.Demand) || !p.admits(views[i].Name, pod.ID) {
 				continue
 			}
 			chosen, fit, score := p.Policy.PlaceAndScore(views[i], &Request{Demand: &pod.Demand, Host: hosts[i]})

@@ -65,6 +65,7 @@ func TestPlannerMakeRoom(t *testing.T) {
 		priority int32
 		maxMoves int
 		cpu      map[string]int64 // free CPU overrides, by node
+		refuses  []string         // "node/pod" pairs Admits refuses ("node/" for the pending pod)
 		want     string           // "" when no plan
 	}{{
 		// a: GPU0 s1 (500), GPU1 s2 (300); b: GPU0 s3 (400). Freeing a GPU of
@@ -159,6 +160,24 @@ func TestPlannerMakeRoom(t *testing.T) {
 		pods:    []gpu.PlanPod{{ID: "cpu6", Demand: gpu.Demand{MilliCPU: 6000}, Held: gpu.Assignment{Node: "a"}, Movable: true}, planPod("s1", "b", 800, 0)},
 		pending: &gpu.Demand{Count: 1, Milli: gpu.MilliPerGPU, MilliCPU: 4000}, maxMoves: 1,
 		want: "pending@a[0] cpu6->b[]",
+	}, {
+		// The first case with b refusing the pending pod (its selector):
+		// a is made room on instead, moving s1 (GPU0) to b's GPU0.
+		name:    "a node that does not admit the pending pod",
+		gpus:    []int{2, 1},
+		pods:    []gpu.PlanPod{planPod("s1", "a", 500, 0), planPod("s2", "a", 300, 1), planPod("s3", "b", 400, 0)},
+		pending: whole, maxMoves: 1,
+		refuses: []string{"b/"},
+		want:    "pending@a[0] s1->b[0]",
+	}, {
+		// The first case with a refusing s3 (a taint s3 does not
+		// tolerate): s3 has nowhere to go, and a's plan moves s1 to b.
+		name:    "a node that does not admit a moved pod",
+		gpus:    []int{2, 1},
+		pods:    []gpu.PlanPod{planPod("s1", "a", 500, 0), planPod("s2", "a", 300, 1), planPod("s3", "b", 400, 0)},
+		pending: whole, maxMoves: 1,
+		refuses: []string{"a/s3"},
+		want:    "pending@a[0] s1->b[0]",
 	}}
 	policy := gpu.MustPolicy(gpu.PolicyBestFit, gpu.PolicyConfig{})
 	for _, tc := range tests {
@@ -170,6 +189,9 @@ func TestPlannerMakeRoom(t *testing.T) {
 				}
 			}
 			planner := gpu.Planner{Policy: policy, MaxMoves: tc.maxMoves}
+			if tc.refuses != nil {
+				planner.Admits = func(node, pod string) bool { return !slices.Contains(tc.refuses, node+"/"+pod) }
+			}
 			plan, ok := planner.MakeRoom(nodes, tc.pending, tc.priority)
 			got := ""
 			if ok {

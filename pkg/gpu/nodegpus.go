@@ -39,6 +39,12 @@ type NodeGPUs struct {
 	// name, or not counted, because the GPU with their UUID moved or is gone
 	// (see resolve); for the front ends to report.
 	Conflicts []string
+	// Reserved are the reservations of the node's AnnotationReservations
+	// that the view holds: not expired when it was computed, not taken by a
+	// pod it counts. ReservationsErr is why the annotation could not be
+	// read (the view then holds none).
+	Reserved        []Reservation
+	ReservationsErr error
 	// memo holds the policies' answers about this view (see
 	// Policy.PlaceAndScore); nil for a view built outside this package's
 	// constructors, which is then answered afresh every time.

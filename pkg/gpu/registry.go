@@ -149,6 +149,23 @@ func NewPolicy(t PolicyType, cfg PolicyConfig) (*Policy, error) {
 	return p, nil
 }
 
+// NewWorkloadPolicy builds policy t with its defaults as a front end that
+// reads a whole cluster places with: measuring fragmentation, where t does,
+// against the workload's typical pods, fixed (StaticShapes), and pricing
+// models by fleet. what-if, the views and the defragmenter build theirs
+// with it, as the simulator builds GPUPlacement's.
+func NewWorkloadPolicy(t PolicyType, typical []TypicalPod, fleet Fleet) (*Policy, error) {
+	info, err := lookup(string(t))
+	if err != nil {
+		return nil, err
+	}
+	cfg := PolicyConfig{Fleet: fleet}
+	if info.NeedsShapes {
+		cfg.Shapes = StaticShapes(typical)
+	}
+	return NewPolicy(t, cfg)
+}
+
 // WithFleet is the policy built again with the cluster's GPUs by model as
 // f counts them (PolicyConfig.Fleet): a front end builds its policy from
 // its args, then hands it the ledger it reads nodes through. A nil policy

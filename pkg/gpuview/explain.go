@@ -11,6 +11,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/gpusched/gpusched/pkg/gpu"
+	"github.com/gpusched/gpusched/pkg/podgroup"
 )
 
 // Explanation says why a pod does not run and what would let it.
@@ -38,6 +39,11 @@ type Explanation struct {
 	// SchedulerSays is the message of the pod's PodScheduled=False
 	// condition: the summary of the last attempt.
 	SchedulerSays string `json:"schedulerSays,omitempty"`
+	// Migration is what the defragmenter does or would do for the pod (a
+	// plan under way, the plan it would make, or why there is none); the
+	// front end that knows the cluster's disruption budgets fills it in
+	// (defrag.Explain).
+	Migration string `json:"migration,omitempty"`
 }
 
 // NodeAnswer is one node's answer for the pod.
@@ -147,7 +153,7 @@ func (s *Snapshot) Explain(pod *v1.Pod, pods []*v1.Pod, gangs map[string]GangSpe
 		}
 	}
 	e.Verdict = s.verdict(&d, claims, e.Nodes)
-	if g, ok := gangOf(pod); ok {
+	if g, ok := podgroup.GangOf(pod); ok {
 		e.Gang = s.explainGang(pod.Namespace, g, pods, gangs)
 		if e.Gang.Short != "" {
 			// A member runs only with its gang: the gang's lack is the answer.

@@ -46,20 +46,6 @@ type GangAnswer struct {
 	ModelNote string   `json:"modelNote,omitempty"`
 }
 
-// gangOf names the gang a pod belongs to: the PodGroup of its
-// scheduling.x-k8s.io/pod-group label, or the upstream Workload API's
-// PodGroup of its spec.schedulingGroup (prefixed "workload:", as the two
-// are different objects that may share a name).
-func gangOf(pod *v1.Pod) (string, bool) {
-	if name, ok, err := podgroup.NameOf(pod); ok && err == nil {
-		return name, true
-	}
-	if g := pod.Spec.SchedulingGroup; g != nil && g.PodGroupName != nil && *g.PodGroupName != "" {
-		return "workload:" + *g.PodGroupName, true
-	}
-	return "", false
-}
-
 // explainGang places the gang's pending pods together on the cluster's free
 // GPUs, each where it leaves the fewest suitable GPUs free (the engine's
 // fit and choice of GPUs), and says what the rest would need.
@@ -73,7 +59,7 @@ func (s *Snapshot) explainGang(namespace, name string, pods []*v1.Pod, gangs map
 	// gang of both is checked against every node, as GPUGang checks it.
 	claims, others := false, false
 	for _, p := range pods {
-		if g, ok := gangOf(p); !ok || g != name || p.Namespace != namespace || !gpu.InWorkload(p) {
+		if g, ok := podgroup.GangOf(p); !ok || g != name || p.Namespace != namespace || !gpu.InWorkload(p) {
 			continue
 		}
 		if p.Spec.NodeName != "" {

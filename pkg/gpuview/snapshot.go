@@ -14,11 +14,13 @@ import (
 	"cmp"
 	"errors"
 	"slices"
+	"sync"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/gpusched/gpusched/pkg/gpu"
+	"github.com/gpusched/gpusched/pkg/podgroup"
 )
 
 // Snapshot is a cluster's GPUs at one moment. It is immutable once built.
@@ -44,6 +46,12 @@ type Snapshot struct {
 	// index in Nodes.
 	dra      *draRead
 	draNodes []bool
+	// byUID indexes pods by UID, built on first use (Pod).
+	byUIDOnce sync.Once
+	byUID     map[string]*v1.Pod
+	// fleet counts the nodes' GPUs by model (the ledger Build read them
+	// with), for the policies' prices.
+	fleet gpu.Fleet
 }
 
 // Node is one node's GPUs and host resources.
@@ -223,6 +231,7 @@ func Build(nodes []*v1.Node, pods []*v1.Pod, opts Options) *Snapshot {
 	s.Typical = gpu.TypicalPods(demands)
 
 	ledger := gpu.NewLedger()
+	s.fleet = ledger
 	sorted := slices.SortedFunc(slices.Values(nodes), func(a, b *v1.Node) int { return cmp.Compare(a.Name, b.Name) })
 	for _, n := range sorted {
 		view := s.dra.view(n.Name)
@@ -341,7 +350,7 @@ func pendingOf(p *v1.Pod, d gpu.Demand, err error) PendingPod {
 	} else {
 		out.Demand = d.String()
 	}
-	if g, ok := gangOf(p); ok {
+	if g, ok := podgroup.GangOf(p); ok {
 		out.Gang = g
 	}
 	for _, c := range p.Status.Conditions {

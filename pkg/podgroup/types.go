@@ -161,3 +161,17 @@ func NameOf(pod *v1.Pod) (name string, ok bool, err error) {
 	}
 	return name, true, nil
 }
+
+// GangOf names the gang a pod belongs to: the PodGroup of its
+// scheduling.x-k8s.io/pod-group label, or the upstream Workload API's
+// PodGroup of its spec.schedulingGroup (prefixed "workload:", as the two
+// are different objects that may share a name).
+func GangOf(pod *v1.Pod) (string, bool) {
+	if name, ok, err := NameOf(pod); ok && err == nil {
+		return name, true
+	}
+	if g := pod.Spec.SchedulingGroup; g != nil && g.PodGroupName != nil && *g.PodGroupName != "" {
+		return "workload:" + *g.PodGroupName, true
+	}
+	return "", false
+}

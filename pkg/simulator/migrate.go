@@ -100,13 +100,6 @@ type MigrationStats struct {
 	Lost     int `json:"lost,omitempty"`
 }
 
-// movesPerPlanGPU bounds a plan's moves by the GPU it makes room for: four
-// pods per GPU (a pod of one GPU may move 4, a share of half a GPU 2; a
-// share below a quarter of a GPU never moves another pod). Moving more pods
-// than that to place less GPU costs more disruption than the capacity it
-// buys.
-const movesPerPlanGPU = 4
-
 // migrator is a run's migrations: its planner and budget, and what it did.
 type migrator struct {
 	budget  MigrationBudget
@@ -124,7 +117,7 @@ type migrator struct {
 	generation int
 	// placement is the index of pods[i]'s entry in Run.Placements.
 	placement map[int]int
-	// demands are the bound pods' demands (planDemand) by UID, read once:
+	// demands are the bound pods' demands (gpu.PlanDemand) by UID, read once:
 	// a pod's spec never changes, and a moved pod's replacement has a UID
 	// of its own.
 	demands  map[string]gpu.Demand
@@ -205,11 +198,11 @@ func (m *migrator) changed() { clear(m.noPlan) }
 // node and placed on their destinations through the framework, as the
 // replacements a controller creates would be.
 func (m *migrator) makeRoom(e *episode, pod *v1.Pod) *decision {
-	d, err := planDemand(m.planner.Policy, pod)
+	d, err := gpu.PlanDemand(m.planner.Policy, pod)
 	if err != nil || d.IsZero() {
 		return nil
 	}
-	maxMoves := min(m.allowed(e), int(d.TotalMilli()*movesPerPlanGPU/gpu.MilliPerGPU))
+	maxMoves := min(m.allowed(e), gpu.MaxMoves(&d))
 	key := planKey{d.Key(), podPriority(pod)}
 	if tried, ok := m.noPlan[key]; maxMoves < 1 || ok && maxMoves <= tried {
 		return nil
@@ -289,7 +282,7 @@ func (m *migrator) planNodes(e *episode) []gpu.PlanNode {
 		d, ok := m.demands[uid]
 		if !ok {
 			var err error
-			if d, err = planDemand(m.planner.Policy, bound); err != nil {
+			if d, err = gpu.PlanDemand(m.planner.Policy, bound); err != nil {
 				continue
 			}
 			m.demands[uid] = d
@@ -300,19 +293,6 @@ func (m *migrator) planNodes(e *episode) []gpu.PlanNode {
 		sortBy(nodes[k].Pods, func(p gpu.PlanPod) string { return p.ID })
 	}
 	return nodes
-}
-
-// planDemand is the pod's demand as the policy reads it, with the CPU and
-// memory it requests as the nodes' free CPU and memory count them
-// (fragTracker), which is what moving it frees.
-func planDemand(policy *gpu.Policy, pod *v1.Pod) (gpu.Demand, error) {
-	d, err := policy.Demand(pod)
-	if err != nil {
-		return d, err
-	}
-	cpu, memoryBytes := gpu.PodRequests(pod)
-	d.MilliCPU, d.HostMemoryMiB = cpu, memoryBytes>>20
-	return d, nil
 }
 
 // podPriority is the pod's priority, 0 when unset.

@@ -19,15 +19,7 @@ const maxNodeScore = 100
 // (gpu.StaticShapes), as the simulator registers GPUPlacement
 // (gpuplacement.NewWithShapes) and as gpuview measures fragmentation.
 func (c *cluster) newPolicy(t gpu.PolicyType) (*gpu.Policy, error) {
-	info, err := gpu.LookupPolicy(string(t))
-	if err != nil {
-		return nil, err
-	}
-	cfg := gpu.PolicyConfig{Fleet: c.fleet}
-	if info.NeedsShapes {
-		cfg.Shapes = gpu.StaticShapes(c.typical)
-	}
-	return gpu.NewPolicy(t, cfg)
+	return gpu.NewWorkloadPolicy(t, c.typical, c.fleet)
 }
 
 // placer is one policy's run over a copy of the cluster's nodes.

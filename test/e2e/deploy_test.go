@@ -63,10 +63,10 @@ func TestDeployManifests(t *testing.T) {
 	covered := map[string]bool{}
 
 	withPreemption := preemptionOverlay(t)
-	for _, dir := range []string{"deploy/scheduler", "deploy/extender", withPreemption, "deploy/dashboard"} {
+	for _, dir := range []string{"deploy/scheduler", "deploy/extender", withPreemption, "deploy/dashboard", "deploy/defragmenter"} {
 		command(t, nil, kubectl, kc, "apply", "--dry-run=server", "-k", dir)
 	}
-	for _, dir := range []string{"deploy/scheduler", "deploy/extender", "deploy/scheduler/preemption", "deploy/dashboard"} {
+	for _, dir := range []string{"deploy/scheduler", "deploy/extender", "deploy/scheduler/preemption", "deploy/dashboard", "deploy/defragmenter"} {
 		for _, f := range kustomizationFiles(t, dir) {
 			covered[f] = true
 		}
@@ -165,6 +165,19 @@ func TestDeployManifests(t *testing.T) {
 		{"update", "resourceclaims.resource.k8s.io", "status", "default"},
 		{"create", "events.events.k8s.io", "", "default"},
 	}))
+
+	// The defragmenter reads, evicts (never deletes) and updates Nodes,
+	// which its admission policy limits to the reservations annotation.
+	command(t, nil, kubectl, kc, "apply", "-f", "deploy/defragmenter/serviceaccount.yaml", "-f", "deploy/defragmenter/rbac.yaml")
+	assertAccess(t, kubectl, kc, "system:serviceaccount:kube-system:gpusched-defragmenter", []access{
+		{"list", "nodes", "", ""}, {"update", "nodes", "", ""}, {"watch", "pods", "", ""},
+		{"create", "pods", "eviction", "default"}, {"list", "poddisruptionbudgets.policy", "", ""},
+		{"create", "events", "", "default"}, {"update", "leases.coordination.k8s.io/gpusched-defragmenter", "", "kube-system"},
+	}, []access{
+		{"delete", "pods", "", "default"}, {"patch", "pods", "", "default"}, {"create", "pods", "binding", "default"},
+		{"update", "nodes", "status", ""}, {"delete", "nodes", "", ""},
+		{"update", "leases.coordination.k8s.io/kube-scheduler", "", "kube-system"},
+	})
 }
 
 // preemptionOverlay writes a kustomization of deploy/scheduler/ with the

@@ -3,10 +3,11 @@
 // kube-scheduler that is built and run exactly like the production binary
 // (k8s.io/kubernetes/cmd/kube-scheduler/app).
 //
-// Nothing but the API server and the scheduler run: there is no kubelet, no
-// controller-manager and no service-account controller. Nodes are plain API
-// objects created with [CreateNode]; pods are never started, a pod counts as
-// scheduled once spec.nodeName is set.
+// Nothing but the API server and the scheduler run (StartWithControllers
+// adds the workload controllers): there is no kubelet, and without the
+// controllers no controller-manager and no service-account controller.
+// Nodes are plain API objects created with [CreateNode]; pods are never
+// started, a pod counts as scheduled once spec.nodeName is set.
 //
 // All listeners bind to 127.0.0.1 only. Everything a helper starts is stopped
 // through t.Cleanup, in reverse start order (schedulers, then the API server,
@@ -107,15 +108,27 @@ func (c *Cluster) SetEtcdDelay(d time.Duration) {
 	}
 }
 
+// StartWithControllers is Start with kube-controller-manager's workload
+// controllers running beside the API server (controlplane.Controllers:
+// Deployments, ReplicaSets, Jobs and StatefulSets get their pods, and a
+// pod evicted or deleted is replaced), and ServiceAccount admission on, as
+// in a real cluster.
+func StartWithControllers(t *testing.T, apiserverFlags ...string) *Cluster {
+	t.Helper()
+	return startWith(t, controlplane.Options{Controllers: true,
+		APIServerFlags: append(append([]string{}, controlplane.ControllerAPIServerFlags...), apiserverFlags...)})
+}
+
 func start(t *testing.T, faults bool, apiserverFlags []string) *Cluster {
 	t.Helper()
-	quietLogging()
+	return startWith(t, controlplane.Options{Faults: faults,
+		APIServerFlags: append(append([]string{}, DefaultAPIServerFlags...), apiserverFlags...)})
+}
 
-	opts := controlplane.Options{
-		Dir:            t.TempDir(),
-		APIServerFlags: append(append([]string{}, DefaultAPIServerFlags...), apiserverFlags...),
-		Faults:         faults,
-	}
+func startWith(t *testing.T, opts controlplane.Options) *Cluster {
+	t.Helper()
+	quietLogging()
+	opts.Dir = t.TempDir()
 	if verbose() {
 		opts.Logf = t.Logf
 	}

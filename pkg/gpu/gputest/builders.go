@@ -234,3 +234,12 @@ func (w *PodWrapper) Phase(p v1.PodPhase) *PodWrapper {
 
 // Obj returns the built pod.
 func (w *PodWrapper) Obj() *v1.Pod { return w.Pod.DeepCopy() }
+
+// OwnedBy makes the pod's controller the object with uid (an
+// ownerReference with controller=true), as a ReplicaSet's pods have.
+func (w *PodWrapper) OwnedBy(kind, name, uid string) *PodWrapper {
+	controller := true
+	w.Pod.OwnerReferences = append(w.Pod.OwnerReferences, metav1.OwnerReference{
+		APIVersion: "apps/v1", Kind: kind, Name: name, UID: types.UID(uid), Controller: &controller})
+	return w
+}

@@ -63,8 +63,9 @@ func isSchedulableAfterNodeChange(logger klog.Logger, pod *v1.Pod, oldObj, newOb
 	if err != nil {
 		return fwk.QueueSkip, nil // only a change to the pod can help
 	}
-	if oldNode != nil && gpu.InventorySignature(oldNode) == gpu.InventorySignature(newNode) {
-		return fwk.QueueSkip, nil
+	sameReservations := oldNode != nil && oldNode.Annotations[gpu.AnnotationReservations] == newNode.Annotations[gpu.AnnotationReservations]
+	if oldNode != nil && gpu.InventorySignature(oldNode) == gpu.InventorySignature(newNode) && sameReservations {
+		return fwk.QueueSkip, nil // a reservation released or written may free GPUs for this pod, or hold them for it
 	}
 	if !gpu.CouldFit(newNode, &demand) {
 		logger.V(5).Info("Node cannot host the pod's GPUs", "pod", klog.KObj(pod), "node", klog.KObj(newNode))

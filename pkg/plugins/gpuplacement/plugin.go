@@ -69,6 +69,9 @@ type GPUPlacement struct {
 	// reportedNodes maps a node name to the resourceVersion whose invalid GPU
 	// inventory was last reported in an event (see reportInvalidInventory).
 	reportedNodes sync.Map
+	// reservations is where the nodes' GPU reservations are (the
+	// defragmenter's), for PreFilter.
+	reservations reservationIndex
 	// background lives as long as the plugin; stop ends it, and with it
 	// the plugin's background work (the reason keeper, settleBind).
 	background context.Context
@@ -130,6 +133,9 @@ func newPlugin(ctx context.Context, obj runtime.Object, h fwk.Handle, shapes gpu
 	if err := p.forgetDeletedPods(); err != nil {
 		return nil, err
 	}
+	if err := p.followReservations(); err != nil {
+		return nil, err
+	}
 	p.background, p.stop = context.WithCancel(ctx)
 	p.keepReasons(p.background)
 	return p, nil
@@ -167,7 +173,14 @@ func (p *GPUPlacement) forgetDeletedPods() error {
 func (p *GPUPlacement) Name() string { return Name }
 
 // podState is the pod's demand, computed once per cycle by PreFilter.
-type podState struct{ demand gpu.Demand }
+type podState struct {
+	demand gpu.Demand
+	// mayTakeReservation is set when some node holds a reservation the pod
+	// may take (gpu.Reservation.Reserves): PreFilter then limits the cycle
+	// to those nodes, and Filter, Score and Reserve read their views with
+	// the reserved GPUs given back to the pod (reservedView).
+	mayTakeReservation bool
+}
 
 // Clone implements fwk.StateData; podState is never modified after PreFilter.
 func (s *podState) Clone() fwk.StateData { return s }
@@ -211,7 +224,8 @@ func (p *GPUPlacement) PreFilter(ctx context.Context, state fwk.CycleState, pod 
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
 	p.policy.Observe(pod.UID, demand)
-	state.Write(stateKey, &podState{demand: demand})
+	s := &podState{demand: demand}
+	state.Write(stateKey, s)
 	if p.dra != nil {
 		found, status := p.readDRA(ctx, state, true)
 		if status != nil {
@@ -220,6 +234,10 @@ func (p *GPUPlacement) PreFilter(ctx context.Context, state fwk.CycleState, pod 
 		if found {
 			p.chooseForDeferred(ctx, state, nodes, &demand)
 		}
+	}
+	if reserved := p.reservations.nodesFor(pod, &demand); reserved != nil {
+		s.mayTakeReservation = true
+		return &fwk.PreFilterResult{NodeNames: reserved}, nil
 	}
 	return nil, nil
 }
@@ -281,11 +299,19 @@ func (p *GPUPlacement) PreFilterExtensions() fwk.PreFilterExtensions { return ni
 func scoresWithoutGPUs(pol *gpu.Policy) bool { return pol.Info().HostAware }
 
 func demandOf(state fwk.CycleState) (*gpu.Demand, *fwk.Status) {
+	s, status := podStateOf(state)
+	if status != nil {
+		return nil, status
+	}
+	return &s.demand, nil
+}
+
+func podStateOf(state fwk.CycleState) (*podState, *fwk.Status) {
 	data, err := state.Read(stateKey)
 	if err != nil {
 		return nil, fwk.AsStatus(fmt.Errorf("%s: reading pod state: %w", Name, err))
 	}
-	return &data.(*podState).demand, nil
+	return data.(*podState), nil
 }
 
 // nodeGPUs is the ledger's view of a node in the cycle's snapshot.
@@ -308,10 +334,11 @@ func podsOf(nodeInfo fwk.NodeInfo) iter.Seq[*v1.Pod] {
 // help (model, memory size, GPU count), else Unschedulable (preemption may help).
 // A node whose GPUs DRA allocates is decided by filterDRA.
 func (p *GPUPlacement) Filter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeInfo fwk.NodeInfo) *fwk.Status {
-	demand, status := demandOf(state)
+	s, status := podStateOf(state)
 	if status != nil {
 		return status
 	}
+	demand := &s.demand
 	if demand.IsZero() { // a pod with claims (preFilterClaims)
 		return p.filterClaims(ctx, state, nodeInfo)
 	}
@@ -330,7 +357,7 @@ func (p *GPUPlacement) Filter(ctx context.Context, state fwk.CycleState, pod *v1
 	if status := filterHeld(draCycleOf(state), nodeInfo.Node().Name); status != nil {
 		return status
 	}
-	n := p.nodeGPUs(nodeInfo)
+	n, _ := reservedView(p.nodeGPUs(nodeInfo), pod, s)
 	fit := gpu.Check(n, &gpu.Request{Demand: demand, Exclude: gpuhealth.Read(state)})
 	if fit.Reasons.Has(gpu.ReasonInventoryInvalid) {
 		p.reportInvalidInventory(nodeInfo.Node(), n.Err)
@@ -462,10 +489,11 @@ func (s *hostState) Clone() fwk.StateData { return s }
 // nvidia.com/gpu the claim DynamicResources makes for it (first fit over
 // the node's GPUs when that cannot be predicted, scoreDRA).
 func (p *GPUPlacement) Score(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeInfo fwk.NodeInfo) (int64, *fwk.Status) {
-	demand, status := demandOf(state)
+	s, status := podStateOf(state)
 	if status != nil {
 		return 0, status
 	}
+	demand := &s.demand
 	if ext := externalOf(state); ext != nil {
 		return ext.scores[nodeInfo.Node().Name], nil
 	}
@@ -484,7 +512,7 @@ func (p *GPUPlacement) Score(ctx context.Context, state fwk.CycleState, pod *v1.
 		}
 		return p.scoreDRA(state, nodeInfo, demand, view), nil
 	}
-	n := p.nodeGPUs(nodeInfo)
+	n, _ := reservedView(p.nodeGPUs(nodeInfo), pod, s)
 	req := requestOf(state, nodeInfo, demand)
 	// A demand that no longer fits scores 0: the node changed since Filter,
 	// and it will not be chosen.

@@ -32,7 +32,8 @@ func (p *GPUPlacement) Reserve(ctx context.Context, state fwk.CycleState, pod *v
 	if err != nil {
 		return nil // no GPU demand
 	}
-	demand := &data.(*podState).demand
+	ps := data.(*podState)
+	demand := &ps.demand
 	if demand.IsZero() {
 		return nil // scored for its CPU only
 	}
@@ -45,19 +46,40 @@ func (p *GPUPlacement) Reserve(ctx context.Context, state fwk.CycleState, pod *v
 	}
 	// In flight: the pods of a gang that the Workload API's pod-group cycle
 	// reserved just before this one are not in the snapshot yet.
-	n := p.ledger.NodeInFlight(nodeInfo.Node(), nodeInfo.GetGeneration(), podsOf(nodeInfo))
+	n, taken := reservedView(p.ledger.NodeInFlight(nodeInfo.Node(), nodeInfo.GetGeneration(), podsOf(nodeInfo)), pod, ps)
 	req := requestOf(state, nodeInfo, demand)
-	chosen, fit := p.policy.Place(n, &req)
+	chosen, fit := p.place(n, &req, taken)
 	if !fit.OK() {
 		return statusOf(fit)
 	}
 	a := gpu.NewAssignment(n, demand, chosen)
-	if err := p.ledger.Assume(pod.UID, a); err != nil {
+	if taken != nil {
+		err = p.ledger.AssumeReserved(pod.UID, a, taken.ID)
+	} else {
+		err = p.ledger.Assume(pod.UID, a)
+	}
+	if err != nil {
 		return fwk.NewStatus(fwk.Unschedulable, err.Error())
+	}
+	if taken != nil {
+		logger(ctx).V(2).Info("Took a GPU reservation", "pod", klog.KObj(pod), "reservation", taken.ID, "reserved", taken.GPUs, "assignment", a.String())
 	}
 	state.Write(assignmentKey, &assignmentState{assignment: a})
 	logger(ctx).V(4).Info("Reserved GPUs", "pod", klog.KObj(pod), "assignment", a.String())
 	return nil
+}
+
+// place chooses the pod's GPUs on n: the reserved ones when the pod takes
+// a reservation there and they still suit it, else as the policy would.
+func (p *GPUPlacement) place(n *gpu.NodeGPUs, req *gpu.Request, taken *gpu.Reservation) (gpu.DeviceSet, gpu.Fit) {
+	if taken != nil {
+		onto := *req
+		onto.Exclude = taken.Onto(req.Exclude)
+		if chosen, fit := p.policy.Place(n, &onto); fit.OK() {
+			return chosen, fit
+		}
+	}
+	return p.policy.Place(n, req)
 }
 
 // bindKey marks, in the CycleState, a pod whose binding may have been sent:

@@ -1,0 +1,410 @@
+// Package defrag is gpusched's defragmenter: it runs the engine's migration
+// planner (gpu.Planner) on the live cluster for GPU pods that fit nowhere,
+// and in Enforce mode carries its plans out. A plan reserves the GPUs it
+// chose in the nodes' gpu.AnnotationReservations, which the scheduler's
+// ledger holds for the pods they are for (the pending pod, and each moved
+// pod's replacement, matched by controller and shape), then evicts the
+// pods it moves through the Eviction API, so that PodDisruptionBudgets
+// are enforced by the API server as well as checked here. It stops a plan
+// whose pods do not arrive in time, and releases what the plan holds.
+//
+// Every decision is visible: events on the pending pod and on each pod
+// moved (or that would be, in DryRun), and Prometheus metrics. It imports
+// client-go and the engine, not the scheduler framework.
+package defrag
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	policylisters "k8s.io/client-go/listers/policy/v1"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+
+	"github.com/gpusched/gpusched/pkg/gpu"
+	"github.com/gpusched/gpusched/pkg/gpuview"
+	"github.com/gpusched/gpusched/pkg/podgroup"
+)
+
+// Mode is what the defragmenter does with a plan.
+type Mode string
+
+const (
+	// DryRun records what it would move and why (events and metrics) and
+	// changes nothing. The default.
+	DryRun Mode = "DryRun"
+	// Enforce carries plans out.
+	Enforce Mode = "Enforce"
+)
+
+// ParseMode reads a mode, naming the allowed ones when s is none.
+func ParseMode(s string) (Mode, error) {
+	for _, m := range []Mode{DryRun, Enforce} {
+		if strings.EqualFold(s, string(m)) {
+			return m, nil
+		}
+	}
+	return "", fmt.Errorf("mode %q: want %s or %s", s, DryRun, Enforce)
+}
+
+// Options configure a Defragmenter.
+type Options struct {
+	Mode Mode
+	// SchedulerNames are the schedulers whose pending pods are planned
+	// for (default "gpusched").
+	SchedulerNames []string
+	// Policy places the pending pod and the moved pods in a plan: the
+	// policy the scheduler places with (default the engine's default).
+	Policy gpu.PolicyType
+	// Selector opts pods in by label, beside AnnotationMovable.
+	Selector labels.Selector
+	// Interval is how often it looks for pods to make room for (default
+	// 30 s); PlanTimeout how long a plan's pods have to arrive on the GPUs
+	// it reserved (default 5 min).
+	Interval    time.Duration
+	PlanTimeout time.Duration
+	// Rate limits on the pods moved (evicted, or that would be in DryRun)
+	// in any hour: in all, from one node, from one namespace. Defaults 10,
+	// 2 and 5.
+	MovesPerHour, MovesPerNodePerHour, MovesPerNamespacePerHour int
+	// GracePeriodSeconds, when set, is the grace period of the evictions;
+	// each pod's own otherwise.
+	GracePeriodSeconds *int64
+	// Now is the clock (time.Now when nil).
+	Now func() time.Time
+}
+
+func (o *Options) defaults() {
+	o.Mode = cmp.Or(o.Mode, DryRun)
+	if len(o.SchedulerNames) == 0 {
+		o.SchedulerNames = []string{"gpusched"}
+	}
+	o.Policy = cmp.Or(o.Policy, gpu.PolicyType(gpu.DefaultPolicy))
+	o.Interval = cmp.Or(o.Interval, 30*time.Second)
+	o.PlanTimeout = cmp.Or(o.PlanTimeout, 5*time.Minute)
+	o.MovesPerHour = cmp.Or(o.MovesPerHour, 10)
+	o.MovesPerNodePerHour = cmp.Or(o.MovesPerNodePerHour, 2)
+	o.MovesPerNamespacePerHour = cmp.Or(o.MovesPerNamespacePerHour, 5)
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+}
+
+// Defragmenter plans migrations for pending GPU pods and, in Enforce,
+// carries them out, one plan at a time.
+type Defragmenter struct {
+	client   kubernetes.Interface
+	opts     Options
+	factory  informers.SharedInformerFactory
+	nodes    corelisters.NodeLister
+	pods     corelisters.PodLister
+	pdbs     policylisters.PodDisruptionBudgetLister
+	recorder record.EventRecorder
+	metrics  *Metrics
+
+	// active is the plan being carried out; nil when none.
+	active *activePlan
+	// moves are the pods moved in the last hour, for the rate limits.
+	moves []move
+	// told is the last message recorded on each pending pod, so that a
+	// pod waiting for many rounds is told once per change.
+	told map[types.UID]string
+	seq  int
+}
+
+// move is one pod moved, for the rate limits.
+type move struct {
+	at              time.Time
+	node, namespace string
+}
+
+// New builds a defragmenter over client. Run starts it.
+func New(client kubernetes.Interface, recorder record.EventRecorder, metrics *Metrics, opts Options) (*Defragmenter, error) {
+	opts.defaults()
+	if _, err := gpu.LookupPolicy(string(opts.Policy)); err != nil {
+		return nil, fmt.Errorf("defragmenter: %w", err)
+	}
+	factory := informers.NewSharedInformerFactory(client, 0)
+	d := &Defragmenter{client: client, opts: opts, factory: factory,
+		nodes: factory.Core().V1().Nodes().Lister(), pods: factory.Core().V1().Pods().Lister(),
+		pdbs: factory.Policy().V1().PodDisruptionBudgets().Lister(), recorder: recorder, metrics: metrics,
+		told: map[types.UID]string{}}
+	return d, nil
+}
+
+// Start starts watching the cluster and returns once the defragmenter has
+// read it: Round may be called from then on. The watches end with ctx.
+func (d *Defragmenter) Start(ctx context.Context) error {
+	d.factory.Start(ctx.Done())
+	for typ, ok := range d.factory.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			return fmt.Errorf("defragmenter: informer for %v did not sync", typ)
+		}
+	}
+	return nil
+}
+
+// Run starts the defragmenter and runs a round every Interval until ctx
+// ends.
+func (d *Defragmenter) Run(ctx context.Context) error {
+	if err := d.Start(ctx); err != nil {
+		return err
+	}
+	logger := klog.FromContext(ctx)
+	logger.Info("Defragmenter started", "mode", d.opts.Mode, "policy", d.opts.Policy, "schedulers", d.opts.SchedulerNames)
+	ticker := time.NewTicker(d.opts.Interval)
+	defer ticker.Stop()
+	for {
+		if err := d.Round(ctx); err != nil {
+			logger.Error(err, "Defragmentation round failed")
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-ticker.C:
+		}
+	}
+}
+
+// Round looks at the cluster once: it follows the active plan, and when
+// there is none, plans for the pending pods that fit nowhere, in the
+// scheduler's queue order, and acts on the first plan found.
+func (d *Defragmenter) Round(ctx context.Context) error {
+	nodes, err := d.nodes.List(labels.Everything())
+	if err != nil {
+		return err
+	}
+	pods, err := d.pods.List(labels.Everything())
+	if err != nil {
+		return err
+	}
+	pdbs, err := d.pdbs.List(labels.Everything())
+	if err != nil {
+		return err
+	}
+	now := d.opts.Now()
+	d.moves = slices.DeleteFunc(d.moves, func(m move) bool { return now.Sub(m.at) >= time.Hour })
+	if d.active != nil {
+		if err := d.follow(ctx, pods, now); err != nil {
+			return err
+		}
+		if d.active != nil {
+			return nil
+		}
+	}
+	if err := d.releaseOrphans(ctx, nodes, now); err != nil {
+		return err
+	}
+	snap := gpuview.Build(nodes, pods, gpuview.Options{SchedulerNames: d.opts.SchedulerNames})
+	policy, err := snap.Policy(d.opts.Policy)
+	if err != nil {
+		return err
+	}
+	rules := Rules{Selector: d.opts.Selector, PDBs: pdbs}
+	byKey := map[string]*v1.Pod{}
+	for _, p := range pods {
+		byKey[p.Namespace+"/"+p.Name] = p
+	}
+	for _, pending := range snap.Pending {
+		pod := byKey[pending.Namespace+"/"+pending.Name]
+		if pod == nil || !unschedulable(pod) {
+			continue
+		}
+		if _, inGang := podgroup.GangOf(pod); inGang {
+			continue // a gang needs room for all its pods at once; a plan makes room for one
+		}
+		if d.planFor(ctx, snap, policy, &rules, pod) {
+			break
+		}
+	}
+	return nil
+}
+
+// unschedulable reports whether the scheduler found no node for the pod
+// (its PodScheduled condition is False for Unschedulable).
+func unschedulable(pod *v1.Pod) bool {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == v1.PodScheduled {
+			return c.Status == v1.ConditionFalse && c.Reason == v1.PodReasonUnschedulable
+		}
+	}
+	return false
+}
+
+// planFor plans for one pending pod and acts on the plan; it reports
+// whether a plan was found (and, in Enforce, started).
+func (d *Defragmenter) planFor(ctx context.Context, snap *gpuview.Snapshot, policy *gpu.Policy, rules *Rules, pod *v1.Pod) bool {
+	left := d.opts.MovesPerHour - len(d.moves)
+	if left < 1 {
+		d.tell(pod, v1.EventTypeNormal, "NoMigrationPlan", fmt.Sprintf("no pods may be moved to make room: the %d moves allowed per hour are spent", d.opts.MovesPerHour))
+		return false
+	}
+	plan, ok, why := planOf(snap, policy, rules, pod, left, d.withinLimits)
+	switch {
+	case !ok && why == nil:
+		return false // no GPU to make room for
+	case !ok:
+		eventType := v1.EventTypeNormal
+		if why.blocked {
+			eventType = v1.EventTypeWarning
+		}
+		d.tell(pod, eventType, "NoMigrationPlan", why.text)
+		d.metrics.plans.WithLabelValues(string(d.opts.Mode), "no-plan").Inc()
+		return false
+	case d.opts.Mode == DryRun:
+		d.dryRun(snap, pod, plan)
+		return true
+	}
+	return d.start(ctx, snap, pod, plan)
+}
+
+// noPlan says why no plan was found; blocked when PodDisruptionBudgets
+// are what stand in the way.
+type noPlan struct {
+	text    string
+	blocked bool
+}
+
+// planOf is the plan that makes room for pod on snap, moving at most
+// maxMoves pods (and gpu.MaxMoves of its demand) that rules and within let
+// move, each only to a node that admits it (admits); without one, why says
+// why, naming the disruption budgets when a plan exists were they to allow
+// it. why is nil for a pod that asks for no GPU.
+func planOf(snap *gpuview.Snapshot, policy *gpu.Policy, rules *Rules, pod *v1.Pod, maxMoves int, within func(*v1.Pod) bool) (plan gpu.Plan, ok bool, why *noPlan) {
+	demand, err := gpu.PlanDemand(policy, pod)
+	if err != nil || demand.IsZero() {
+		return gpu.Plan{}, false, nil
+	}
+	planner := gpu.Planner{Policy: policy, MaxMoves: min(gpu.MaxMoves(&demand), maxMoves), Admits: func(node, uid string) bool {
+		n, target := snap.NodeObject(node), pod
+		if uid != "" {
+			target = snap.Pod(uid)
+		}
+		return n != nil && target != nil && admits(n, target)
+	}}
+	why = &noPlan{text: fmt.Sprintf("no migration plan makes room for this pod: no %d or fewer movable pods free GPUs it fits on a node that admits it "+
+		"(movable: owned by a %s, opted in with %s=true%s, in no gang, within its PodDisruptionBudgets; never for a pod of lower priority)",
+		planner.MaxMoves, strings.Join(recreatingControllers, ", "), AnnotationMovable, rules.selectorNote())}
+	if planner.MaxMoves < 1 {
+		why.text = fmt.Sprintf("no migration plan makes room for this pod: it asks for %s, for which no pod is moved (%d moves per GPU)", demand.String(), gpu.MovesPerGPU)
+		return gpu.Plan{}, false, why
+	}
+	priority := priorityOf(pod)
+	if plan, ok = planner.MakeRoom(snap.PlanNodes(policy, func(p *v1.Pod) bool { return rules.Why(p) == "" && within(p) }), &demand, priority); ok {
+		return plan, true, nil
+	}
+	// Would the budgets' consent make one?
+	relaxed, found := planner.MakeRoom(snap.PlanNodes(policy, func(p *v1.Pod) bool { return rules.whyBesidesBudgets(p) == "" && within(p) }), &demand, priority)
+	blocked := map[string]bool{}
+	for _, mv := range relaxed.Moves {
+		if p := snap.Pod(mv.Pod); found && p != nil {
+			if b := rules.budgetBlocks(p); b != "" {
+				blocked[b] = true
+			}
+		}
+	}
+	if len(blocked) > 0 {
+		why = &noPlan{text: "a migration plan would make room for this pod, but " + strings.Join(slices.Sorted(maps.Keys(blocked)), "; "), blocked: true}
+	}
+	return gpu.Plan{}, false, why
+}
+
+// withinLimits reports whether moving pod keeps within the hourly limits
+// of its node and namespace.
+func (d *Defragmenter) withinLimits(pod *v1.Pod) bool {
+	var onNode, inNamespace int
+	for _, m := range d.moves {
+		if m.node == pod.Spec.NodeName {
+			onNode++
+		}
+		if m.namespace == pod.Namespace {
+			inNamespace++
+		}
+	}
+	return onNode < d.opts.MovesPerNodePerHour && inNamespace < d.opts.MovesPerNamespacePerHour
+}
+
+// dryRun records what plan would do.
+func (d *Defragmenter) dryRun(snap *gpuview.Snapshot, pod *v1.Pod, plan gpu.Plan) {
+	now := d.opts.Now()
+	changed := d.tell(pod, v1.EventTypeNormal, "WouldMakeRoom", "DryRun: "+describe(snap, pod, plan))
+	if !changed {
+		return
+	}
+	d.metrics.plans.WithLabelValues(string(DryRun), "planned").Inc()
+	for _, mv := range plan.Moves {
+		if p := snap.Pod(mv.Pod); p != nil {
+			d.recorder.Eventf(p, v1.EventTypeNormal, "WouldMove", "DryRun: would be moved from node %s to node %s GPUs %s to make room for %s/%s",
+				mv.From, mv.To.Node, devices(&mv.To), pod.Namespace, pod.Name)
+			d.moves = append(d.moves, move{at: now, node: mv.From, namespace: p.Namespace})
+			d.metrics.moves.WithLabelValues(string(DryRun)).Inc()
+		}
+	}
+}
+
+// tell records an event on pod unless the last one it was told reads the
+// same; it reports whether it recorded one.
+func (d *Defragmenter) tell(pod *v1.Pod, eventType, reason, msg string) bool {
+	if d.told[pod.UID] == reason+msg {
+		return false
+	}
+	d.told[pod.UID] = reason + msg
+	d.recorder.Event(pod, eventType, reason, msg)
+	return true
+}
+
+// describe is a plan in words.
+func describe(snap *gpuview.Snapshot, pod *v1.Pod, plan gpu.Plan) string {
+	var moves []string
+	for _, mv := range plan.Moves {
+		name := mv.Pod
+		if p := snap.Pod(mv.Pod); p != nil {
+			name = p.Namespace + "/" + p.Name
+		}
+		moves = append(moves, fmt.Sprintf("%s from %s to %s GPUs %s", name, mv.From, mv.To.Node, devices(&mv.To)))
+	}
+	return fmt.Sprintf("moving %d pod(s) makes room for %s/%s on node %s GPUs %s: %s",
+		len(plan.Moves), pod.Namespace, pod.Name, plan.Node, devices(&plan.Assignment), strings.Join(moves, "; "))
+}
+
+// devices is an assignment's GPUs in words: "0,1" or "3 (250 milli-GPU)".
+func devices(a *gpu.Assignment) string {
+	ids := make([]string, len(a.Devices))
+	for i, x := range a.Devices {
+		ids[i] = fmt.Sprint(x)
+	}
+	out := strings.Join(ids, ",")
+	if a.Milli < gpu.MilliPerGPU {
+		out += fmt.Sprintf(" (%d milli-GPU)", a.Milli)
+	}
+	return out
+}
+
+func priorityOf(p *v1.Pod) int32 {
+	if p.Spec.Priority != nil {
+		return *p.Spec.Priority
+	}
+	return 0
+}
+
+// evictionOf is the Eviction of pod, bound to its UID so that a pod
+// recreated under the same name is not evicted in its place.
+func evictionOf(pod *v1.Pod, gracePeriodSeconds *int64) *policyv1.Eviction {
+	e := &policyv1.Eviction{}
+	e.Name, e.Namespace = pod.Name, pod.Namespace
+	e.DeleteOptions = deleteUID(pod.UID)
+	e.DeleteOptions.GracePeriodSeconds = gracePeriodSeconds
+	return e
+}

@@ -1,0 +1,42 @@
+package defrag
+
+import (
+	"fmt"
+	"math"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/gpusched/gpusched/pkg/gpu"
+	"github.com/gpusched/gpusched/pkg/gpuview"
+)
+
+// Explain says, for a pending pod, what the defragmenter is doing for it
+// (the GPUs a plan under way reserved for it) or would do now (the plan it
+// would make under rules, the hourly limits aside, placing pods as policy
+// does), or why no plan exists; "" for a pod that asks for no GPU. It is
+// what `kubectl gpusched explain` shows.
+func Explain(snap *gpuview.Snapshot, pod *v1.Pod, rules Rules, policy gpu.PolicyType, now time.Time) (string, error) {
+	for i := range snap.Nodes {
+		node := snap.NodeObject(snap.Nodes[i].Name)
+		rs, _ := gpu.ReservationsOf(node)
+		for _, r := range rs {
+			if r.Pod == pod.UID && now.Before(r.Expires) {
+				return fmt.Sprintf("a migration plan under way reserved node %s GPUs %s for it (reservation %s, until %s)",
+					node.Name, devices(&r.Assignment), r.ID, r.Expires.UTC().Format(time.RFC3339)), nil
+			}
+		}
+	}
+	p, err := snap.Policy(policy)
+	if err != nil {
+		return "", err
+	}
+	plan, ok, why := planOf(snap, p, &rules, pod, math.MaxInt, func(*v1.Pod) bool { return true })
+	switch {
+	case why == nil && !ok:
+		return "", nil
+	case !ok:
+		return why.text, nil
+	}
+	return "the defragmenter (gpusched defragment) would make room: " + describe(snap, pod, plan), nil
+}

@@ -1,0 +1,274 @@
+package defrag
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/klog/v2"
+
+	"github.com/gpusched/gpusched/pkg/gpu"
+	"github.com/gpusched/gpusched/pkg/gpuview"
+)
+
+// reservationPrefix starts the ID of every reservation the defragmenter
+// writes, so that it finds its own after a restart.
+const reservationPrefix = "defrag-"
+
+// activePlan is a plan being carried out.
+type activePlan struct {
+	id       string
+	started  time.Time
+	deadline time.Time
+	// pending is the pod the plan makes room for.
+	pending *v1.Pod
+	node    string
+	// held are the reservations the plan still holds, by ID.
+	held map[string]gpu.Reservation
+	// moved are the pods it evicted, by the ID of their replacement's
+	// reservation.
+	moved map[string]*v1.Pod
+	// milli is the GPU the plan makes room for.
+	milli int64
+}
+
+// start carries plan out: it reserves the GPUs the plan chose, then evicts
+// the pods it moves. It reports whether the plan started.
+func (d *Defragmenter) start(ctx context.Context, snap *gpuview.Snapshot, pod *v1.Pod, plan gpu.Plan) bool {
+	logger := klog.FromContext(ctx)
+	now := d.opts.Now()
+	d.seq++
+	p := &activePlan{id: fmt.Sprintf("%s%s-%d", reservationPrefix, now.UTC().Format("20060102t150405"), d.seq), started: now,
+		deadline: now.Add(d.opts.PlanTimeout), pending: pod, node: plan.Node,
+		held: map[string]gpu.Reservation{}, moved: map[string]*v1.Pod{},
+		milli: int64(len(plan.Assignment.Devices)) * plan.Assignment.Milli}
+	expires := now.Add(d.opts.PlanTimeout)
+	want := []gpu.Reservation{{ID: p.id + "/pod", Pod: pod.UID, GPUs: plan.Assignment.String(), Expires: expires}}
+	var moving []*v1.Pod
+	for i, mv := range plan.Moves {
+		moved := snap.Pod(mv.Pod)
+		ref := metav1.GetControllerOfNoCopy(moved)
+		if moved == nil || ref == nil {
+			return false // the planner moves only pods Rules.Why allows
+		}
+		want = append(want, gpu.Reservation{ID: fmt.Sprintf("%s/%d", p.id, i), Owner: ref.UID, GPUs: mv.To.String(), Expires: expires})
+		moving = append(moving, moved)
+	}
+	for _, r := range want {
+		if err := d.editReservations(ctx, nodeOf(&r), func(rs []gpu.Reservation) []gpu.Reservation { return append(rs, r) }); err != nil {
+			logger.Error(err, "Reserving GPUs for a migration plan", "plan", p.id)
+			d.active = p
+			d.release(ctx, "its GPUs could not be reserved: "+err.Error())
+			return false
+		}
+		r.Assignment, _ = gpu.ParseAssignment(r.GPUs)
+		p.held[r.ID] = r
+	}
+	d.active = p
+	d.told[pod.UID] = ""
+	d.recorder.Eventf(pod, v1.EventTypeNormal, "MakingRoom", "plan %s: %s", p.id, describe(snap, pod, plan))
+	d.metrics.plans.WithLabelValues(string(Enforce), "started").Inc()
+	d.metrics.active.Set(1)
+	for i, moved := range moving {
+		id := want[i+1].ID
+		err := d.client.PolicyV1().Evictions(moved.Namespace).Evict(ctx, evictionOf(moved, d.opts.GracePeriodSeconds))
+		if err != nil && !apierrors.IsNotFound(err) {
+			why := fmt.Sprintf("the eviction of %s/%s was refused: %v", moved.Namespace, moved.Name, err)
+			d.recorder.Eventf(moved, v1.EventTypeWarning, "MigrationRefused", "plan %s: %s", p.id, why)
+			// The pods evicted already keep their reservations; the rest
+			// of the plan, the pending pod's included, is given up.
+			for _, r := range want[i+1:] {
+				d.unhold(ctx, r.ID)
+			}
+			d.unhold(ctx, want[0].ID)
+			d.recorder.Eventf(pod, v1.EventTypeWarning, "MigrationStopped", "plan %s stopped: %s", p.id, why)
+			d.metrics.plans.WithLabelValues(string(Enforce), "stopped").Inc()
+			if len(p.held) == 0 {
+				d.finish()
+			}
+			return true
+		}
+		p.moved[id] = moved
+		d.moves = append(d.moves, move{at: now, node: moved.Spec.NodeName, namespace: moved.Namespace})
+		d.metrics.moves.WithLabelValues(string(Enforce)).Inc()
+		r := p.held[id]
+		d.recorder.Eventf(moved, v1.EventTypeNormal, "Migrated", "plan %s evicted this pod to make room for %s/%s on node %s; its replacement is reserved node %s GPUs %s",
+			p.id, pod.Namespace, pod.Name, plan.Node, r.Assignment.Node, devices(&r.Assignment))
+	}
+	return true
+}
+
+// follow releases the reservations of the active plan whose pods arrived,
+// and ends the plan when all have, or when its time is up.
+func (d *Defragmenter) follow(ctx context.Context, pods []*v1.Pod, now time.Time) error {
+	p := d.active
+	for id, r := range p.held {
+		if arrived(&r, pods, p.started) {
+			d.unhold(ctx, id)
+		}
+	}
+	switch {
+	case len(p.held) == 0:
+		d.recorder.Eventf(p.pending, v1.EventTypeNormal, "MigrationDone", "plan %s: this pod and the %d pod(s) moved for it are placed as planned", p.id, len(p.moved))
+		d.metrics.plans.WithLabelValues(string(Enforce), "done").Inc()
+		d.metrics.gpuMilli.Add(float64(p.milli))
+		d.finish()
+	case !now.Before(p.deadline):
+		var late []string
+		for id := range p.held {
+			late = append(late, id)
+		}
+		slices.Sort(late)
+		d.release(ctx, fmt.Sprintf("its pods did not arrive within %s (reservations %s)", d.opts.PlanTimeout, strings.Join(late, ", ")))
+		d.metrics.plans.WithLabelValues(string(Enforce), "expired").Inc()
+	}
+	return nil
+}
+
+// arrived reports whether the pod a reservation is for is bound on its
+// GPUs: the pod itself, or a pod of its controller created since the plan
+// started, on the reserved GPUs.
+func arrived(r *gpu.Reservation, pods []*v1.Pod, since time.Time) bool {
+	for _, p := range pods {
+		if p.Spec.NodeName == "" {
+			continue
+		}
+		if r.Pod != "" {
+			if p.UID == r.Pod {
+				return true
+			}
+			continue
+		}
+		ref := metav1.GetControllerOfNoCopy(p)
+		if ref == nil || ref.UID != r.Owner || p.CreationTimestamp.Time.Before(since.Truncate(time.Second)) {
+			continue
+		}
+		if a, ok := gpu.AssignmentOf(p); ok && a.Node == r.Assignment.Node && slices.Equal(a.Devices, r.Assignment.Devices) {
+			return true
+		}
+	}
+	// The pending pod gone (deleted) has nothing to wait for.
+	if r.Pod != "" {
+		return !slices.ContainsFunc(pods, func(p *v1.Pod) bool { return p.UID == r.Pod })
+	}
+	return false
+}
+
+// release gives up the active plan: every reservation it holds goes, and
+// the pending pod is told why.
+func (d *Defragmenter) release(ctx context.Context, why string) {
+	p := d.active
+	for id := range p.held {
+		d.unhold(ctx, id)
+	}
+	d.recorder.Eventf(p.pending, v1.EventTypeWarning, "MigrationExpired", "plan %s given up: %s", p.id, why)
+	d.finish()
+}
+
+func (d *Defragmenter) finish() {
+	d.active = nil
+	d.metrics.active.Set(0)
+}
+
+// unhold removes one of the active plan's reservations from its node.
+func (d *Defragmenter) unhold(ctx context.Context, id string) {
+	p := d.active
+	r, ok := p.held[id]
+	if !ok {
+		return
+	}
+	err := d.editReservations(ctx, r.Assignment.Node, func(rs []gpu.Reservation) []gpu.Reservation {
+		return slices.DeleteFunc(rs, func(x gpu.Reservation) bool { return x.ID == id })
+	})
+	if err != nil && !apierrors.IsNotFound(err) {
+		klog.FromContext(ctx).Error(err, "Removing a GPU reservation", "reservation", id, "node", r.Assignment.Node)
+		return // tried again next round; it expires meanwhile
+	}
+	delete(p.held, id)
+}
+
+// releaseOrphans removes the defragmenter's reservations that no active
+// plan holds (left by a defragmenter that stopped), and expired ones.
+func (d *Defragmenter) releaseOrphans(ctx context.Context, nodes []*v1.Node, now time.Time) error {
+	for _, n := range nodes {
+		rs, err := gpu.ReservationsOf(n)
+		if err != nil || !slices.ContainsFunc(rs, func(r gpu.Reservation) bool { return d.orphan(&r, now) }) {
+			continue
+		}
+		err = d.editReservations(ctx, n.Name, func(rs []gpu.Reservation) []gpu.Reservation {
+			return slices.DeleteFunc(rs, func(r gpu.Reservation) bool { return d.orphan(&r, now) })
+		})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+	}
+	return nil
+}
+
+func (d *Defragmenter) orphan(r *gpu.Reservation, now time.Time) bool {
+	if !now.Before(r.Expires) {
+		return true
+	}
+	if !strings.HasPrefix(r.ID, reservationPrefix) {
+		return false
+	}
+	_, held := d.heldByActive(r.ID)
+	return !held
+}
+
+func (d *Defragmenter) heldByActive(id string) (gpu.Reservation, bool) {
+	if d.active == nil {
+		return gpu.Reservation{}, false
+	}
+	r, ok := d.active.held[id]
+	return r, ok
+}
+
+// editReservations rewrites the node's reservations with edit, on the node
+// as the API server has it now (retried on conflict). A malformed
+// annotation is replaced.
+func (d *Defragmenter) editReservations(ctx context.Context, name string, edit func([]gpu.Reservation) []gpu.Reservation) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		node, err := d.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		rs, err := gpu.ReservationsOf(node)
+		if err != nil {
+			klog.FromContext(ctx).Info("Replacing a malformed GPU reservations annotation", "node", name, "err", err)
+			rs = nil
+		}
+		next := edit(slices.Clone(rs))
+		if node.Annotations == nil {
+			node.Annotations = map[string]string{}
+		}
+		if len(next) == 0 {
+			delete(node.Annotations, gpu.AnnotationReservations)
+		} else {
+			node.Annotations[gpu.AnnotationReservations] = gpu.FormatReservations(next)
+		}
+		_, err = d.client.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{})
+		return err
+	})
+}
+
+// nodeOf is the node a reservation is on, read from its GPUs.
+func nodeOf(r *gpu.Reservation) string {
+	a, err := gpu.ParseAssignment(r.GPUs)
+	if err != nil {
+		return ""
+	}
+	return a.Node
+}
+
+// deleteUID is delete options that act only on the object with uid.
+func deleteUID(uid types.UID) *metav1.DeleteOptions {
+	return &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}}
+}

@@ -1,0 +1,153 @@
+package defrag
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gpusched/gpusched/pkg/gpu"
+	gt "github.com/gpusched/gpusched/pkg/gpu/gputest"
+	"github.com/gpusched/gpusched/pkg/gpuview"
+)
+
+// TestPlansKeepEveryRule plans for a pending pod on random clusters whose
+// pods break the rules in every way a tenant's pod might (no controller,
+// not opted in, in a gang, under a budget of no disruption, of a higher
+// priority, selecting a node pool, on a tainted or cordoned node), and
+// checks each plan found: every moved pod may move (Rules.Why), is of no
+// higher priority than the pending pod, and goes to a node that admits
+// it; the pending pod's node admits it; and the engine's replay of the
+// plan fits (no GPU past capacity).
+func TestPlansKeepEveryRule(t *testing.T) {
+	plans := 0
+	for seed := range uint64(300) {
+		rng := rand.New(rand.NewPCG(seed, 7))
+		nodes, pods, pdbs, pending := randomCluster(rng)
+		snap := gpuview.Build(nodes, append(pods, pending), gpuview.Options{})
+		policy, err := snap.Policy(gpu.DefaultPolicy)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rules := &Rules{PDBs: pdbs}
+		plan, ok, _ := planOf(snap, policy, rules, pending, 1+rng.IntN(6), func(*v1.Pod) bool { return true })
+		if !ok {
+			continue
+		}
+		plans++
+		if n := snap.NodeObject(plan.Node); !admits(n, pending) {
+			t.Errorf("seed %d: the pending pod is placed on %s, which does not admit it", seed, plan.Node)
+		}
+		views := map[string]*gpu.NodeGPUs{}
+		for _, n := range snap.PlanNodes(policy, func(*v1.Pod) bool { return false }) {
+			views[n.GPUs.Name] = n.GPUs
+		}
+		for _, mv := range plan.Moves {
+			p := snap.Pod(mv.Pod)
+			switch {
+			case p == nil:
+				t.Fatalf("seed %d: plan moves unknown pod %s", seed, mv.Pod)
+			case rules.Why(p) != "":
+				t.Errorf("seed %d: plan moves %s, which may not move: %s", seed, p.Name, rules.Why(p))
+			case priorityOf(p) > priorityOf(pending):
+				t.Errorf("seed %d: plan moves %s of priority %d for a pod of %d", seed, p.Name, priorityOf(p), priorityOf(pending))
+			case !admits(snap.NodeObject(mv.To.Node), p):
+				t.Errorf("seed %d: plan moves %s to %s, which does not admit it", seed, p.Name, mv.To.Node)
+			}
+			held, _ := gpu.AssignmentOf(p)
+			views[mv.From] = views[mv.From].Without(&held)
+		}
+		for _, mv := range plan.Moves {
+			views[mv.To.Node] = views[mv.To.Node].With(&mv.To)
+		}
+		views[plan.Node] = views[plan.Node].With(&plan.Assignment)
+		for name, v := range views {
+			for i, u := range v.Used {
+				if u.Milli > gpu.MilliPerGPU {
+					t.Errorf("seed %d: after the plan GPU %d of %s holds %d milli-GPU", seed, i, name, u.Milli)
+				}
+			}
+		}
+	}
+	if plans < 30 {
+		t.Errorf("only %d of 300 clusters had a plan: the property is hardly tried", plans)
+	}
+}
+
+// randomCluster is 2 to 4 nodes of 2 to 4 GPUs, some tainted, cordoned or
+// in pool "b", filled with shares and whole-GPU pods of random owners,
+// opt-ins, gangs, priorities and node selectors, a PodDisruptionBudget of
+// no disruption over the pods labelled "guarded", and a pending pod of 1
+// or 2 GPUs.
+func randomCluster(rng *rand.Rand) (nodes []*v1.Node, pods []*v1.Pod, pdbs []*policyv1.PodDisruptionBudget, pending *v1.Pod) {
+	type slot struct {
+		node string
+		gpu  int
+		free int64
+	}
+	var slots []slot
+	for i := range 2 + rng.IntN(3) {
+		name := fmt.Sprintf("n%d", i)
+		w := gt.MakeGPUNode(name).GFD("A100", 2+rng.IntN(3), 81920)
+		if rng.IntN(3) == 0 {
+			w = w.Label("pool", "b")
+		}
+		n := w.Obj()
+		switch rng.IntN(6) {
+		case 0:
+			n.Spec.Taints = []v1.Taint{{Key: "reserved", Effect: v1.TaintEffectNoSchedule}}
+		case 1:
+			n.Spec.Unschedulable = true
+		}
+		nodes = append(nodes, n)
+		count := 0
+		fmt.Sscan(n.Labels[gpu.LabelCount], &count)
+		for g := range count {
+			slots = append(slots, slot{node: name, gpu: g, free: gpu.MilliPerGPU})
+		}
+	}
+	for k := range 4 + rng.IntN(8) {
+		s := &slots[rng.IntN(len(slots))]
+		milli := []int64{200, 300, 500, 600, 1000}[rng.IntN(5)]
+		if s.free < milli || milli == gpu.MilliPerGPU && s.free < gpu.MilliPerGPU {
+			continue
+		}
+		s.free -= milli
+		w := gt.MakeGPUPod(fmt.Sprintf("p%d", k)).UID(fmt.Sprintf("uid-%d", k)).Node(s.node).
+			Assigned(gpu.Assignment{Node: s.node, Devices: []int{s.gpu}, Milli: milli}).Priority(int32(rng.IntN(3)))
+		if milli < gpu.MilliPerGPU {
+			w = w.Milli(milli)
+		} else {
+			w = w.GPUs(1)
+		}
+		switch rng.IntN(8) {
+		case 0: // a bare pod
+		case 1:
+			w = w.OwnedBy("ReplicaSet", "rs", "rs-uid") // not opted in
+		case 2:
+			w = w.OwnedBy("ReplicaSet", "rs", "rs-uid").Annotation(AnnotationMovable, "true").Label("scheduling.x-k8s.io/pod-group", "g")
+		case 3:
+			w = w.OwnedBy("ReplicaSet", "rs", "rs-uid").Annotation(AnnotationMovable, "true").Label("guarded", "yes")
+		default:
+			w = w.OwnedBy("ReplicaSet", "rs", fmt.Sprint("rs-", k%3)).Annotation(AnnotationMovable, "true")
+		}
+		p := w.Obj()
+		if rng.IntN(5) == 0 {
+			p.Spec.NodeSelector = map[string]string{"pool": "b"}
+		}
+		pods = append(pods, p)
+	}
+	pdbs = []*policyv1.PodDisruptionBudget{{
+		ObjectMeta: metav1.ObjectMeta{Name: "guard", Namespace: "default", Generation: 1},
+		Spec:       policyv1.PodDisruptionBudgetSpec{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"guarded": "yes"}}},
+		Status:     policyv1.PodDisruptionBudgetStatus{ObservedGeneration: 1},
+	}}
+	pending = gt.MakeGPUPod("pending").UID("pending").GPUs(1 + rng.IntN(2)).Priority(int32(rng.IntN(3))).Obj()
+	if rng.IntN(4) == 0 {
+		pending.Spec.NodeSelector = map[string]string{"pool": "b"}
+	}
+	return nodes, pods, pdbs, pending
+}

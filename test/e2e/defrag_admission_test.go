@@ -1,0 +1,101 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/gpusched/gpusched/pkg/gpu"
+	gt "github.com/gpusched/gpusched/pkg/gpu/gputest"
+	"github.com/gpusched/gpusched/test/testcluster"
+)
+
+const defragmenterServiceAccount = "system:serviceaccount:kube-system:gpusched-defragmenter"
+
+// TestDefragmenterNodePolicy applies deploy/defragmenter/ to a real API
+// server that authorizes with RBAC and uses the defragmenter's identity as
+// a stolen token would: RBAC lets it update every Node, and its admission
+// policy lets it change the GPU reservations annotation alone. Cordoning,
+// tainting, relabelling or re-annotating a node, or writing the node's
+// GPU inventory, is refused with the policy's message; writing and
+// removing reservations is allowed.
+func TestDefragmenterNodePolicy(t *testing.T) {
+	c, kubectl := rbacCluster(t)
+	ctx := context.Background()
+	command(t, nil, kubectl, "--kubeconfig="+c.KubeconfigPath, "apply", "-k", "deploy/defragmenter")
+	testcluster.CreateNode(ctx, t, c.Client, gt.MakeGPUNode("gpu-0").GFD(a100, 2, 81920).Obj())
+	defrag := impersonate(t, c, defragmenterServiceAccount, "")
+
+	soon := time.Now().Add(time.Minute).UTC()
+	reserve := func(n *v1.Node) {
+		n.Annotations[gpu.AnnotationReservations] = gpu.FormatReservations([]gpu.Reservation{
+			{ID: "defrag-x/0", Pod: "uid-1", GPUs: "node=gpu-0;gpus=0;milli=1000;memory=0", Expires: soon}})
+	}
+	attacks := []struct {
+		name   string
+		change func(n *v1.Node)
+	}{
+		{"cordon", func(n *v1.Node) { n.Spec.Unschedulable = true }},
+		{"taint", func(n *v1.Node) {
+			n.Spec.Taints = append(n.Spec.Taints, v1.Taint{Key: "mine", Effect: v1.TaintEffectNoSchedule})
+		}},
+		{"relabel", func(n *v1.Node) { n.Labels[gpu.LabelProduct] = "NVIDIA-H100-80GB-HBM3" }},
+		{"write the GPU inventory", func(n *v1.Node) { n.Annotations[gpu.AnnotationDevices] = `[{"index":0,"model":"X","memoryMiB":1}]` }},
+		{"another annotation beside reservations", func(n *v1.Node) { reserve(n); n.Annotations["team"] = "mine" }},
+	}
+	// The policy takes effect a moment after it is created; each probe
+	// changes a label anew, so that one let through before does not make
+	// the next a no-op.
+	probes := 0
+	waitFor(t, "the policy refuses the defragmenter's relabelling", func() bool {
+		probes++
+		return apierrors.IsForbidden(updateNode(ctx, defrag, "gpu-0", func(n *v1.Node) { n.Labels["probe"] = fmt.Sprint(probes) }))
+	})
+	for _, a := range attacks {
+		err := updateNode(ctx, defrag, "gpu-0", a.change)
+		if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "may change only the gpusched.io/gpu-reservations annotation") {
+			t.Errorf("%s as the defragmenter: %v, want Forbidden by its admission policy", a.name, err)
+		}
+	}
+	if err := updateNode(ctx, defrag, "gpu-0", reserve); err != nil {
+		t.Fatalf("writing a reservation as the defragmenter: %v", err)
+	}
+	if err := updateNode(ctx, defrag, "gpu-0", func(n *v1.Node) { delete(n.Annotations, gpu.AnnotationReservations) }); err != nil {
+		t.Fatalf("removing a reservation as the defragmenter: %v", err)
+	}
+	// The cluster admin is not bound by it.
+	if err := updateNode(ctx, c.Client, "gpu-0", attacks[0].change); err != nil {
+		t.Errorf("cordoning as the admin: %v", err)
+	}
+}
+
+// updateNode reads the node, changes it and writes it back.
+func updateNode(ctx context.Context, client kubernetes.Interface, name string, change func(*v1.Node)) error {
+	n, err := client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	if n.Annotations == nil {
+		n.Annotations = map[string]string{}
+	}
+	change(n)
+	_, err = client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
+	return err
+}
+
+func waitFor(t *testing.T, what string, ok func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		if ok() {
+			return
+		}
+	}
+	t.Fatalf("%s: not within %v", what, timeout)
+}
