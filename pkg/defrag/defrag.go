@@ -17,7 +17,6 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -212,11 +211,12 @@ func (d *Defragmenter) Round(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	rules := Rules{Selector: d.opts.Selector, PDBs: pdbs}
+	c := newCluster(snap, policy, &Rules{Selector: d.opts.Selector, PDBs: pdbs}, d.withinLimits)
 	byKey := map[string]*v1.Pod{}
 	for _, p := range pods {
 		byKey[p.Namespace+"/"+p.Name] = p
 	}
+	tried := 0
 	for _, pending := range snap.Pending {
 		pod := byKey[pending.Namespace+"/"+pending.Name]
 		if pod == nil || !unschedulable(pod) {
@@ -225,12 +225,17 @@ func (d *Defragmenter) Round(ctx context.Context) error {
 		if _, inGang := podgroup.GangOf(pod); inGang {
 			continue // a gang needs room for all its pods at once; a plan makes room for one
 		}
-		if d.planFor(ctx, snap, policy, &rules, pod) {
+		if tried++; d.planFor(ctx, c, pod) || tried == maxPlansPerRound {
 			break
 		}
 	}
 	return nil
 }
+
+// maxPlansPerRound bounds the pending pods a round plans for: a plan on a
+// cluster of 5000 nodes takes about half a second (docs/benchmarks.md), and
+// the pods first in the queue are the ones the scheduler tries first.
+const maxPlansPerRound = 8
 
 // unschedulable reports whether the scheduler found no node for the pod
 // (its PodScheduled condition is False for Unschedulable).
@@ -245,13 +250,14 @@ func unschedulable(pod *v1.Pod) bool {
 
 // planFor plans for one pending pod and acts on the plan; it reports
 // whether a plan was found (and, in Enforce, started).
-func (d *Defragmenter) planFor(ctx context.Context, snap *gpuview.Snapshot, policy *gpu.Policy, rules *Rules, pod *v1.Pod) bool {
+func (d *Defragmenter) planFor(ctx context.Context, c *cluster, pod *v1.Pod) bool {
+	snap := c.snap
 	left := d.opts.MovesPerHour - len(d.moves)
 	if left < 1 {
 		d.tell(pod, v1.EventTypeNormal, "NoMigrationPlan", fmt.Sprintf("no pods may be moved to make room: the %d moves allowed per hour are spent", d.opts.MovesPerHour))
 		return false
 	}
-	plan, ok, why := planOf(snap, policy, rules, pod, left, d.withinLimits)
+	plan, ok, why := c.plan(pod, left)
 	switch {
 	case !ok && why == nil:
 		return false // no GPU to make room for
@@ -268,57 +274,6 @@ func (d *Defragmenter) planFor(ctx context.Context, snap *gpuview.Snapshot, poli
 		return true
 	}
 	return d.start(ctx, snap, pod, plan)
-}
-
-// noPlan says why no plan was found; blocked when PodDisruptionBudgets
-// are what stand in the way.
-type noPlan struct {
-	text    string
-	blocked bool
-}
-
-// planOf is the plan that makes room for pod on snap, moving at most
-// maxMoves pods (and gpu.MaxMoves of its demand) that rules and within let
-// move, each only to a node that admits it (admits); without one, why says
-// why, naming the disruption budgets when a plan exists were they to allow
-// it. why is nil for a pod that asks for no GPU.
-func planOf(snap *gpuview.Snapshot, policy *gpu.Policy, rules *Rules, pod *v1.Pod, maxMoves int, within func(*v1.Pod) bool) (plan gpu.Plan, ok bool, why *noPlan) {
-	demand, err := gpu.PlanDemand(policy, pod)
-	if err != nil || demand.IsZero() {
-		return gpu.Plan{}, false, nil
-	}
-	planner := gpu.Planner{Policy: policy, MaxMoves: min(gpu.MaxMoves(&demand), maxMoves), Admits: func(node, uid string) bool {
-		n, target := snap.NodeObject(node), pod
-		if uid != "" {
-			target = snap.Pod(uid)
-		}
-		return n != nil && target != nil && admits(n, target)
-	}}
-	why = &noPlan{text: fmt.Sprintf("no migration plan makes room for this pod: no %d or fewer movable pods free GPUs it fits on a node that admits it "+
-		"(movable: owned by a %s, opted in with %s=true%s, in no gang, within its PodDisruptionBudgets; never for a pod of lower priority)",
-		planner.MaxMoves, strings.Join(recreatingControllers, ", "), AnnotationMovable, rules.selectorNote())}
-	if planner.MaxMoves < 1 {
-		why.text = fmt.Sprintf("no migration plan makes room for this pod: it asks for %s, for which no pod is moved (%d moves per GPU)", demand.String(), gpu.MovesPerGPU)
-		return gpu.Plan{}, false, why
-	}
-	priority := priorityOf(pod)
-	if plan, ok = planner.MakeRoom(snap.PlanNodes(policy, func(p *v1.Pod) bool { return rules.Why(p) == "" && within(p) }), &demand, priority); ok {
-		return plan, true, nil
-	}
-	// Would the budgets' consent make one?
-	relaxed, found := planner.MakeRoom(snap.PlanNodes(policy, func(p *v1.Pod) bool { return rules.whyBesidesBudgets(p) == "" && within(p) }), &demand, priority)
-	blocked := map[string]bool{}
-	for _, mv := range relaxed.Moves {
-		if p := snap.Pod(mv.Pod); found && p != nil {
-			if b := rules.budgetBlocks(p); b != "" {
-				blocked[b] = true
-			}
-		}
-	}
-	if len(blocked) > 0 {
-		why = &noPlan{text: "a migration plan would make room for this pod, but " + strings.Join(slices.Sorted(maps.Keys(blocked)), "; "), blocked: true}
-	}
-	return gpu.Plan{}, false, why
 }
 
 // withinLimits reports whether moving pod keeps within the hourly limits

@@ -31,7 +31,7 @@ func Explain(snap *gpuview.Snapshot, pod *v1.Pod, rules Rules, policy gpu.Policy
 	if err != nil {
 		return "", err
 	}
-	plan, ok, why := planOf(snap, p, &rules, pod, math.MaxInt, func(*v1.Pod) bool { return true })
+	plan, ok, why := newCluster(snap, p, &rules, func(*v1.Pod) bool { return true }).plan(pod, math.MaxInt)
 	switch {
 	case why == nil && !ok:
 		return "", nil

@@ -33,7 +33,7 @@ func TestPlansKeepEveryRule(t *testing.T) {
 			t.Fatal(err)
 		}
 		rules := &Rules{PDBs: pdbs}
-		plan, ok, _ := planOf(snap, policy, rules, pending, 1+rng.IntN(6), func(*v1.Pod) bool { return true })
+		plan, ok, _ := newCluster(snap, policy, rules, func(*v1.Pod) bool { return true }).plan(pending, 1+rng.IntN(6))
 		if !ok {
 			continue
 		}

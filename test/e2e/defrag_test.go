@@ -105,15 +105,12 @@ func TestDefragmenterMakesRoom(t *testing.T) {
 	createPod(ctx, t, c, rival)
 	msg = waitForDefragEvent(ctx, t, c, enforce, "MakingRoom", "moving 2 pod(s) makes room for default/trainer")
 	t.Logf("Enforce: %s", msg)
+	// While the plan runs, explain shows the GPUs it holds for the trainer.
+	expectOutput(t, kubectlGPUSched(ctx, t, c, "explain", "trainer"), "Migration: a migration plan under way reserved node")
 	startGPUSched(ctx, t, c)
 	reserved := nodeReservations(ctx, t, c)
 	if len(reserved) != 3 {
 		t.Fatalf("reservations %v; want the trainer's and one per moved replica", reserved)
-	}
-	// Until the scheduler places it, explain shows the GPUs held for it
-	// (the scheduler may be faster: then there is nothing to show).
-	if out := kubectlGPUSched(ctx, t, c, "explain", "trainer"); strings.Contains(out, "Migration:") {
-		expectOutput(t, out, "Migration: a migration plan under way reserved node")
 	}
 	trainer := testcluster.WaitForPodScheduled(ctx, t, c.Client, "default", "trainer", timeout)
 	var forTrainer gpu.Reservation
