@@ -118,6 +118,10 @@ func (f *commandFlags) options() (Options, error) {
 			return opts, fmt.Errorf("%s %s: want a positive duration", name, v)
 		}
 	}
+	if opts.PlanTimeout > gpu.MaxReservationLifetime {
+		return opts, fmt.Errorf("--plan-timeout %s: want at most %s, the longest a reservation holds GPUs", opts.PlanTimeout, gpu.MaxReservationLifetime)
+	}
+	opts.Name = f.leaseName
 	if f.gracePeriod >= 0 {
 		g := f.gracePeriod
 		opts.GracePeriodSeconds = &g

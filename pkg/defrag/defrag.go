@@ -17,6 +17,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -61,6 +62,10 @@ func ParseMode(s string) (Mode, error) {
 // Options configure a Defragmenter.
 type Options struct {
 	Mode Mode
+	// Name names the defragmenter (its Lease's name): its reservations'
+	// IDs start with it, and it removes only its own (default
+	// "gpusched-defragmenter").
+	Name string
 	// SchedulerNames are the schedulers whose pending pods are planned
 	// for (default "gpusched").
 	SchedulerNames []string
@@ -87,6 +92,7 @@ type Options struct {
 
 func (o *Options) defaults() {
 	o.Mode = cmp.Or(o.Mode, DryRun)
+	o.Name = cmp.Or(o.Name, "gpusched-defragmenter")
 	if len(o.SchedulerNames) == 0 {
 		o.SchedulerNames = []string{"gpusched"}
 	}
@@ -203,8 +209,10 @@ func (d *Defragmenter) Round(ctx context.Context) error {
 			return nil
 		}
 	}
-	if err := d.releaseOrphans(ctx, nodes, now); err != nil {
-		return err
+	if d.opts.Mode == Enforce {
+		if err := d.releaseOrphans(ctx, nodes, now); err != nil {
+			return err
+		}
 	}
 	snap := gpuview.Build(nodes, pods, gpuview.Options{SchedulerNames: d.opts.SchedulerNames})
 	policy, err := snap.Policy(d.opts.Policy)
@@ -216,6 +224,7 @@ func (d *Defragmenter) Round(ctx context.Context) error {
 	for _, p := range pods {
 		byKey[p.Namespace+"/"+p.Name] = p
 	}
+	d.forgetTold(snap, byKey)
 	tried := 0
 	for _, pending := range snap.Pending {
 		pod := byKey[pending.Namespace+"/"+pending.Name]
@@ -224,6 +233,9 @@ func (d *Defragmenter) Round(ctx context.Context) error {
 		}
 		if _, inGang := podgroup.GangOf(pod); inGang {
 			continue // a gang needs room for all its pods at once; a plan makes room for one
+		}
+		if pod.Status.NominatedNodeName != "" {
+			continue // preemption is making room for it
 		}
 		if tried++; d.planFor(ctx, c, pod) || tried == maxPlansPerRound {
 			break
@@ -257,7 +269,12 @@ func (d *Defragmenter) planFor(ctx context.Context, c *cluster, pod *v1.Pod) boo
 		d.tell(pod, v1.EventTypeNormal, "NoMigrationPlan", fmt.Sprintf("no pods may be moved to make room: the %d moves allowed per hour are spent", d.opts.MovesPerHour))
 		return false
 	}
-	plan, ok, why := c.plan(pod, left)
+	plan, ok, why := c.plan(pod, min(left, d.opts.MovesPerNodePerHour))
+	if ok {
+		if over := d.overLimits(snap, plan); over != "" {
+			ok, why = false, &noPlan{text: "the migration plan found would " + over}
+		}
+	}
 	switch {
 	case !ok && why == nil:
 		return false // no GPU to make room for
@@ -274,6 +291,33 @@ func (d *Defragmenter) planFor(ctx context.Context, c *cluster, pod *v1.Pod) boo
 		return true
 	}
 	return d.start(ctx, snap, pod, plan)
+}
+
+// overLimits says how plan, with the moves of the last hour, would exceed
+// the hourly limits of a node or a namespace; "" when it would not.
+// (withinLimits keeps pods of a node or namespace already at its limit out
+// of plans; a plan of several moves can still pass it.)
+func (d *Defragmenter) overLimits(snap *gpuview.Snapshot, plan gpu.Plan) string {
+	byNamespace := map[string]int{}
+	onNode := len(plan.Moves)
+	for _, m := range d.moves {
+		byNamespace[m.namespace]++
+		if m.node == plan.Node {
+			onNode++
+		}
+	}
+	if onNode > d.opts.MovesPerNodePerHour {
+		return fmt.Sprintf("move %d pods off node %s within the hour, beyond --moves-per-node-per-hour %d", onNode, plan.Node, d.opts.MovesPerNodePerHour)
+	}
+	for _, mv := range plan.Moves {
+		if p := snap.Pod(mv.Pod); p != nil {
+			byNamespace[p.Namespace]++
+			if byNamespace[p.Namespace] > d.opts.MovesPerNamespacePerHour {
+				return fmt.Sprintf("move %d pods of namespace %s within the hour, beyond --moves-per-namespace-per-hour %d", byNamespace[p.Namespace], p.Namespace, d.opts.MovesPerNamespacePerHour)
+			}
+		}
+	}
+	return ""
 }
 
 // withinLimits reports whether moving pod keeps within the hourly limits
@@ -307,6 +351,17 @@ func (d *Defragmenter) dryRun(snap *gpuview.Snapshot, pod *v1.Pod, plan gpu.Plan
 			d.metrics.moves.WithLabelValues(string(DryRun)).Inc()
 		}
 	}
+}
+
+// forgetTold forgets what it told pods that are no longer pending.
+func (d *Defragmenter) forgetTold(snap *gpuview.Snapshot, byKey map[string]*v1.Pod) {
+	pending := map[types.UID]bool{}
+	for _, p := range snap.Pending {
+		if pod := byKey[p.Namespace+"/"+p.Name]; pod != nil {
+			pending[pod.UID] = true
+		}
+	}
+	maps.DeleteFunc(d.told, func(uid types.UID, _ string) bool { return !pending[uid] })
 }
 
 // tell records an event on pod unless the last one it was told reads the

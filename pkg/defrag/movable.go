@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
+	"github.com/gpusched/gpusched/pkg/gpu"
 	"github.com/gpusched/gpusched/pkg/podgroup"
 )
 
@@ -23,9 +24,10 @@ var recreatingControllers = []string{"ReplicaSet", "StatefulSet", "Job", "Replic
 
 // Rules decide which bound pods the defragmenter may move. A pod may move
 // only when all hold: its controller recreates it (recreatingControllers),
-// it is opted in (AnnotationMovable, or Selector), it is in no gang, it is
-// not being deleted, and each PodDisruptionBudget that selects it allows a
-// disruption now. The planner adds one rule of its own: never for a pod of
+// it is opted in (AnnotationMovable, or Selector), it is in no gang, it
+// holds GPUs gpusched assigned (a reservation can then hold its
+// replacement's), it is not being deleted, and each PodDisruptionBudget
+// that selects it allows a disruption now. The planner adds one rule of its own: never for a pod of
 // lower priority (gpu.Planner).
 type Rules struct {
 	// Selector, when set, opts in the pods whose labels it matches, beside
@@ -56,6 +58,9 @@ func (r *Rules) whyBesidesBudgets(pod *v1.Pod) string {
 	}
 	if gang, ok := podgroup.GangOf(pod); ok {
 		return "it is in gang " + gang + ", which moves whole or not at all"
+	}
+	if _, holds := gpu.AssignmentOf(pod); !holds {
+		return "it holds no GPU gpusched assigned: nothing could reserve where its replacement goes"
 	}
 	return ""
 }

@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
+	"github.com/gpusched/gpusched/pkg/gpu"
 	gt "github.com/gpusched/gpusched/pkg/gpu/gputest"
 	"github.com/gpusched/gpusched/pkg/podgroup"
 )
@@ -16,9 +17,10 @@ import (
 // TestRules tries the ways a tenant's pod might be moved against its
 // owner's will: each pod below breaks exactly one rule, and Why names it.
 func TestRules(t *testing.T) {
+	held := gpu.Assignment{Node: "n", Devices: []int{0}, Milli: 500}
 	movable := func() *gt.PodWrapper {
 		return gt.MakeGPUPod("p").Namespace("team").Label("app", "infer").OwnedBy("ReplicaSet", "infer-1", "rs-uid").
-			Annotation(AnnotationMovable, "true").Node("n")
+			Annotation(AnnotationMovable, "true").Node("n").Milli(500).Assigned(held)
 	}
 	budget := func(name string, allowed int32, observed int64) *policyv1.PodDisruptionBudget {
 		return &policyv1.PodDisruptionBudget{
@@ -27,6 +29,8 @@ func TestRules(t *testing.T) {
 			Status:     policyv1.PodDisruptionBudgetStatus{DisruptionsAllowed: allowed, ObservedGeneration: observed},
 		}
 	}
+	noGPU := movable().Obj()
+	delete(noGPU.Annotations, gpu.AnnotationAssigned)
 	deleting := movable().Obj()
 	deleting.DeletionTimestamp = &metav1.Time{}
 	bare := movable().Obj()
@@ -44,13 +48,14 @@ func TestRules(t *testing.T) {
 		want  string // "" when the pod may move
 	}{
 		{"opted in by annotation", movable().Obj(), Rules{}, ""},
-		{"opted in by the admin's selector", gt.MakeGPUPod("p").Label("app", "infer").OwnedBy("Job", "j", "j-uid").Node("n").Obj(),
+		{"opted in by the admin's selector", gt.MakeGPUPod("p").Label("app", "infer").OwnedBy("Job", "j", "j-uid").Node("n").Assigned(held).Obj(),
 			Rules{Selector: labels.SelectorFromSet(labels.Set{"app": "infer"})}, ""},
 		{"not opted in", gt.MakeGPUPod("p").OwnedBy("ReplicaSet", "rs", "rs-uid").Node("n").Obj(), Rules{}, "not opted in"},
 		{"opted in with another value", movable().Annotation(AnnotationMovable, "yes").Obj(), Rules{}, "not opted in"},
 		{"no controller", bare, Rules{}, "no controller recreates it"},
 		{"a DaemonSet's pod", daemon, Rules{}, "no controller recreates it"},
 		{"being deleted", deleting, Rules{}, "being deleted"},
+		{"holds no GPU gpusched assigned", noGPU, Rules{}, "holds no GPU"},
 		{"in a PodGroup", movable().Label(podgroup.LabelPodGroup, "train").Obj(), Rules{}, "in gang train"},
 		{"in a Workload API gang", workload, Rules{}, "in gang workload:train"},
 		{"a budget with room", movable().Obj(), Rules{PDBs: []*policyv1.PodDisruptionBudget{budget("ok", 1, 1)}}, ""},

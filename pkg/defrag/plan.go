@@ -11,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
 
@@ -18,9 +19,10 @@ import (
 	"github.com/gpusched/gpusched/pkg/gpuview"
 )
 
-// reservationPrefix starts the ID of every reservation the defragmenter
-// writes, so that it finds its own after a restart.
-const reservationPrefix = "defrag-"
+// prefix starts the ID of every reservation this defragmenter writes:
+// "<Options.Name>/", so that it finds its own after a restart, and leaves
+// another defragmenter's alone.
+func (d *Defragmenter) prefix() string { return d.opts.Name + "/" }
 
 // activePlan is a plan being carried out.
 type activePlan struct {
@@ -45,7 +47,7 @@ func (d *Defragmenter) start(ctx context.Context, snap *gpuview.Snapshot, pod *v
 	logger := klog.FromContext(ctx)
 	now := d.opts.Now()
 	d.seq++
-	p := &activePlan{id: fmt.Sprintf("%s%s-%d", reservationPrefix, now.UTC().Format("20060102t150405"), d.seq), started: now,
+	p := &activePlan{id: fmt.Sprintf("%s%s-%d", d.prefix(), now.UTC().Format("20060102t150405"), d.seq), started: now,
 		deadline: now.Add(d.opts.PlanTimeout), pending: pod, node: plan.Node,
 		held: map[string]gpu.Reservation{}, moved: map[string]*v1.Pod{},
 		milli: int64(len(plan.Assignment.Devices)) * plan.Assignment.Milli}
@@ -54,11 +56,14 @@ func (d *Defragmenter) start(ctx context.Context, snap *gpuview.Snapshot, pod *v
 	var moving []*v1.Pod
 	for i, mv := range plan.Moves {
 		moved := snap.Pod(mv.Pod)
-		ref := metav1.GetControllerOfNoCopy(moved)
-		if moved == nil || ref == nil {
-			return false // the planner moves only pods Rules.Why allows
+		if moved == nil || len(mv.To.Devices) == 0 {
+			return false // the planner moves only pods Rules.Why allows: known, holding GPUs
 		}
-		want = append(want, gpu.Reservation{ID: fmt.Sprintf("%s/%d", p.id, i), Owner: ref.UID, GPUs: mv.To.String(), Expires: expires})
+		ref := metav1.GetControllerOfNoCopy(moved)
+		if ref == nil {
+			return false
+		}
+		want = append(want, gpu.Reservation{ID: fmt.Sprintf("%s/%d", p.id, i), Owner: ref.UID, Namespace: moved.Namespace, GPUs: mv.To.String(), Expires: expires})
 		moving = append(moving, moved)
 	}
 	for _, r := range want {
@@ -73,6 +78,7 @@ func (d *Defragmenter) start(ctx context.Context, snap *gpuview.Snapshot, pod *v
 	}
 	d.active = p
 	d.told[pod.UID] = ""
+	d.awaitReservations(ctx, want)
 	d.recorder.Eventf(pod, v1.EventTypeNormal, "MakingRoom", "plan %s: %s", p.id, describe(snap, pod, plan))
 	d.metrics.plans.WithLabelValues(string(Enforce), "started").Inc()
 	d.metrics.active.Set(1)
@@ -105,6 +111,31 @@ func (d *Defragmenter) start(ctx context.Context, snap *gpuview.Snapshot, pod *v
 	return true
 }
 
+// reservationsSeen bounds the wait for the reservations to come back
+// through the watch before the evictions start.
+const reservationsSeen = 10 * time.Second
+
+// awaitReservations waits, up to reservationsSeen, until the
+// defragmenter's own watch of the nodes shows every reservation of rs: the
+// scheduler's watch sees them about as soon, and the replacements that the
+// evictions bring must find them there. It goes on when the wait runs out
+// (each pod then lands where the scheduler would place it anyway).
+func (d *Defragmenter) awaitReservations(ctx context.Context, rs []gpu.Reservation) {
+	_ = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, reservationsSeen, true, func(context.Context) (bool, error) {
+		for i := range rs {
+			n, err := d.nodes.Get(nodeOf(&rs[i]))
+			if err != nil {
+				return false, nil
+			}
+			have, _ := gpu.ReservationsOf(n)
+			if !slices.ContainsFunc(have, func(r gpu.Reservation) bool { return r.ID == rs[i].ID }) {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+}
+
 // follow releases the reservations of the active plan whose pods arrived,
 // and ends the plan when all have, or when its time is up.
 func (d *Defragmenter) follow(ctx context.Context, pods []*v1.Pod, now time.Time) error {
@@ -116,7 +147,7 @@ func (d *Defragmenter) follow(ctx context.Context, pods []*v1.Pod, now time.Time
 	}
 	switch {
 	case len(p.held) == 0:
-		d.recorder.Eventf(p.pending, v1.EventTypeNormal, "MigrationDone", "plan %s: this pod and the %d pod(s) moved for it are placed as planned", p.id, len(p.moved))
+		d.recorder.Eventf(p.pending, v1.EventTypeNormal, "MigrationDone", "plan %s: done; this pod and the %d pod(s) moved for it are bound", p.id, len(p.moved))
 		d.metrics.plans.WithLabelValues(string(Enforce), "done").Inc()
 		d.metrics.gpuMilli.Add(float64(p.milli))
 		d.finish()
@@ -147,7 +178,7 @@ func arrived(r *gpu.Reservation, pods []*v1.Pod, since time.Time) bool {
 			continue
 		}
 		ref := metav1.GetControllerOfNoCopy(p)
-		if ref == nil || ref.UID != r.Owner || p.CreationTimestamp.Time.Before(since.Truncate(time.Second)) {
+		if ref == nil || ref.UID != r.Owner || p.Namespace != r.Namespace || p.CreationTimestamp.Time.Before(since.Truncate(time.Second)) {
 			continue
 		}
 		if a, ok := gpu.AssignmentOf(p); ok && a.Node == r.Assignment.Node && slices.Equal(a.Devices, r.Assignment.Devices) {
@@ -194,8 +225,9 @@ func (d *Defragmenter) unhold(ctx context.Context, id string) {
 	delete(p.held, id)
 }
 
-// releaseOrphans removes the defragmenter's reservations that no active
-// plan holds (left by a defragmenter that stopped), and expired ones.
+// releaseOrphans removes this defragmenter's reservations that no active
+// plan holds (left by an instance of it that stopped), and expired ones.
+// Only Enforce calls it: DryRun changes nothing.
 func (d *Defragmenter) releaseOrphans(ctx context.Context, nodes []*v1.Node, now time.Time) error {
 	for _, n := range nodes {
 		rs, err := gpu.ReservationsOf(n)
@@ -216,7 +248,7 @@ func (d *Defragmenter) orphan(r *gpu.Reservation, now time.Time) bool {
 	if !now.Before(r.Expires) {
 		return true
 	}
-	if !strings.HasPrefix(r.ID, reservationPrefix) {
+	if !strings.HasPrefix(r.ID, d.prefix()) {
 		return false
 	}
 	_, held := d.heldByActive(r.ID)

@@ -454,6 +454,20 @@ func (l *Ledger) AssumeReserved(uid types.UID, a Assignment, id string) error {
 	return nil
 }
 
+// HoldsReservation reports whether the ledger's last view of node holds
+// reservation id, not taken by a pod assumed or bound since; true for a
+// node it has not read (the reservation is then taken as written).
+func (l *Ledger) HoldsReservation(node, id string) bool {
+	c := l.cached(node)
+	if c == nil {
+		return true
+	}
+	l.mu.Lock()
+	_, taken := l.taken[id]
+	l.mu.Unlock()
+	return !taken && slices.ContainsFunc(c.view.Reserved, func(r Reservation) bool { return r.ID == id })
+}
+
 // forgetTaken drops the takers of reservations of node that rs, the node's
 // reservations now, no longer has. Callers hold l.mu.
 func (l *Ledger) forgetTaken(node string, rs []Reservation) {

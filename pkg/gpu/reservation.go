@@ -20,9 +20,11 @@ import (
 const AnnotationReservations = "gpusched.io/gpu-reservations"
 
 // Reservation holds GPUs of one node for one pod to come: either the pod
-// with UID Pod, or a pod whose controller (its ownerReference with
-// controller=true) has UID Owner and that asks for exactly the reserved
-// GPUs (Reserves). Every front end's ledger counts a reservation as held
+// with UID Pod, or a pod of namespace Namespace whose controller (its
+// ownerReference with controller=true) has UID Owner and that asks for
+// exactly the reserved GPUs (Reserves). A pod may name any UID as its
+// owner, but only in its own namespace does it name its real controller:
+// a pod of another namespace never takes an owner's reservation. Every front end's ledger counts a reservation as held
 // until it expires or the pod it is for takes it; only that pod may use
 // the GPUs.
 type Reservation struct {
@@ -33,6 +35,8 @@ type Reservation struct {
 	// Exactly one is set.
 	Pod   types.UID `json:"pod,omitempty"`
 	Owner types.UID `json:"owner,omitempty"`
+	// Namespace is the owner's namespace, set with Owner.
+	Namespace string `json:"namespace,omitempty"`
 	// GPUs are the reserved GPUs, as an assignment annotation writes them
 	// (node=...;gpus=...;milli=...;memory=...); the node is the
 	// annotation's node.
@@ -44,7 +48,12 @@ type Reservation struct {
 	Assignment Assignment `json:"-"`
 }
 
-const reservationsAllowed = `want a JSON list of {"id":"<plan>/<n>","pod":"<uid>" or "owner":"<uid>","gpus":"<assignment on this node>","expires":"<RFC 3339 time>"}`
+// MaxReservationLifetime bounds how far ahead a reservation may expire: one
+// that expires later holds nothing. A plan's pods arrive within minutes;
+// a reservation that outlives its plan only keeps GPUs idle.
+const MaxReservationLifetime = time.Hour
+
+const reservationsAllowed = `want a JSON list of {"id":"<plan>/<n>","pod":"<uid>" or "owner":"<uid>","namespace":"<the owner's>","gpus":"<assignment on this node>","expires":"<RFC 3339 time>"}`
 
 // ReservationsOf reads a node's AnnotationReservations: nil without it. An
 // error names the annotation, the value and what is allowed; a node with a
@@ -73,6 +82,8 @@ func ReservationsOf(node *v1.Node) ([]Reservation, error) {
 			return nil, bad("id is listed twice")
 		case (r.Pod == "") == (r.Owner == ""):
 			return nil, bad("exactly one of pod and owner must be set")
+		case r.Owner != "" && r.Namespace == "":
+			return nil, bad("an owner's reservation needs the owner's namespace")
 		case err != nil:
 			return nil, bad(fmt.Sprintf("gpus: %v", err))
 		case a.Node != node.Name:
@@ -96,14 +107,15 @@ func FormatReservations(rs []Reservation) string {
 }
 
 // Reserves reports whether r is for pod, whose GPU demand is d: the pod r
-// names, or a pod of r's controller whose demand is exactly the reserved
-// GPUs (as many, the same part of each, the same memory for a share).
+// names, or a pod of r's controller, in its namespace, whose demand is
+// exactly the reserved GPUs (as many, the same part of each, the same
+// memory for a share).
 func (r *Reservation) Reserves(pod *v1.Pod, d *Demand) bool {
 	if r.Pod != "" {
 		return r.Pod == pod.UID
 	}
 	ref := metav1.GetControllerOfNoCopy(pod)
-	if ref == nil || ref.UID != r.Owner {
+	if ref == nil || ref.UID != r.Owner || pod.Namespace != r.Namespace {
 		return false
 	}
 	a := &r.Assignment
@@ -122,13 +134,19 @@ func (n *NodeGPUs) ReservationFor(pod *v1.Pod, d *Demand) *Reservation {
 	return nil
 }
 
+// Current reports whether r holds its GPUs at now: not expired, and not
+// expiring beyond MaxReservationLifetime.
+func (r *Reservation) Current(now time.Time) bool {
+	return now.Before(r.Expires) && !r.Expires.After(now.Add(MaxReservationLifetime))
+}
+
 // holdReservations counts on n the reservations of its node that are
-// neither expired at now nor taken by a pod counted on n (counted: the
+// Current at now and not taken by a pod counted on n (counted: the
 // UIDs of the pods whose assignments n counts). takenBy names the pod that
 // took a reservation.
 func holdReservations(n *NodeGPUs, rs []Reservation, now time.Time, takenBy func(id string) (types.UID, bool), counted []types.UID) {
 	for _, r := range rs {
-		if !now.Before(r.Expires) {
+		if !r.Current(now) {
 			continue
 		}
 		if uid, ok := takenBy(r.ID); ok && slices.Contains(counted, uid) {

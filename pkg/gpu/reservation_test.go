@@ -1,6 +1,7 @@
 package gpu_test
 
 import (
+	"cmp"
 	"errors"
 	"slices"
 	"strings"
@@ -23,6 +24,7 @@ func TestReservationsOfRefusesMalformed(t *testing.T) {
 		{"twice", `[{"id":"a","pod":"u","gpus":"node=n;gpus=0","expires":"` + soon + `"},{"id":"a","pod":"v","gpus":"node=n;gpus=1","expires":"` + soon + `"}]`, "listed twice"},
 		{"pod and owner", `[{"id":"a","pod":"u","owner":"o","gpus":"node=n;gpus=0","expires":"` + soon + `"}]`, "exactly one of pod and owner"},
 		{"neither", `[{"id":"a","gpus":"node=n;gpus=0","expires":"` + soon + `"}]`, "exactly one of pod and owner"},
+		{"owner without namespace", `[{"id":"a","owner":"o","gpus":"node=n;gpus=0","expires":"` + soon + `"}]`, "needs the owner's namespace"},
 		{"bad gpus", `[{"id":"a","pod":"u","gpus":"node=n;gpus=x","expires":"` + soon + `"}]`, "not a non-negative integer"},
 		{"other node", `[{"id":"a","pod":"u","gpus":"node=m;gpus=0","expires":"` + soon + `"}]`, `name node "m", not this node "n"`},
 		{"no expiry", `[{"id":"a","pod":"u","gpus":"node=n;gpus=0"}]`, "expires is missing"},
@@ -52,7 +54,7 @@ func reservations(t *testing.T) (forPod, forRS gpu.Reservation) {
 	soon := time.Now().Add(time.Hour).UTC()
 	rs := []gpu.Reservation{
 		{ID: "plan/0", Pod: "pending", GPUs: "node=n;gpus=0;milli=1000;memory=0", Expires: soon},
-		{ID: "plan/1", Owner: "rs-uid", GPUs: "node=n;gpus=1;milli=250;memory=10240", Expires: soon},
+		{ID: "plan/1", Owner: "rs-uid", Namespace: "team", GPUs: "node=n;gpus=1;milli=250;memory=10240", Expires: soon},
 	}
 	node := gt.MakeGPUNode("n").GFD("A100", 2, 40960).Annotation(gpu.AnnotationReservations, gpu.FormatReservations(rs)).Obj()
 	parsed, err := gpu.ReservationsOf(node)
@@ -65,12 +67,14 @@ func reservations(t *testing.T) (forPod, forRS gpu.Reservation) {
 func TestLedgerHoldsReservations(t *testing.T) {
 	forPod, forRS := reservations(t)
 	rs := []gpu.Reservation{forPod, forRS,
-		{ID: "old/0", Pod: "gone", GPUs: "node=n;gpus=1;milli=1000;memory=0", Expires: time.Now().Add(-time.Minute)}}
+		{ID: "old/0", Pod: "gone", GPUs: "node=n;gpus=1;milli=1000;memory=0", Expires: time.Now().Add(-time.Minute)},
+		{ID: "far/0", Pod: "far", GPUs: "node=n;gpus=1;milli=1000;memory=0", Expires: time.Now().Add(2 * gpu.MaxReservationLifetime)}}
 	node := gt.MakeGPUNode("n").GFD("A100", 2, 40960).Annotation(gpu.AnnotationReservations, gpu.FormatReservations(rs)).Obj()
 	l, cache := gpu.NewLedger(), newPodCache()
 
 	// GPU 0 whole for the pending pod, 250 of GPU 1 for the ReplicaSet;
-	// the expired reservation holds nothing.
+	// the expired reservation holds nothing, nor one that would hold GPUs
+	// beyond MaxReservationLifetime (a writer's attempt to keep them).
 	view := cache.view(l, node)
 	if got := usedMilli(view); got[0] != 1000 || got[1] != 250 || len(view.Reserved) != 2 {
 		t.Fatalf("used %v, reserved %v; want [1000 250] and 2 reservations", got, view.Reserved)
@@ -90,18 +94,23 @@ func TestLedgerHoldsReservations(t *testing.T) {
 		pod  *gpu.Demand
 		uid  string
 		own  string
+		ns   string // "team" when empty
 		want string
 	}{
-		{"the pending pod", whole, "pending", "", "plan/0"},
-		{"another pod", whole, "other", "", ""},
-		{"the ReplicaSet's share", share(250, "10Gi"), "new", "rs-uid", "plan/1"},
-		{"a larger share of it", share(300, "10Gi"), "new", "rs-uid", ""},
-		{"more memory", share(250, "20Gi"), "new", "rs-uid", ""},
-		{"another ReplicaSet", share(250, "10Gi"), "new", "rs-other", ""},
-		{"the expired pod", whole, "gone", "", ""},
+		{"the pending pod", whole, "pending", "", "", "plan/0"},
+		{"another pod", whole, "other", "", "", ""},
+		{"the ReplicaSet's share", share(250, "10Gi"), "new", "rs-uid", "", "plan/1"},
+		{"a larger share of it", share(300, "10Gi"), "new", "rs-uid", "", ""},
+		{"more memory", share(250, "20Gi"), "new", "rs-uid", "", ""},
+		{"another ReplicaSet", share(250, "10Gi"), "new", "rs-other", "", ""},
+		// A tenant may name any UID as its pod's owner: in another
+		// namespace that never takes the reservation.
+		{"a pod of another namespace naming the owner", share(250, "10Gi"), "new", "rs-uid", "intruder", ""},
+		{"the expired pod", whole, "gone", "", "", ""},
+		{"the pod of a reservation too far ahead", whole, "far", "", "", ""},
 	}
 	for _, c := range cases {
-		w := gt.MakeGPUPod("p").UID(c.uid)
+		w := gt.MakeGPUPod("p").UID(c.uid).Namespace(cmp.Or(c.ns, "team"))
 		if c.own != "" {
 			w = w.OwnedBy("ReplicaSet", "rs", c.own)
 		}

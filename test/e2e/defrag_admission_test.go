@@ -23,14 +23,22 @@ const defragmenterServiceAccount = "system:serviceaccount:kube-system:gpusched-d
 // server that authorizes with RBAC and uses the defragmenter's identity as
 // a stolen token would: RBAC lets it update every Node, and its admission
 // policy lets it change the GPU reservations annotation alone. Cordoning,
-// tainting, relabelling or re-annotating a node, or writing the node's
-// GPU inventory, is refused with the policy's message; writing and
-// removing reservations is allowed.
+// tainting, relabelling, re-annotating, owning or finalizing a node, or
+// writing its GPU inventory, is refused with the policy's message; writing
+// and removing reservations on a node with many annotations is allowed
+// every time (the annotations compared as sets, whatever their order).
+// Another identity that may update Nodes (a node add-on, a kubelet) may
+// not write reservations, which would draw pods to its node.
 func TestDefragmenterNodePolicy(t *testing.T) {
 	c, kubectl := rbacCluster(t)
 	ctx := context.Background()
 	command(t, nil, kubectl, "--kubeconfig="+c.KubeconfigPath, "apply", "-k", "deploy/defragmenter")
-	testcluster.CreateNode(ctx, t, c.Client, gt.MakeGPUNode("gpu-0").GFD(a100, 2, 81920).Obj())
+	busy := gt.MakeGPUNode("gpu-0").GFD(a100, 2, 81920)
+	for _, k := range []string{"kubeadm.alpha.kubernetes.io/cri-socket", "node.alpha.kubernetes.io/ttl", "volumes.kubernetes.io/controller-managed-attach-detach",
+		"csi.volume.kubernetes.io/nodeid", "nfd.node.kubernetes.io/feature-labels", "cluster-autoscaler.kubernetes.io/scale-down-disabled"} {
+		busy = busy.Annotation(k, "v-"+k)
+	}
+	testcluster.CreateNode(ctx, t, c.Client, busy.Obj())
 	defrag := impersonate(t, c, defragmenterServiceAccount, "")
 
 	soon := time.Now().Add(time.Minute).UTC()
@@ -49,6 +57,11 @@ func TestDefragmenterNodePolicy(t *testing.T) {
 		{"relabel", func(n *v1.Node) { n.Labels[gpu.LabelProduct] = "NVIDIA-H100-80GB-HBM3" }},
 		{"write the GPU inventory", func(n *v1.Node) { n.Annotations[gpu.AnnotationDevices] = `[{"index":0,"model":"X","memoryMiB":1}]` }},
 		{"another annotation beside reservations", func(n *v1.Node) { reserve(n); n.Annotations["team"] = "mine" }},
+		{"remove another annotation", func(n *v1.Node) { delete(n.Annotations, "node.alpha.kubernetes.io/ttl") }},
+		{"own the node (for the garbage collector to delete it)", func(n *v1.Node) {
+			n.OwnerReferences = append(n.OwnerReferences, metav1.OwnerReference{APIVersion: "v1", Kind: "Namespace", Name: "gone", UID: "0000"})
+		}},
+		{"finalize the node", func(n *v1.Node) { n.Finalizers = append(n.Finalizers, "example.com/never") }},
 	}
 	// The policy takes effect a moment after it is created; each probe
 	// changes a label anew, so that one let through before does not make
@@ -64,11 +77,24 @@ func TestDefragmenterNodePolicy(t *testing.T) {
 			t.Errorf("%s as the defragmenter: %v, want Forbidden by its admission policy", a.name, err)
 		}
 	}
-	if err := updateNode(ctx, defrag, "gpu-0", reserve); err != nil {
-		t.Fatalf("writing a reservation as the defragmenter: %v", err)
+	for i := range 10 {
+		if err := updateNode(ctx, defrag, "gpu-0", reserve); err != nil {
+			t.Fatalf("writing a reservation as the defragmenter (%d): %v", i, err)
+		}
+		if err := updateNode(ctx, defrag, "gpu-0", func(n *v1.Node) { delete(n.Annotations, gpu.AnnotationReservations) }); err != nil {
+			t.Fatalf("removing a reservation as the defragmenter (%d): %v", i, err)
+		}
 	}
-	if err := updateNode(ctx, defrag, "gpu-0", func(n *v1.Node) { delete(n.Annotations, gpu.AnnotationReservations) }); err != nil {
-		t.Fatalf("removing a reservation as the defragmenter: %v", err)
+	// Another identity that may update Nodes may change them as before,
+	// but not their reservations.
+	grantIntruder(ctx, t, c)
+	intruder := impersonate(t, c, intruderServiceAccount, "")
+	if err := updateNode(ctx, intruder, "gpu-0", func(n *v1.Node) { n.Labels["team"] = "x" }); err != nil {
+		t.Errorf("relabelling as another writer of Nodes: %v", err)
+	}
+	err := updateNode(ctx, intruder, "gpu-0", reserve)
+	if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "only system:serviceaccount:kube-system:gpusched-defragmenter may set or change it") {
+		t.Errorf("writing a reservation as another writer of Nodes: %v, want Forbidden naming the defragmenter", err)
 	}
 	// The cluster admin is not bound by it.
 	if err := updateNode(ctx, c.Client, "gpu-0", attacks[0].change); err != nil {

@@ -151,7 +151,7 @@ func TestDefragmenterMakesRoom(t *testing.T) {
 	if !slices.Equal(placed, planned) {
 		t.Errorf("replacements bound on %v, the plan reserved %v", placed, planned)
 	}
-	waitForDefragEvent(ctx, t, c, enforce, "MigrationDone", "placed as planned")
+	waitForDefragEvent(ctx, t, c, enforce, "MigrationDone", "done; this pod and the 2 pod(s) moved for it are bound")
 	if left := nodeReservations(ctx, t, c); len(left) != 0 {
 		t.Errorf("reservations left after the plan: %v", left)
 	}

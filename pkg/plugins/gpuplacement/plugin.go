@@ -235,7 +235,7 @@ func (p *GPUPlacement) PreFilter(ctx context.Context, state fwk.CycleState, pod 
 			p.chooseForDeferred(ctx, state, nodes, &demand)
 		}
 	}
-	if reserved := p.reservations.nodesFor(pod, &demand); reserved != nil {
+	if reserved := p.reservations.nodesFor(pod, &demand, p.ledger.HoldsReservation); reserved != nil {
 		s.mayTakeReservation = true
 		return &fwk.PreFilterResult{NodeNames: reserved}, nil
 	}

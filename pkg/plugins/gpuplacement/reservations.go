@@ -17,8 +17,10 @@ import (
 // kept from the node informer, so that PreFilter sends a pod that may take
 // a reservation to the reserved nodes alone without reading every node.
 // The ledger's views decide what a reservation holds and who takes it
-// (gpu.NodeGPUs.ReservationFor); the index only narrows the nodes, and a
-// node it names wrongly (its view not updated yet) just does not fit.
+// (gpu.NodeGPUs.ReservationFor); the index only narrows the nodes, to
+// those whose reservation the ledger still holds (not taken by another pod
+// of the owner: gpu.Ledger.HoldsReservation), and a node it names wrongly
+// (its view not updated yet) just does not fit.
 type reservationIndex struct {
 	mu     sync.RWMutex
 	byNode map[string][]gpu.Reservation
@@ -50,9 +52,9 @@ func (x *reservationIndex) remove(name string) {
 	x.nodes.Store(int64(len(x.byNode)))
 }
 
-// nodesFor is the nodes with a reservation, not expired, that pod (of
-// demand d) may take; nil when there are none.
-func (x *reservationIndex) nodesFor(pod *v1.Pod, d *gpu.Demand) sets.Set[string] {
+// nodesFor is the nodes with a current reservation that pod (of demand d)
+// may take and that holds says is still held; nil when there are none.
+func (x *reservationIndex) nodesFor(pod *v1.Pod, d *gpu.Demand, holds func(node, id string) bool) sets.Set[string] {
 	if x.nodes.Load() == 0 {
 		return nil
 	}
@@ -62,7 +64,7 @@ func (x *reservationIndex) nodesFor(pod *v1.Pod, d *gpu.Demand) sets.Set[string]
 	var out sets.Set[string]
 	for node, rs := range x.byNode {
 		for i := range rs {
-			if now.Before(rs[i].Expires) && rs[i].Reserves(pod, d) {
+			if rs[i].Current(now) && rs[i].Reserves(pod, d) && holds(node, rs[i].ID) {
 				if out == nil {
 					out = sets.New[string]()
 				}

@@ -26,7 +26,7 @@ func TestReservationsSendTheirPodsWhereReserved(t *testing.T) {
 	soon := time.Now().Add(time.Hour)
 	rs := []gpu.Reservation{
 		{ID: "plan/0", Pod: "pending", GPUs: "node=b;gpus=0;milli=1000;memory=0", Expires: soon},
-		{ID: "plan/1", Owner: "rs-uid", GPUs: "node=b;gpus=1;milli=500;memory=0", Expires: soon},
+		{ID: "plan/1", Owner: "rs-uid", Namespace: "default", GPUs: "node=b;gpus=1;milli=500;memory=0", Expires: soon},
 	}
 	nodes := []*v1.Node{
 		gt.MakeGPUNode("a").GFD(a100, 2, 81920).Obj(),
@@ -85,6 +85,12 @@ func TestReservationsSendTheirPodsWhereReserved(t *testing.T) {
 	}
 	if _, a := c.schedule(t, moved, "b"); !strings.Contains(a, "gpus=1;milli=500") {
 		t.Errorf("the ReplicaSet's share got %q, want 500 of GPU 1 of b", a)
+	}
+	// Taken, the reservation no longer draws the ReplicaSet's other pods
+	// of that shape to b.
+	again := gt.MakeGPUPod("again").UID("again").OwnedBy("ReplicaSet", "rs", "rs-uid").Milli(500).Obj()
+	if got := preFilterNodes(t, c, again); got != nil {
+		t.Errorf("once taken, the reservation still sends the ReplicaSet's pods to %v", got)
 	}
 	small := gt.MakeGPUPod("small").UID("small").OwnedBy("ReplicaSet", "rs", "rs-uid").Milli(300).Obj()
 	if got := preFilterNodes(t, c, small); got != nil {
