@@ -201,6 +201,9 @@ func (d *Defragmenter) Round(ctx context.Context) error {
 	}
 	now := d.opts.Now()
 	d.moves = slices.DeleteFunc(d.moves, func(m move) bool { return now.Sub(m.at) >= time.Hour })
+	if d.active == nil && d.opts.Mode == Enforce {
+		d.adopt(nodes, pods, now)
+	}
 	if d.active != nil {
 		if err := d.follow(ctx, pods, now); err != nil {
 			return err

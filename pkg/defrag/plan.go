@@ -136,6 +136,48 @@ func (d *Defragmenter) awaitReservations(ctx context.Context, rs []gpu.Reservati
 	})
 }
 
+// adopt takes over a plan that an instance of this defragmenter left
+// under way (it stopped, or lost its lease): the reservations of one plan
+// of its own that are still current become the active plan, followed to
+// its end as if this instance had started it. It started, at the latest,
+// PlanTimeout before its reservations expire.
+func (d *Defragmenter) adopt(nodes []*v1.Node, pods []*v1.Pod, now time.Time) {
+	var p *activePlan
+	for _, n := range nodes {
+		rs, err := gpu.ReservationsOf(n)
+		if err != nil {
+			continue
+		}
+		for _, r := range rs {
+			rest, own := strings.CutPrefix(r.ID, d.prefix())
+			cut := strings.LastIndex(rest, "/")
+			if !own || cut < 0 || !r.Current(now) {
+				continue
+			}
+			planID := d.prefix() + rest[:cut] // "<prefix><plan>/<move>"
+			if p == nil {
+				p = &activePlan{id: planID, started: r.Expires.Add(-d.opts.PlanTimeout), deadline: r.Expires,
+					held: map[string]gpu.Reservation{}, moved: map[string]*v1.Pod{}}
+			}
+			if planID != p.id {
+				continue // one plan at a time; releaseOrphans removes the others
+			}
+			p.held[r.ID] = r
+			if r.Pod != "" {
+				p.node = r.Assignment.Node
+				p.milli = int64(len(r.Assignment.Devices)) * r.Assignment.Milli
+				if i := slices.IndexFunc(pods, func(q *v1.Pod) bool { return q.UID == r.Pod }); i >= 0 {
+					p.pending = pods[i]
+				}
+			}
+		}
+	}
+	if p != nil {
+		d.active = p
+		d.metrics.active.Set(1)
+	}
+}
+
 // follow releases the reservations of the active plan whose pods arrived,
 // and ends the plan when all have, or when its time is up.
 func (d *Defragmenter) follow(ctx context.Context, pods []*v1.Pod, now time.Time) error {
@@ -147,7 +189,9 @@ func (d *Defragmenter) follow(ctx context.Context, pods []*v1.Pod, now time.Time
 	}
 	switch {
 	case len(p.held) == 0:
-		d.recorder.Eventf(p.pending, v1.EventTypeNormal, "MigrationDone", "plan %s: done; this pod and the %d pod(s) moved for it are bound", p.id, len(p.moved))
+		if p.pending != nil {
+			d.recorder.Eventf(p.pending, v1.EventTypeNormal, "MigrationDone", "plan %s: done; this pod and the pods moved for it are bound", p.id)
+		}
 		d.metrics.plans.WithLabelValues(string(Enforce), "done").Inc()
 		d.metrics.gpuMilli.Add(float64(p.milli))
 		d.finish()
@@ -199,7 +243,9 @@ func (d *Defragmenter) release(ctx context.Context, why string) {
 	for id := range p.held {
 		d.unhold(ctx, id)
 	}
-	d.recorder.Eventf(p.pending, v1.EventTypeWarning, "MigrationExpired", "plan %s given up: %s", p.id, why)
+	if p.pending != nil {
+		d.recorder.Eventf(p.pending, v1.EventTypeWarning, "MigrationExpired", "plan %s given up: %s", p.id, why)
+	}
 	d.finish()
 }
 
