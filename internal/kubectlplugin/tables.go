@@ -138,7 +138,7 @@ func writeGPUs(w io.Writer, nodes []gpuview.Node) error {
 				model += " (unhealthy: " + g.Unhealthy + ")"
 			}
 			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%dm\t%s\t%dm, %s\t%s\n", n.Name, g.Index, model, gpuview.Memory(g.MemoryMiB),
-				g.AllocatedMilli, gpuview.Memory(g.AllocatedMemoryMiB), g.FreeMilli(), gpuview.Memory(g.FreeMemoryMiB()), holders(g.Holders))
+				g.AllocatedMilli, gpuview.Memory(g.AllocatedMemoryMiB), g.FreeMilli(), gpuview.Memory(g.FreeMemoryMiB()), holders(g.Holders, g.Reserved))
 		}
 	}
 	if err := tw.Flush(); err != nil {
@@ -160,13 +160,17 @@ func writeConflicts(w io.Writer, nodes []gpuview.Node) error {
 	return nil
 }
 
-func holders(hs []gpuview.Holder) string {
-	if len(hs) == 0 {
-		return "-"
+// holders lists a GPU's pods and the defragmenter's reservations on it.
+func holders(hs []gpuview.Holder, reserved []gpuview.Reserved) string {
+	var parts []string
+	for _, h := range hs {
+		parts = append(parts, fmt.Sprintf("%s/%s %dm", h.Namespace, h.Name, h.Milli))
 	}
-	parts := make([]string, len(hs))
-	for i, h := range hs {
-		parts[i] = fmt.Sprintf("%s/%s %dm", h.Namespace, h.Name, h.Milli)
+	for _, r := range reserved {
+		parts = append(parts, fmt.Sprintf("reserved %dm for %s (%s)", r.Milli, r.For, r.ID))
+	}
+	if len(parts) == 0 {
+		return "-"
 	}
 	return strings.Join(parts, ", ")
 }

@@ -96,6 +96,21 @@ type GPU struct {
 	AllocatedMilli     int64    `json:"allocatedMilli"`
 	AllocatedMemoryMiB int64    `json:"allocatedMemoryMiB"`
 	Holders            []Holder `json:"holders,omitempty"`
+	// Reserved are the defragmenter's reservations holding part of the
+	// GPU for pods to come (gpu.AnnotationReservations); AllocatedMilli
+	// counts them. No fix frees them: they expire.
+	Reserved []Reserved `json:"reserved,omitempty"`
+}
+
+// Reserved is a reservation's hold on one GPU.
+type Reserved struct {
+	ID string `json:"id"`
+	// For says whom it is for: "pod <uid>", or "the next pod of <owner
+	// uid> in <namespace>".
+	For       string    `json:"for"`
+	Milli     int64     `json:"milli"`
+	MemoryMiB int64     `json:"memoryMiB,omitempty"`
+	Expires   time.Time `json:"expires"`
 }
 
 // FreeMilli is the part of the GPU no pod holds.
@@ -324,6 +339,19 @@ func nodeOf(n *v1.Node, view *gpu.NodeGPUs, pods []*v1.Pod, poolLabel string) No
 	}
 	out.GPUCount = view.Len()
 	out.Model = mostCommon(models)
+	for _, r := range view.Reserved {
+		held := Reserved{ID: r.ID, For: "pod " + string(r.Pod), Milli: r.Assignment.Milli, MemoryMiB: r.Assignment.MemoryMiB, Expires: r.Expires}
+		if r.Owner != "" {
+			held.For = "the next pod of " + string(r.Owner) + " in " + r.Namespace
+		}
+		for _, idx := range r.Assignment.Devices {
+			for i := range out.GPUs {
+				if out.GPUs[i].Index == idx {
+					out.GPUs[i].Reserved = append(out.GPUs[i].Reserved, held)
+				}
+			}
+		}
+	}
 	for _, p := range pods {
 		a, ok := gpu.AssignmentOf(p)
 		if !ok || a.Node != n.Name {

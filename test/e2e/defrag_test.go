@@ -97,7 +97,11 @@ func TestDefragmenterMakesRoom(t *testing.T) {
 	// evicts; the reservations stay until a later round sees their pods
 	// arrive. The rival and the replacements wait in the queue.
 	sched.Stop()
-	pc := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: "rival"}, Value: 100}
+	// The rival does not preempt: it would evict the replicas on node-b
+	// once the plan is done, which is preemption's business, not this
+	// test's.
+	never := v1.PreemptNever
+	pc := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: "rival"}, Value: 100, PreemptionPolicy: &never}
 	if _, err := c.Client.SchedulingV1().PriorityClasses().Create(ctx, pc, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -109,6 +113,8 @@ func TestDefragmenterMakesRoom(t *testing.T) {
 	t.Logf("Enforce: %s", msg)
 	// While the plan runs, explain shows the GPUs it holds for the trainer.
 	expectOutput(t, kubectlGPUSched(ctx, t, c, "explain", "trainer"), "Migration: a migration plan under way reserved node")
+	// kubectl gpusched gpus shows what holds each GPU: the reservations too.
+	expectOutput(t, kubectlGPUSched(ctx, t, c, "gpus"), "reserved 1000m for pod ", "reserved 600m for the next pod of ")
 	// The instance that started the plan stops (it lost its lease); the
 	// next one adopts the plan from its reservations and follows it to
 	// the end.

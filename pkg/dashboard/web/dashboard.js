@@ -306,7 +306,8 @@
       const t = el('table');
       t.append(row('th', ['GPU', 'model', 'allocated', 'memory MiB', 'held by']));
       for (const g of n.gpus) {
-        const holders = (g.holders || []).map((h) => `${h.namespace}/${h.name} (${h.milli}m, prio ${h.priority})`).join('\n');
+        const holders = (g.holders || []).map((h) => `${h.namespace}/${h.name} (${h.milli}m, prio ${h.priority})`)
+          .concat((g.reserved || []).map((r) => `reserved ${r.milli}m for ${r.for} (${r.id})`)).join('\n');
         t.append(row('td', [String(g.index), g.model + (g.unhealthy ? ' — unhealthy: ' + g.unhealthy : ''),
           g.allocatedMilli + 'm', `${g.allocatedMemoryMiB}/${g.memoryMiB}`, holders || '-']));
       }
