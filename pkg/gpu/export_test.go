@@ -40,5 +40,5 @@ func (p PricesForTest) Loss(free, milli int64) int64 {
 // returns where their weights live: the same address for a mix it did not
 // price again.
 func PairFitPricing(p *Policy, typical []TypicalPod) *float64 {
-	return unsafe.SliceData(p.strategy.(*pairFit).pricesFor(typical).weights)
+	return unsafe.SliceData(p.strategy.(*pairFit).prices.pricesFor(typical).weights)
 }

@@ -9,6 +9,13 @@ import (
 	gt "github.com/gpusched/gpusched/pkg/gpu/gputest"
 )
 
+// fragFitScore is FragFit's score of a level and a fit: level << 20 + fit.
+func fragFitScore(level, fit int64) int64 { return level<<20 + fit }
+
+func describeFragFit(s int64) string {
+	return fmt.Sprintf("level %d, fit %d", s>>20, s&(1<<20-1))
+}
+
 func TestFragFitScore(t *testing.T) {
 	two := gt.MakeGPUNode("n").GFD("T4", 2, 0)
 	p := gpu.MustPolicy(gpu.PolicyFragFit, gpu.PolicyConfig{Shapes: halfWholeHalfShare})
@@ -19,18 +26,59 @@ func TestFragFitScore(t *testing.T) {
 		// Level as FGD's: 43 (see TestFGDScore). Fit: ½·16000/16000 + ½·1500/2000
 		// = 0.875 left, int(0.125 × (2^20 − 1)) = 131071. 43·2^20 + 131071.
 		{name: "share splits an idle GPU", node: nodeWithPods(t, two), demand: gpu.Demand{Count: 1, Milli: 500},
-			want: 43<<20 + 131071},
+			want: fragFitScore(43, 131071)},
 		// Level 56. Fit: ½·1 + ½·1000/2000 = 0.75 left, int(0.25 × (2^20 − 1)) = 262143.
 		{name: "share fills a half-used GPU", node: nodeWithPods(t, two, gpu.Assignment{Devices: []int{0}, Milli: 500}),
-			demand: gpu.Demand{Count: 1, Milli: 500}, want: 56<<20 + 262143},
+			demand: gpu.Demand{Count: 1, Milli: 500}, want: fragFitScore(56, 262143)},
 		// A pod without GPUs takes 8 CPUs: both shapes need no CPU, F stays 0:
 		// level 50. Fit: ½·8000/16000 + ½·2000/2000 = 0.75 left → 262143.
 		{name: "CPU-only pod", node: nodeWithPods(t, two), demand: gpu.Demand{MilliCPU: 8000},
-			want: 50<<20 + 262143},
+			want: fragFitScore(50, 262143)},
 	}
-	checkScores(t, p, host, tests, func(s int64) string {
-		return fmt.Sprintf("level %d, fit %d", s>>20, s&(1<<20-1))
-	})
+	checkScores(t, p, host, tests, describeFragFit)
+}
+
+// TestFragFitModelPressure: a pod that takes GPUs of a model that
+// model-limited typical pods would find full strands, for them, the
+// model's pressure times the milli-GPU it takes, which FragFit counts in
+// the fragment F. The fleet of TestPairFitModelPrices (2 T4s, 2 A100s);
+// the typical pods: whole GPUs, 96 % of any model, 4 % limited to T4s.
+// The LP shares 1000 GPUs as the fleet does, 500 per model; the T4s get
+// their 40 items and 960 × 500/1000 of the others: pressure
+// 1 − 500/520 = 1/26; the A100s' is 0. A pod of any model on an idle node
+// of two GPUs: on a T4 every free GPU holds any typical pod, F 0 before,
+// 0 + 1000/26 = 38.5 after: level int(100 / (1 + e^0.0385)) = 49; on an
+// A100 the T4 items strand 0.04 × 2000 = 80 before and 40 after: level
+// int(100 / (1 + e^−0.04)) = 50. Fit, both: ½·0 + ½·1000/2000 left = 0.25
+// → int(0.75 × (2^20 − 1)) = 786431. Without the pressure the two tie
+// (level 50 on the T4 too), and the A100 is chosen only by the
+// scheduler's tie-break.
+func TestFragFitModelPressure(t *testing.T) {
+	whole := func(models ...string) gpu.Demand { return gpu.Demand{Count: 1, Milli: 1000, Models: models} }
+	fewOnT4 := gpu.StaticShapes{{Demand: whole(), Weight: 0.96}, {Demand: whole("T4"), Weight: 0.04}}
+	t4 := nodeWithPods(t, gt.MakeGPUNode("t4").GFD("T4", 2, 0))
+	a100 := nodeWithPods(t, gt.MakeGPUNode("a100").GFD("A100", 2, 0))
+	for _, tc := range []struct {
+		name  string
+		fleet gpu.Fleet
+		node  *gpu.NodeGPUs
+		want  int64
+	}{
+		{"any model on a T4 the T4 pods need", fleetOf(twoT4TwoA100), t4, fragFitScore(49, 786431)},
+		{"any model on an A100", fleetOf(twoT4TwoA100), a100, fragFitScore(50, 786431)},
+		// Without a fleet the models are not known: no pressure.
+		{"no fleet, on a T4", nil, t4, fragFitScore(50, 786431)},
+	} {
+		p := gpu.MustPolicy(gpu.PolicyFragFit, gpu.PolicyConfig{Shapes: fewOnT4, Fleet: tc.fleet})
+		req := gpu.Request{Demand: &gpu.Demand{Count: 1, Milli: 1000}}
+		chosen, fit := p.Place(tc.node, &req)
+		if !fit.OK() {
+			t.Fatalf("%s: %v", tc.name, fit.Reasons)
+		}
+		if got := p.Score(tc.node, &req, chosen); got != tc.want {
+			t.Errorf("%s: %s, want %s", tc.name, describeFragFit(got), describeFragFit(tc.want))
+		}
+	}
 }
 
 // TestFragFitMemory: a typical pod that no longer fits the node's memory
@@ -59,10 +107,10 @@ func TestFragFitUnknownHost(t *testing.T) {
 	for _, tc := range []struct {
 		n    *gpu.NodeGPUs
 		want int64
-	}{{idle, 50<<20 + 786431}, {busy, 50<<20 + 1048575}} {
+	}{{idle, fragFitScore(50, 786431)}, {busy, fragFitScore(50, 1048575)}} {
 		chosen, _ := p.Place(tc.n, &req)
 		if got := p.Score(tc.n, &req, chosen); got != tc.want {
-			t.Errorf("score = %d (level %d, fit %d), want %d", got, got>>20, got&(1<<20-1), tc.want)
+			t.Errorf("score = %d (%s), want %d", got, describeFragFit(got), tc.want)
 		}
 	}
 }

@@ -2,7 +2,6 @@ package gpu
 
 import (
 	"math"
-	"sync/atomic"
 )
 
 // PolicyPairFit places every pod where its node loses the least of the
@@ -18,13 +17,8 @@ const PolicyPairFit PolicyType = "PairFit"
 // for pods other than shares, the fragment's growth, then FragFit's fit.
 // Inside a node, a share goes on the GPU it pairs best with (Choose).
 type pairFit struct {
+	// fragFit holds the shapes and the prices (priceCache) PairFit reads.
 	fragFit
-	// fleet, when set, is the cluster's GPUs by model, which the prices of
-	// model-limited typical pods depend on.
-	fleet Fleet
-	// prices are the prices of the typical pods and census last asked
-	// about.
-	prices atomic.Pointer[sharePrices]
 }
 
 // Choose puts a share on the GPU with the least pairing loss, then the
@@ -38,7 +32,7 @@ func (p *pairFit) Choose(n *NodeGPUs, d *Demand, h Host, candidates DeviceSet) D
 	if !d.IsShare() {
 		return chooseWhole(n, d.Count, candidates)
 	}
-	prices := p.pricesFor(p.shapes.Typical())
+	prices := p.prices.pricesFor(p.shapes.Typical())
 	weight, node := prices.weightOf(d, d.Milli), prices.on(n)
 	best, bestLoss, bestFree := -1, int64(math.MaxInt64), int64(0)
 	for i := range n.Used {
@@ -69,7 +63,7 @@ func (p *pairFit) Choose(n *NodeGPUs, d *Demand, h Host, candidates DeviceSet) D
 // step tells apart a pod that strands a GPU's worth more than another.
 func (p *pairFit) Score(n *NodeGPUs, d *Demand, h Host, chosen DeviceSet) int64 {
 	typical := p.shapes.Typical()
-	prices := p.pricesFor(typical)
+	prices := p.prices.pricesFor(typical)
 	node := prices.on(n)
 	free := freeOf(n)
 	hostBefore, hostAfter := h.free(), h.after(d)

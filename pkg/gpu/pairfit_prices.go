@@ -5,6 +5,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"sync/atomic"
 
 	packinglp "github.com/gpusched/gpusched/pkg/packing"
 )
@@ -226,18 +227,27 @@ func (n *NodeGPUs) hostsGPUPod(hf hostFree, typical []TypicalPod) bool {
 // only when what the LP is given changed (sharePrices.key): pricing takes
 // the packing LP, milliseconds to a fraction of a second. Concurrent
 // callers may each price a new key once.
-func (p *pairFit) pricesFor(typical []TypicalPod) *sharePrices {
+func (c *priceCache) pricesFor(typical []TypicalPod) *sharePrices {
 	var census ModelGPUs
-	if p.fleet != nil {
-		census = p.fleet.GPUsByModel()
+	if c.fleet != nil {
+		census = c.fleet.GPUsByModel()
 	}
-	last := p.prices.Load()
+	last := c.prices.Load()
 	if last != nil && sameTypical(last.typical, typical) && sameCensus(last.census, census) {
 		return last
 	}
 	s := newSharePrices(typical, census, last)
-	p.prices.Store(s)
+	c.prices.Store(s)
 	return s
+}
+
+// priceCache keeps the prices of the typical pods and fleet census last
+// asked about (pricesFor), for PairFit and FragFit.
+type priceCache struct {
+	// fleet, when set, is the cluster's GPUs by model, which the prices of
+	// model-limited typical pods depend on.
+	fleet  Fleet
+	prices atomic.Pointer[sharePrices]
 }
 
 // mixResolution is the resolution of the items' mix the LP is given: a

@@ -62,11 +62,13 @@ var registry = []*PolicyInfo{
 		Summary: "Fragmentation Gradient Descent (Weng et al., ATC 2023): where the node's fragmentation for typical pods grows least",
 		build:   func(c PolicyConfig) Strategy { return fgd{c.Shapes} }},
 	{Type: PolicyFragFit, NeedsShapes: true, HostAware: true, Ordinal: true,
-		Summary: "gpusched's fragmentation-aware policy: FGD's measure with exact comparisons, best fit for what it leaves equal",
-		build:   func(c PolicyConfig) Strategy { return fragFit{c.Shapes} }},
+		Summary: "gpusched's fragmentation-aware policy: FGD's measure, counting the room a pod takes from model-limited pods, with exact comparisons; best fit for what it leaves equal",
+		build:   func(c PolicyConfig) Strategy { return fragFit{c.Shapes, &priceCache{fleet: c.Fleet}} }},
 	{Type: PolicyPairFit, NeedsShapes: true, HostAware: true, Ordinal: true,
 		Summary: "where the node loses the least of what its free GPUs could still hold, priced by the packing LP over the typical pods and counted while its CPU admits GPU pods, plus a pressure on GPU models that model-limited pods would find full; FragFit for ties",
-		build:   func(c PolicyConfig) Strategy { return &pairFit{fragFit: fragFit{c.Shapes}, fleet: c.Fleet} }},
+		build: func(c PolicyConfig) Strategy {
+			return &pairFit{fragFit: fragFit{c.Shapes, &priceCache{fleet: c.Fleet}}}
+		}},
 	{Type: PolicyRandom, HostAware: true,
 		Summary: "a pseudo-random feasible node and GPU (a baseline)",
 		build:   func(PolicyConfig) Strategy { return randomPolicy{} }},
