@@ -30,6 +30,11 @@ import (
 	"github.com/gpusched/gpusched/pkg/gpu"
 )
 
+// maxPlanTimeout is the longest --plan-timeout: half the longest a
+// reservation holds GPUs, so that a scheduler whose clock runs behind the
+// defragmenter's still holds every reservation.
+const maxPlanTimeout = gpu.MaxReservationLifetime / 2
+
 type commandFlags struct {
 	kubeconfig, mode, policy, selector, listen string
 	leaseNamespace, leaseName                  string
@@ -118,8 +123,9 @@ func (f *commandFlags) options() (Options, error) {
 			return opts, fmt.Errorf("%s %s: want a positive duration", name, v)
 		}
 	}
-	if opts.PlanTimeout > gpu.MaxReservationLifetime {
-		return opts, fmt.Errorf("--plan-timeout %s: want at most %s, the longest a reservation holds GPUs", opts.PlanTimeout, gpu.MaxReservationLifetime)
+	if opts.PlanTimeout > maxPlanTimeout {
+		return opts, fmt.Errorf("--plan-timeout %s: want at most %s (a reservation holds GPUs for at most %s, and the clocks of the defragmenter and the schedulers may differ)",
+			opts.PlanTimeout, maxPlanTimeout, gpu.MaxReservationLifetime)
 	}
 	opts.Name = f.leaseName
 	if f.gracePeriod >= 0 {

@@ -127,6 +127,9 @@ type Defragmenter struct {
 	// pod waiting for many rounds is told once per change.
 	told map[types.UID]string
 	seq  int
+	// givenUp are the plans this instance gave up: their reservations, if
+	// any were left, are orphans.
+	givenUp map[string]bool
 }
 
 // move is one pod moved, for the rate limits.
@@ -145,7 +148,7 @@ func New(client kubernetes.Interface, recorder record.EventRecorder, metrics *Me
 	d := &Defragmenter{client: client, opts: opts, factory: factory,
 		nodes: factory.Core().V1().Nodes().Lister(), pods: factory.Core().V1().Pods().Lister(),
 		pdbs: factory.Policy().V1().PodDisruptionBudgets().Lister(), recorder: recorder, metrics: metrics,
-		told: map[types.UID]string{}}
+		told: map[types.UID]string{}, givenUp: map[string]bool{}}
 	return d, nil
 }
 
@@ -202,7 +205,7 @@ func (d *Defragmenter) Round(ctx context.Context) error {
 	now := d.opts.Now()
 	d.moves = slices.DeleteFunc(d.moves, func(m move) bool { return now.Sub(m.at) >= time.Hour })
 	if d.active == nil && d.opts.Mode == Enforce {
-		d.adopt(nodes, pods, now)
+		d.adopt(ctx, nodes, pods, now)
 	}
 	if d.active != nil {
 		if err := d.follow(ctx, pods, now); err != nil {

@@ -21,7 +21,7 @@ func Explain(snap *gpuview.Snapshot, pod *v1.Pod, rules Rules, policy gpu.Policy
 		node := snap.NodeObject(snap.Nodes[i].Name)
 		rs, _ := gpu.ReservationsOf(node)
 		for _, r := range rs {
-			if r.Pod == pod.UID && now.Before(r.Expires) {
+			if r.Pod == pod.UID && r.Current(now) {
 				return fmt.Sprintf("a migration plan under way reserved node %s GPUs %s for it (reservation %s, until %s)",
 					node.Name, devices(&r.Assignment), r.ID, r.Expires.UTC().Format(time.RFC3339)), nil
 			}

@@ -63,7 +63,8 @@ func (d *Defragmenter) start(ctx context.Context, snap *gpuview.Snapshot, pod *v
 		if ref == nil {
 			return false
 		}
-		want = append(want, gpu.Reservation{ID: fmt.Sprintf("%s/%d", p.id, i), Owner: ref.UID, Namespace: moved.Namespace, GPUs: mv.To.String(), Expires: expires})
+		want = append(want, gpu.Reservation{ID: fmt.Sprintf("%s/%d", p.id, i), Owner: ref.UID, Namespace: moved.Namespace, Moves: moved.UID,
+			GPUs: mv.To.String(), Expires: expires})
 		moving = append(moving, moved)
 	}
 	for _, r := range want {
@@ -141,7 +142,7 @@ func (d *Defragmenter) awaitReservations(ctx context.Context, rs []gpu.Reservati
 // of its own that are still current become the active plan, followed to
 // its end as if this instance had started it. It started, at the latest,
 // PlanTimeout before its reservations expire.
-func (d *Defragmenter) adopt(nodes []*v1.Node, pods []*v1.Pod, now time.Time) {
+func (d *Defragmenter) adopt(ctx context.Context, nodes []*v1.Node, pods []*v1.Pod, now time.Time) {
 	var p *activePlan
 	for _, n := range nodes {
 		rs, err := gpu.ReservationsOf(n)
@@ -155,8 +156,11 @@ func (d *Defragmenter) adopt(nodes []*v1.Node, pods []*v1.Pod, now time.Time) {
 				continue
 			}
 			planID := d.prefix() + rest[:cut] // "<prefix><plan>/<move>"
+			if d.givenUp[planID] {
+				continue // releaseOrphans removes it
+			}
 			if p == nil {
-				p = &activePlan{id: planID, started: r.Expires.Add(-d.opts.PlanTimeout), deadline: r.Expires,
+				p = &activePlan{id: planID, started: planStart(rest[:cut], r.Expires.Add(-d.opts.PlanTimeout)), deadline: r.Expires,
 					held: map[string]gpu.Reservation{}, moved: map[string]*v1.Pod{}}
 			}
 			if planID != p.id {
@@ -172,10 +176,33 @@ func (d *Defragmenter) adopt(nodes []*v1.Node, pods []*v1.Pod, now time.Time) {
 			}
 		}
 	}
-	if p != nil {
-		d.active = p
-		d.metrics.active.Set(1)
+	if p == nil {
+		return
 	}
+	d.active = p
+	d.metrics.active.Set(1)
+	// A pod the plan moves that still runs where it was was never
+	// evicted (the instance that started the plan stopped first): no room
+	// was made, and the plan is given up.
+	for _, r := range p.held {
+		if r.Moves == "" {
+			continue
+		}
+		if i := slices.IndexFunc(pods, func(q *v1.Pod) bool { return q.UID == r.Moves && q.DeletionTimestamp == nil }); i >= 0 {
+			d.release(ctx, fmt.Sprintf("pod %s/%s, which it moves, was never evicted", pods[i].Namespace, pods[i].Name))
+			return
+		}
+	}
+}
+
+// planStart is when a plan started, read from its ID's time
+// ("20060102t150405-<n>"); otherwise fallback.
+func planStart(id string, fallback time.Time) time.Time {
+	stamp, _, _ := strings.Cut(id, "-")
+	if t, err := time.Parse("20060102t150405", stamp); err == nil {
+		return t
+	}
+	return fallback
 }
 
 // follow releases the reservations of the active plan whose pods arrived,
@@ -240,6 +267,7 @@ func arrived(r *gpu.Reservation, pods []*v1.Pod, since time.Time) bool {
 // the pending pod is told why.
 func (d *Defragmenter) release(ctx context.Context, why string) {
 	p := d.active
+	d.givenUp[p.id] = true // a reservation not removed now is never adopted again
 	for id := range p.held {
 		d.unhold(ctx, id)
 	}
@@ -277,7 +305,12 @@ func (d *Defragmenter) unhold(ctx context.Context, id string) {
 func (d *Defragmenter) releaseOrphans(ctx context.Context, nodes []*v1.Node, now time.Time) error {
 	for _, n := range nodes {
 		rs, err := gpu.ReservationsOf(n)
-		if err != nil || !slices.ContainsFunc(rs, func(r gpu.Reservation) bool { return d.orphan(&r, now) }) {
+		if err != nil {
+			// Only a defragmenter writes the annotation; one that no
+			// ledger can read holds nothing, and editReservations
+			// replaces it.
+			klog.FromContext(ctx).Info("Removing a malformed GPU reservations annotation", "node", n.Name, "err", err)
+		} else if !slices.ContainsFunc(rs, func(r gpu.Reservation) bool { return d.orphan(&r, now) }) {
 			continue
 		}
 		err = d.editReservations(ctx, n.Name, func(rs []gpu.Reservation) []gpu.Reservation {
@@ -291,11 +324,11 @@ func (d *Defragmenter) releaseOrphans(ctx context.Context, nodes []*v1.Node, now
 }
 
 func (d *Defragmenter) orphan(r *gpu.Reservation, now time.Time) bool {
+	if !strings.HasPrefix(r.ID, d.prefix()) {
+		return false // another defragmenter's
+	}
 	if !now.Before(r.Expires) {
 		return true
-	}
-	if !strings.HasPrefix(r.ID, d.prefix()) {
-		return false
 	}
 	_, held := d.heldByActive(r.ID)
 	return !held

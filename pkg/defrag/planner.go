@@ -57,7 +57,7 @@ func (c *cluster) plan(pod *v1.Pod, maxMoves int) (plan gpu.Plan, ok bool, why *
 		return n != nil && target != nil && admits(n, target)
 	}}
 	why = &noPlan{text: fmt.Sprintf("no migration plan makes room for this pod: no %d or fewer movable pods free GPUs it fits on a node that admits it "+
-		"(movable: owned by a %s, opted in with %s=true%s, in no gang, within its PodDisruptionBudgets; never for a pod of lower priority)",
+		"(movable: owned by a %s, opted in with %s=true%s, in no gang, holding GPUs gpusched assigned, within its PodDisruptionBudgets; never for a pod of lower priority)",
 		planner.MaxMoves, strings.Join(recreatingControllers, ", "), AnnotationMovable, c.rules.selectorNote())}
 	if planner.MaxMoves < 1 {
 		why.text = fmt.Sprintf("no migration plan makes room for this pod: it asks for %s, for which no pod is moved (%d moves per GPU)", demand.String(), gpu.MovesPerGPU)

@@ -454,18 +454,14 @@ func (l *Ledger) AssumeReserved(uid types.UID, a Assignment, id string) error {
 	return nil
 }
 
-// HoldsReservation reports whether the ledger's last view of node holds
-// reservation id, not taken by a pod assumed or bound since; true for a
-// node it has not read (the reservation is then taken as written).
-func (l *Ledger) HoldsReservation(node, id string) bool {
-	c := l.cached(node)
-	if c == nil {
-		return true
-	}
+// HoldsReservation reports whether reservation id is still free to take:
+// no pod assumed or bound since took it (AssumeReserved). It does not read
+// the node's view, which may be older than the reservation.
+func (l *Ledger) HoldsReservation(id string) bool {
 	l.mu.Lock()
+	defer l.mu.Unlock()
 	_, taken := l.taken[id]
-	l.mu.Unlock()
-	return !taken && slices.ContainsFunc(c.view.Reserved, func(r Reservation) bool { return r.ID == id })
+	return !taken
 }
 
 // forgetTaken drops the takers of reservations of node that rs, the node's

@@ -37,6 +37,10 @@ type Reservation struct {
 	Owner types.UID `json:"owner,omitempty"`
 	// Namespace is the owner's namespace, set with Owner.
 	Namespace string `json:"namespace,omitempty"`
+	// Moves, with Owner, is the UID of the pod whose replacement the
+	// reservation is for: the pod the plan moves. Only the defragmenter
+	// reads it (a plan whose moved pod still runs was never carried out).
+	Moves types.UID `json:"moves,omitempty"`
 	// GPUs are the reserved GPUs, as an assignment annotation writes them
 	// (node=...;gpus=...;milli=...;memory=...); the node is the
 	// annotation's node.

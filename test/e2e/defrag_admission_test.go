@@ -28,7 +28,8 @@ const defragmenterServiceAccount = "system:serviceaccount:kube-system:gpusched-d
 // and removing reservations on a node with many annotations is allowed
 // every time (the annotations compared as sets, whatever their order).
 // Another identity that may update Nodes (a node add-on, a kubelet) may
-// not write reservations, which would draw pods to its node.
+// not write reservations, which would draw pods to its node; it may remove
+// them, which only frees GPUs.
 func TestDefragmenterNodePolicy(t *testing.T) {
 	c, kubectl := rbacCluster(t)
 	ctx := context.Background()
@@ -95,6 +96,14 @@ func TestDefragmenterNodePolicy(t *testing.T) {
 	err := updateNode(ctx, intruder, "gpu-0", reserve)
 	if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "only system:serviceaccount:kube-system:gpusched-defragmenter may set or change it") {
 		t.Errorf("writing a reservation as another writer of Nodes: %v, want Forbidden naming the defragmenter", err)
+	}
+	// Removing the reservations only frees GPUs: anyone who may update the
+	// Node may (an admin cleaning up after a defragmenter that is gone).
+	if err := updateNode(ctx, defrag, "gpu-0", reserve); err != nil {
+		t.Fatal(err)
+	}
+	if err := updateNode(ctx, intruder, "gpu-0", func(n *v1.Node) { delete(n.Annotations, gpu.AnnotationReservations) }); err != nil {
+		t.Errorf("removing the reservations as another writer of Nodes: %v", err)
 	}
 	// The cluster admin is not bound by it.
 	if err := updateNode(ctx, c.Client, "gpu-0", attacks[0].change); err != nil {

@@ -359,3 +359,59 @@ func setCordoned(ctx context.Context, t *testing.T, c *testcluster.Cluster, node
 		t.Fatal(err)
 	}
 }
+
+// TestDefragmenterGivesUpAPlanNeverCarriedOut: a defragmenter stopped
+// after reserving a plan's GPUs and before evicting its pods. The next one
+// finds the plan in the reservations, sees that the pod it moves still
+// runs where it was, gives the plan up (telling the pending pod why) and
+// removes its reservations: the pending pod is not held to a node where no
+// room was made.
+func TestDefragmenterGivesUpAPlanNeverCarriedOut(t *testing.T) {
+	ctx := context.Background()
+	c := testcluster.Start(t)
+	testcluster.CreateNode(ctx, t, c.Client, gt.MakeGPUNode("node-a").GFD(a100, 2, 81920).Obj())
+	infer := gt.MakeGPUPod("infer").Milli(600).Node("node-a").Assigned(gpu.Assignment{Node: "node-a", Devices: []int{0}, Milli: 600}).
+		OwnedBy("ReplicaSet", "infer", "rs-uid").Annotation(defrag.AnnotationMovable, "true").Obj()
+	infer.UID = ""
+	running, err := c.Client.CoreV1().Pods("default").Create(ctx, infer, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	trainer := gt.MakeGPUPod("trainer").GPUs(2).Obj()
+	trainer.UID = ""
+	pending, err := c.Client.CoreV1().Pods("default").Create(ctx, trainer, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	expires := time.Now().Add(10 * time.Minute).UTC()
+	rs := []gpu.Reservation{
+		{ID: "gpusched-defragmenter/20261130t120000-1/pod", Pod: pending.UID, GPUs: "node=node-a;gpus=0,1;milli=1000;memory=0", Expires: expires},
+		{ID: "gpusched-defragmenter/20261130t120000-1/0", Owner: "rs-uid", Namespace: "default", Moves: running.UID,
+			GPUs: "node=node-b;gpus=0;milli=600;memory=0", Expires: expires},
+	}
+	// The pod's reservation on node-a; the moved pod's would be on another
+	// node, which this cluster lacks: only node-a's matters here.
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, gpu.AnnotationReservations, gpu.FormatReservations(rs[:1]))
+	if _, err := c.Client.CoreV1().Nodes().Patch(ctx, "node-a", types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testcluster.CreateNode(ctx, t, c.Client, gt.MakeGPUNode("node-b").GFD(a100, 1, 81920).Obj())
+	patch = fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, gpu.AnnotationReservations, gpu.FormatReservations(rs[1:]))
+	if _, err := c.Client.CoreV1().Nodes().Patch(ctx, "node-b", types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	next := startDefragmenter(ctx, t, c, defrag.Enforce)
+	waitForDefragEvent(ctx, t, c, next, "MigrationExpired", "pod default/infer, which it moves, was never evicted")
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		if err := next.d.Round(ctx); err != nil {
+			return false, nil
+		}
+		return len(nodeReservations(ctx, t, c)) == 0, nil
+	})
+	if err != nil {
+		t.Errorf("reservations left: %v", nodeReservations(ctx, t, c))
+	}
+	if p, err := c.Client.CoreV1().Pods("default").Get(ctx, "infer", metav1.GetOptions{}); err != nil || p.UID != running.UID || p.DeletionTimestamp != nil {
+		t.Errorf("the moved pod was touched: %v", err)
+	}
+}

@@ -54,7 +54,7 @@ func (x *reservationIndex) remove(name string) {
 
 // nodesFor is the nodes with a current reservation that pod (of demand d)
 // may take and that holds says is still held; nil when there are none.
-func (x *reservationIndex) nodesFor(pod *v1.Pod, d *gpu.Demand, holds func(node, id string) bool) sets.Set[string] {
+func (x *reservationIndex) nodesFor(pod *v1.Pod, d *gpu.Demand, holds func(id string) bool) sets.Set[string] {
 	if x.nodes.Load() == 0 {
 		return nil
 	}
@@ -64,7 +64,7 @@ func (x *reservationIndex) nodesFor(pod *v1.Pod, d *gpu.Demand, holds func(node,
 	var out sets.Set[string]
 	for node, rs := range x.byNode {
 		for i := range rs {
-			if rs[i].Current(now) && rs[i].Reserves(pod, d) && holds(node, rs[i].ID) {
+			if rs[i].Current(now) && rs[i].Reserves(pod, d) && holds(rs[i].ID) {
 				if out == nil {
 					out = sets.New[string]()
 				}
