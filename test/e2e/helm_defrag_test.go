@@ -1,10 +1,12 @@
 package e2e
 
 import (
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
 
+	admissionv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
@@ -44,6 +46,18 @@ func TestHelmChartDefragmenter(t *testing.T) {
 		t.Errorf("ServiceAccount %q", d.Spec.Template.Spec.ServiceAccountName)
 	}
 
+	// Rendered as release "gpusched" in kube-system, the chart's admission
+	// policies are deploy/defragmenter's (which TestDefragmenterNodePolicy
+	// attacks), the same identity included.
+	deployed := decodeObjects(t, readRepoFile(t, "deploy", "defragmenter", "admission.yaml"))
+	for _, pair := range [][2]string{{"gpusched-defragmenter-nodes", "gpusched-defragmenter-nodes"}, {"gpusched-reservations", "gpusched-defragmenter-reservations"}} {
+		var want, got admissionv1.ValidatingAdmissionPolicy
+		findObject(t, deployed, "ValidatingAdmissionPolicy", pair[0], &want)
+		findObject(t, objs, "ValidatingAdmissionPolicy", pair[1], &got)
+		if !reflect.DeepEqual(want.Spec, got.Spec) {
+			t.Errorf("the chart's %s differs from deploy/defragmenter's %s:\n%+v\n%+v", pair[1], pair[0], got.Spec, want.Spec)
+		}
+	}
 	command(t, rbacOnly(t, objs), kubectl, kc, "apply", "-f", "-")
 	assertAccess(t, kubectl, kc, "system:serviceaccount:kube-system:gpusched-defragmenter", []access{
 		{"update", "nodes", "", ""}, {"create", "pods", "eviction", "default"}, {"list", "poddisruptionbudgets.policy", "", ""},
