@@ -39,6 +39,9 @@ type activePlan struct {
 	moved map[string]*v1.Pod
 	// milli is the GPU the plan makes room for.
 	milli int64
+	// stopped: an eviction was refused; the plan follows only the pods it
+	// evicted before, and ends without making room.
+	stopped bool
 }
 
 // start carries plan out: it reserves the GPUs the plan chose, then evicts
@@ -95,6 +98,7 @@ func (d *Defragmenter) start(ctx context.Context, snap *gpuview.Snapshot, pod *v
 				d.unhold(ctx, r.ID)
 			}
 			d.unhold(ctx, want[0].ID)
+			p.stopped = true
 			d.recorder.Eventf(pod, v1.EventTypeWarning, "MigrationStopped", "plan %s stopped: %s", p.id, why)
 			d.metrics.plans.WithLabelValues(string(Enforce), "stopped").Inc()
 			if len(p.held) == 0 {
@@ -216,6 +220,10 @@ func (d *Defragmenter) follow(ctx context.Context, pods []*v1.Pod, now time.Time
 	}
 	switch {
 	case len(p.held) == 0:
+		if p.stopped {
+			d.finish() // its evicted pods arrived; MigrationStopped told the rest
+			break
+		}
 		if p.pending != nil {
 			d.recorder.Eventf(p.pending, v1.EventTypeNormal, "MigrationDone", "plan %s: done; this pod and the pods moved for it are bound", p.id)
 		}
