@@ -131,6 +131,7 @@ func BenchmarkFragmentationScore(b *testing.B) {
 		{"FGD", gpu.MustPolicy(gpu.PolicyFGD, gpu.PolicyConfig{Shapes: shapes})},
 		{"FragFit", gpu.MustPolicy(gpu.PolicyFragFit, gpu.PolicyConfig{Shapes: shapes})},
 		{"PairFit", gpu.MustPolicy(gpu.PolicyPairFit, gpu.PolicyConfig{Shapes: shapes})},
+		{"FragFit-models", gpu.MustPolicy(gpu.PolicyFragFit, gpu.PolicyConfig{Shapes: modelShapes(shapes), Fleet: benchFleet{}})},
 		{"PairFit-models", gpu.MustPolicy(gpu.PolicyPairFit, gpu.PolicyConfig{Shapes: modelShapes(shapes), Fleet: benchFleet{}})},
 	} {
 		for _, tc := range []struct {
