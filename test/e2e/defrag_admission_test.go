@@ -90,6 +90,11 @@ func TestDefragmenterNodePolicy(t *testing.T) {
 	// but not their reservations.
 	grantIntruder(ctx, t, c)
 	intruder := impersonate(t, c, intruderServiceAccount, "")
+	// The authorizer reads roles from a cache: wait until it knows the new one.
+	waitFor(t, "the intruder's role takes effect", func() bool {
+		_, err := intruder.CoreV1().Nodes().Get(ctx, "gpu-0", metav1.GetOptions{})
+		return err == nil
+	})
 	if err := updateNode(ctx, intruder, "gpu-0", func(n *v1.Node) { n.Labels["team"] = "x" }); err != nil {
 		t.Errorf("relabelling as another writer of Nodes: %v", err)
 	}
