@@ -64,13 +64,19 @@ func TestDefragmenterNodePolicy(t *testing.T) {
 		}},
 		{"finalize the node", func(n *v1.Node) { n.Finalizers = append(n.Finalizers, "example.com/never") }},
 	}
-	// The policy takes effect a moment after it is created; each probe
-	// changes a label anew, so that one let through before does not make
-	// the next a no-op.
+	// The RBAC objects and the policies take effect a moment after they
+	// are created: wait until a relabelling reaches the policy (not RBAC's
+	// refusal) and is refused, and a reservation written by another
+	// identity too. The probes are dry runs, each with a new value, so
+	// that one let through changes nothing and does not make the next a
+	// no-op.
 	probes := 0
-	waitFor(t, "the policy refuses the defragmenter's relabelling", func() bool {
+	waitFor(t, "the policies refuse the defragmenter's relabelling and another's reservation", func() bool {
 		probes++
-		return apierrors.IsForbidden(updateNode(ctx, defrag, "gpu-0", func(n *v1.Node) { n.Labels["probe"] = fmt.Sprint(probes) }))
+		relabel := updateNodeWith(ctx, defrag, "gpu-0", func(n *v1.Node) { n.Labels["probe"] = fmt.Sprint(probes) }, dryRun)
+		forged := updateNodeWith(ctx, c.Client, "gpu-0", func(n *v1.Node) { n.Annotations[gpu.AnnotationReservations] = fmt.Sprint(probes) }, dryRun)
+		return apierrors.IsForbidden(relabel) && strings.Contains(relabel.Error(), "may change only the gpusched.io/gpu-reservations annotation") &&
+			apierrors.IsForbidden(forged)
 	})
 	for _, a := range attacks {
 		err := updateNode(ctx, defrag, "gpu-0", a.change)
@@ -118,6 +124,13 @@ func TestDefragmenterNodePolicy(t *testing.T) {
 
 // updateNode reads the node, changes it and writes it back.
 func updateNode(ctx context.Context, client kubernetes.Interface, name string, change func(*v1.Node)) error {
+	return updateNodeWith(ctx, client, name, change, metav1.UpdateOptions{})
+}
+
+// dryRun is the options of an update admission sees and nothing keeps.
+var dryRun = metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}}
+
+func updateNodeWith(ctx context.Context, client kubernetes.Interface, name string, change func(*v1.Node), opts metav1.UpdateOptions) error {
 	n, err := client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		return err
@@ -126,7 +139,7 @@ func updateNode(ctx context.Context, client kubernetes.Interface, name string, c
 		n.Annotations = map[string]string{}
 	}
 	change(n)
-	_, err = client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
+	_, err = client.CoreV1().Nodes().Update(ctx, n, opts)
 	return err
 }
 
