@@ -132,6 +132,9 @@ func writeGPUs(w io.Writer, nodes []gpuview.Node) error {
 			fmt.Fprintf(tw, "%s\t-\tinvalid inventory: %s\t\t\t\t\t\n", n.Name, n.InventoryError)
 			continue
 		}
+		if n.ReservationsError != "" {
+			fmt.Fprintf(tw, "%s\t-\tinvalid reservations, none held: %s\t\t\t\t\t\n", n.Name, n.ReservationsError)
+		}
 		for _, g := range n.GPUs {
 			model := g.Model
 			if g.Unhealthy != "" {

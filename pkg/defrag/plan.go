@@ -29,14 +29,11 @@ type activePlan struct {
 	id       string
 	started  time.Time
 	deadline time.Time
-	// pending is the pod the plan makes room for.
+	// pending is the pod the plan makes room for (nil for a plan adopted
+	// after the pending pod's reservation was gone).
 	pending *v1.Pod
-	node    string
 	// held are the reservations the plan still holds, by ID.
 	held map[string]gpu.Reservation
-	// moved are the pods it evicted, by the ID of their replacement's
-	// reservation.
-	moved map[string]*v1.Pod
 	// milli is the GPU the plan makes room for.
 	milli int64
 	// stopped: an eviction was refused; the plan follows only the pods it
@@ -51,8 +48,7 @@ func (d *Defragmenter) start(ctx context.Context, snap *gpuview.Snapshot, pod *v
 	now := d.opts.Now()
 	d.seq++
 	p := &activePlan{id: fmt.Sprintf("%s%s-%d", d.prefix(), now.UTC().Format("20060102t150405"), d.seq), started: now,
-		deadline: now.Add(d.opts.PlanTimeout), pending: pod, node: plan.Node,
-		held: map[string]gpu.Reservation{}, moved: map[string]*v1.Pod{},
+		deadline: now.Add(d.opts.PlanTimeout), pending: pod, held: map[string]gpu.Reservation{},
 		milli: int64(len(plan.Assignment.Devices)) * plan.Assignment.Milli}
 	expires := now.Add(d.opts.PlanTimeout)
 	want := []gpu.Reservation{{ID: p.id + "/pod", Pod: pod.UID, GPUs: plan.Assignment.String(), Expires: expires}}
@@ -106,7 +102,6 @@ func (d *Defragmenter) start(ctx context.Context, snap *gpuview.Snapshot, pod *v
 			}
 			return true
 		}
-		p.moved[id] = moved
 		d.moves = append(d.moves, move{at: now, node: moved.Spec.NodeName, namespace: moved.Namespace})
 		d.metrics.moves.WithLabelValues(string(Enforce)).Inc()
 		r := p.held[id]
@@ -165,14 +160,13 @@ func (d *Defragmenter) adopt(ctx context.Context, nodes []*v1.Node, pods []*v1.P
 			}
 			if p == nil {
 				p = &activePlan{id: planID, started: planStart(rest[:cut], r.Expires.Add(-d.opts.PlanTimeout)), deadline: r.Expires,
-					held: map[string]gpu.Reservation{}, moved: map[string]*v1.Pod{}}
+					held: map[string]gpu.Reservation{}}
 			}
 			if planID != p.id {
 				continue // one plan at a time; releaseOrphans removes the others
 			}
 			p.held[r.ID] = r
 			if r.Pod != "" {
-				p.node = r.Assignment.Node
 				p.milli = int64(len(r.Assignment.Devices)) * r.Assignment.Milli
 				if i := slices.IndexFunc(pods, func(q *v1.Pod) bool { return q.UID == r.Pod }); i >= 0 {
 					p.pending = pods[i]
@@ -338,16 +332,11 @@ func (d *Defragmenter) orphan(r *gpu.Reservation, now time.Time) bool {
 	if !now.Before(r.Expires) {
 		return true
 	}
-	_, held := d.heldByActive(r.ID)
-	return !held
-}
-
-func (d *Defragmenter) heldByActive(id string) (gpu.Reservation, bool) {
 	if d.active == nil {
-		return gpu.Reservation{}, false
+		return true
 	}
-	r, ok := d.active.held[id]
-	return r, ok
+	_, held := d.active.held[r.ID]
+	return !held
 }
 
 // editReservations rewrites the node's reservations with edit, on the node

@@ -67,6 +67,9 @@ type Node struct {
 	Model string `json:"model,omitempty"`
 	// InventoryError says why the node's GPUs could not be read.
 	InventoryError string `json:"inventoryError,omitempty"`
+	// ReservationsError says why the node's GPU reservations
+	// (gpu.AnnotationReservations) could not be read: they hold nothing.
+	ReservationsError string `json:"reservationsError,omitempty"`
 	// Conflicts are the bound pods' assignments that name a GPU by a UUID
 	// the node now has at another index, or no longer has
 	// (gpu.NodeGPUs.Conflicts).
@@ -327,6 +330,9 @@ func nodeOf(n *v1.Node, view *gpu.NodeGPUs, pods []*v1.Pod, poolLabel string) No
 		return out
 	}
 	out.Conflicts = view.Conflicts
+	if view.ReservationsErr != nil {
+		out.ReservationsError = view.ReservationsErr.Error()
+	}
 	models := map[string]int{}
 	out.GPUs = make([]GPU, view.Len())
 	for i, dev := range view.Inventory.Devices {
