@@ -58,7 +58,7 @@ func explainCommand(ctx context.Context, o *options) *cobra.Command {
 				case !apierrors.IsForbidden(pdbErr):
 					return fmt.Errorf("listing PodDisruptionBudgets: %w", pdbErr)
 				}
-				if e.Migration, err = defrag.Explain(snap, pod, rules, gpu.PolicyType(policy), time.Now()); err != nil {
+				if e.Migration, err = defrag.Explain(snap, pod, c.gangs, rules, gpu.PolicyType(policy), time.Now()); err != nil {
 					return fmt.Errorf("--policy: %w", err)
 				}
 				if pdbErr != nil && e.Migration != "" {

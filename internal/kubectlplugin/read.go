@@ -11,8 +11,8 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/gpusched/gpusched/pkg/defrag"
 	"github.com/gpusched/gpusched/pkg/gpuview"
-	"github.com/gpusched/gpusched/pkg/podgroup"
 )
 
 // cluster is what the subcommands read: every node and pod, and what the
@@ -40,7 +40,7 @@ func readCluster(ctx context.Context, cs kubernetes.Interface, dyn dynamic.Inter
 	if err != nil {
 		return nil, fmt.Errorf("listing pods: %w", err)
 	}
-	c := &cluster{gangs: map[string]gpuview.GangSpec{}}
+	c := &cluster{}
 	for i := range nodes.Items {
 		c.nodes = append(c.nodes, &nodes.Items[i])
 	}
@@ -50,20 +50,8 @@ func readCluster(ctx context.Context, cs kubernetes.Interface, dyn dynamic.Inter
 	if err := c.readDRA(ctx, cs); err != nil {
 		return nil, err
 	}
-	groups, err := dyn.Resource(podgroup.Resource).Namespace(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
-	switch {
-	case apierrors.IsNotFound(err) || apierrors.IsForbidden(err):
-	case err != nil:
-		return nil, fmt.Errorf("listing PodGroups: %w", err)
-	default:
-		for i := range groups.Items {
-			pg, err := podgroup.FromUnstructured(&groups.Items[i])
-			if err != nil {
-				continue // a malformed PodGroup: its gang is sized by its pods
-			}
-			mixed, _ := pg.MixedModels() // a malformed value: the default, one model
-			c.gangs[pg.Namespace+"/"+pg.Name] = gpuview.GangSpec{MinMember: int(pg.Spec.MinMember), MixedModels: mixed}
-		}
+	if c.gangs, err = defrag.ReadGangSpecs(ctx, dyn); err != nil {
+		return nil, err
 	}
 	return c, nil
 }

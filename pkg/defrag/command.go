@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/uuid"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -148,6 +149,9 @@ func (f *commandFlags) run(ctx context.Context) error {
 	}
 	client, err := kubernetes.NewForConfig(config)
 	if err != nil {
+		return fmt.Errorf("defragment: %w", err)
+	}
+	if opts.PodGroups, err = dynamic.NewForConfig(config); err != nil {
 		return fmt.Errorf("defragment: %w", err)
 	}
 	reg := prometheus.NewRegistry()

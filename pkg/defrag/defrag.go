@@ -26,6 +26,7 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -83,6 +84,11 @@ type Options struct {
 	// in any hour: in all, from one node, from one namespace. Defaults 10,
 	// 2 and 5.
 	MovesPerHour, MovesPerNodePerHour, MovesPerNamespacePerHour int
+	// PodGroups, when set, reads the PodGroups (scheduling.x-k8s.io) that
+	// size the gangs planned for (ReadGangSpecs); without it, or
+	// where the PodGroup of a gang is not found, the gang is not planned
+	// for. Gangs of the Workload API are sized by their pods.
+	PodGroups dynamic.Interface
 	// GracePeriodSeconds, when set, is the grace period of the evictions;
 	// each pod's own otherwise.
 	GracePeriodSeconds *int64
@@ -232,22 +238,95 @@ func (d *Defragmenter) Round(ctx context.Context) error {
 	}
 	d.forgetTold(snap, byKey)
 	tried := 0
+	gangs := map[string]bool{} // the gangs looked at this round
+	var specs map[string]gpuview.GangSpec
 	for _, pending := range snap.Pending {
 		pod := byKey[pending.Namespace+"/"+pending.Name]
-		if pod == nil || !unschedulable(pod) {
+		if pod == nil || !unschedulable(pod) || preempting(pod, pods) {
 			continue
 		}
-		if _, inGang := podgroup.GangOf(pod); inGang {
-			continue // a gang needs room for all its pods at once; a plan makes room for one
-		}
-		if pod.Status.NominatedNodeName != "" {
-			continue // preemption is making room for it
+		if name, inGang := podgroup.GangOf(pod); inGang {
+			if gangs[pod.Namespace+"/"+name] {
+				continue
+			}
+			gangs[pod.Namespace+"/"+name] = true
+			if specs == nil {
+				specs = d.gangSpecs(ctx)
+			}
+			g, _ := snap.GangOf(pod, specs)
+			if !d.waitsForRoom(&g, specs, pods) {
+				continue
+			}
+			if tried++; d.planForGang(ctx, c, &g) || tried == maxPlansPerRound {
+				break
+			}
+			continue
 		}
 		if tried++; d.planFor(ctx, c, pod) || tried == maxPlansPerRound {
 			break
 		}
 	}
 	return nil
+}
+
+// gangSpecs reads what the PodGroups say of their gangs; empty when they
+// cannot be read.
+func (d *Defragmenter) gangSpecs(ctx context.Context) map[string]gpuview.GangSpec {
+	if d.opts.PodGroups == nil {
+		return map[string]gpuview.GangSpec{}
+	}
+	specs, err := ReadGangSpecs(ctx, d.opts.PodGroups)
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "Reading PodGroups")
+	}
+	if specs == nil {
+		specs = map[string]gpuview.GangSpec{}
+	}
+	return specs
+}
+
+// unsized says why the number of pods gang g needs placed is not known:
+// its PodGroup was not read (specs). "" when it is known, or when g is a
+// gang of the Workload API, which needs all its pods.
+func unsized(g *gpuview.GangPods, specs map[string]gpuview.GangSpec) string {
+	if _, known := specs[g.Key]; known || strings.Contains(g.Key, "/"+podgroup.WorkloadGangPrefix) {
+		return ""
+	}
+	return fmt.Sprintf("no migration plan for gang %s: the defragmenter does not know its PodGroup (not found, or PodGroups may not be listed)", g.Key)
+}
+
+// waitsForRoom reports whether gang g waits only for room: its PodGroup
+// is known (or it is a gang of the Workload API, sized by its pods), it
+// has as many pending pods as it needs placed, and the scheduler found no
+// node for each of them, none of which preemption is making room for
+// (preempting).
+// The pods it needs are told when its PodGroup is not known.
+func (d *Defragmenter) waitsForRoom(g *gpuview.GangPods, specs map[string]gpuview.GangSpec, pods []*v1.Pod) bool {
+	need := g.Need()
+	if need == 0 || len(g.Pending) < need {
+		return false // nothing to place, or the scheduler holds it back until its pods exist
+	}
+	if why := unsized(g, specs); why != "" {
+		for _, p := range g.Pending[:need] {
+			d.tell(p, v1.EventTypeNormal, "NoMigrationPlan", why)
+		}
+		return false
+	}
+	for _, p := range g.Pending[:need] {
+		if !unschedulable(p) || preempting(p, pods) {
+			return false
+		}
+	}
+	return true
+}
+
+// preempting reports whether preemption is making room for pod: it is
+// nominated to a node where pods are being deleted. (The scheduler also
+// nominates a pod to the node it expects it on, as a gang's pod waiting at
+// Permit, and a gang released keeps it: that makes no room.)
+func preempting(pod *v1.Pod, pods []*v1.Pod) bool {
+	node := pod.Status.NominatedNodeName
+	return node != "" && slices.ContainsFunc(pods, func(p *v1.Pod) bool { return p.Spec.NodeName == node && p.DeletionTimestamp != nil })
 }
 
 // maxPlansPerRound bounds the pending pods a round plans for: a plan on a
@@ -266,18 +345,70 @@ func unschedulable(pod *v1.Pod) bool {
 	return false
 }
 
+// target is what a plan makes room for: one pending pod, or the pods of a
+// gang that it needs placed, all at once.
+type target struct {
+	pods []*v1.Pod
+	// gang is the gang's "namespace/name"; "" for one pod.
+	gang string
+}
+
+// String names the target in events: "namespace/pod" or "gang
+// namespace/name".
+func (t *target) String() string {
+	if t.gang != "" {
+		return "gang " + t.gang
+	}
+	return t.pods[0].Namespace + "/" + t.pods[0].Name
+}
+
+// tellAll records an event on every pod of the target (tell).
+func (d *Defragmenter) tellAll(t *target, eventType, reason, msg string) bool {
+	changed := false
+	for _, p := range t.pods {
+		changed = d.tell(p, eventType, reason, msg) || changed
+	}
+	return changed
+}
+
 // planFor plans for one pending pod and acts on the plan; it reports
 // whether a plan was found (and, in Enforce, started).
 func (d *Defragmenter) planFor(ctx context.Context, c *cluster, pod *v1.Pod) bool {
-	snap := c.snap
+	t := &target{pods: []*v1.Pod{pod}}
 	left := d.opts.MovesPerHour - len(d.moves)
 	if left < 1 {
-		d.tell(pod, v1.EventTypeNormal, "NoMigrationPlan", fmt.Sprintf("no pods may be moved to make room: the %d moves allowed per hour are spent", d.opts.MovesPerHour))
+		d.tellAll(t, v1.EventTypeNormal, "NoMigrationPlan", d.spentText())
 		return false
 	}
 	plan, ok, why := c.plan(pod, min(left, d.opts.MovesPerNodePerHour))
+	return d.act(ctx, c.snap, t, []gpu.Plan{plan}, ok, why)
+}
+
+// planForGang plans for the pods gang g needs placed, all at once, and
+// acts on the plans; it reports whether they were found (and, in Enforce,
+// started).
+func (d *Defragmenter) planForGang(ctx context.Context, c *cluster, g *gpuview.GangPods) bool {
+	left := d.opts.MovesPerHour - len(d.moves)
+	if left < 1 {
+		d.tellAll(&target{pods: g.Pending[:g.Need()], gang: g.Key}, v1.EventTypeNormal, "NoMigrationPlan", d.spentText())
+		return false
+	}
+	pods, plans, ok, why := c.planGang(g, left)
+	if len(pods) == 0 {
+		return false
+	}
+	return d.act(ctx, c.snap, &target{pods: pods, gang: g.Key}, plans, ok, why)
+}
+
+func (d *Defragmenter) spentText() string {
+	return fmt.Sprintf("no pods may be moved to make room: the %d moves allowed per hour are spent", d.opts.MovesPerHour)
+}
+
+// act carries out plans (DryRun: says what they would do), or tells the
+// target's pods why there are none.
+func (d *Defragmenter) act(ctx context.Context, snap *gpuview.Snapshot, t *target, plans []gpu.Plan, ok bool, why *noPlan) bool {
 	if ok {
-		if over := d.overLimits(snap, plan); over != "" {
+		if over := d.overLimits(snap, plans); over != "" {
 			ok, why = false, &noPlan{text: "the migration plan found would " + over}
 		}
 	}
@@ -289,37 +420,41 @@ func (d *Defragmenter) planFor(ctx context.Context, c *cluster, pod *v1.Pod) boo
 		if why.blocked {
 			eventType = v1.EventTypeWarning
 		}
-		d.tell(pod, eventType, "NoMigrationPlan", why.text)
+		d.tellAll(t, eventType, "NoMigrationPlan", why.text)
 		d.metrics.plans.WithLabelValues(string(d.opts.Mode), "no-plan").Inc()
 		return false
+	case movesOf(plans) == 0:
+		return false // it fits as the cluster is: the scheduler places it
 	case d.opts.Mode == DryRun:
-		d.dryRun(snap, pod, plan)
+		d.dryRun(snap, t, plans)
 		return true
 	}
-	return d.start(ctx, snap, pod, plan)
+	return d.start(ctx, snap, t, plans)
 }
 
-// overLimits says how plan, with the moves of the last hour, would exceed
-// the hourly limits of a node or a namespace; "" when it would not.
+// overLimits says how plans, with the moves of the last hour, would exceed
+// the hourly limits of a node or a namespace; "" when they would not.
 // (withinLimits keeps pods of a node or namespace already at its limit out
-// of plans; a plan of several moves can still pass it.)
-func (d *Defragmenter) overLimits(snap *gpuview.Snapshot, plan gpu.Plan) string {
-	byNamespace := map[string]int{}
-	onNode := len(plan.Moves)
+// of plans; plans of several moves can still pass it.)
+func (d *Defragmenter) overLimits(snap *gpuview.Snapshot, plans []gpu.Plan) string {
+	byNamespace, byNode := map[string]int{}, map[string]int{}
 	for _, m := range d.moves {
 		byNamespace[m.namespace]++
-		if m.node == plan.Node {
-			onNode++
+		byNode[m.node]++
+	}
+	for _, plan := range plans {
+		if len(plan.Moves) == 0 {
+			continue
 		}
-	}
-	if onNode > d.opts.MovesPerNodePerHour {
-		return fmt.Sprintf("move %d pods off node %s within the hour, beyond --moves-per-node-per-hour %d", onNode, plan.Node, d.opts.MovesPerNodePerHour)
-	}
-	for _, mv := range plan.Moves {
-		if p := snap.Pod(mv.Pod); p != nil {
-			byNamespace[p.Namespace]++
-			if byNamespace[p.Namespace] > d.opts.MovesPerNamespacePerHour {
-				return fmt.Sprintf("move %d pods of namespace %s within the hour, beyond --moves-per-namespace-per-hour %d", byNamespace[p.Namespace], p.Namespace, d.opts.MovesPerNamespacePerHour)
+		if byNode[plan.Node] += len(plan.Moves); byNode[plan.Node] > d.opts.MovesPerNodePerHour {
+			return fmt.Sprintf("move %d pods off node %s within the hour, beyond --moves-per-node-per-hour %d", byNode[plan.Node], plan.Node, d.opts.MovesPerNodePerHour)
+		}
+		for _, mv := range plan.Moves {
+			if p := snap.Pod(mv.Pod); p != nil {
+				byNamespace[p.Namespace]++
+				if byNamespace[p.Namespace] > d.opts.MovesPerNamespacePerHour {
+					return fmt.Sprintf("move %d pods of namespace %s within the hour, beyond --moves-per-namespace-per-hour %d", byNamespace[p.Namespace], p.Namespace, d.opts.MovesPerNamespacePerHour)
+				}
 			}
 		}
 	}
@@ -341,20 +476,21 @@ func (d *Defragmenter) withinLimits(pod *v1.Pod) bool {
 	return onNode < d.opts.MovesPerNodePerHour && inNamespace < d.opts.MovesPerNamespacePerHour
 }
 
-// dryRun records what plan would do.
-func (d *Defragmenter) dryRun(snap *gpuview.Snapshot, pod *v1.Pod, plan gpu.Plan) {
+// dryRun records what plans would do.
+func (d *Defragmenter) dryRun(snap *gpuview.Snapshot, t *target, plans []gpu.Plan) {
 	now := d.opts.Now()
-	changed := d.tell(pod, v1.EventTypeNormal, "WouldMakeRoom", "DryRun: "+describe(snap, pod, plan))
-	if !changed {
+	if changed := d.tellAll(t, v1.EventTypeNormal, "WouldMakeRoom", "DryRun: "+describe(snap, t, plans)); !changed {
 		return
 	}
 	d.metrics.plans.WithLabelValues(string(DryRun), "planned").Inc()
-	for _, mv := range plan.Moves {
-		if p := snap.Pod(mv.Pod); p != nil {
-			d.recorder.Eventf(p, v1.EventTypeNormal, "WouldMove", "DryRun: would be moved from node %s to node %s GPUs %s to make room for %s/%s",
-				mv.From, mv.To.Node, devices(&mv.To), pod.Namespace, pod.Name)
-			d.moves = append(d.moves, move{at: now, node: mv.From, namespace: p.Namespace})
-			d.metrics.moves.WithLabelValues(string(DryRun)).Inc()
+	for _, plan := range plans {
+		for _, mv := range plan.Moves {
+			if p := snap.Pod(mv.Pod); p != nil {
+				d.recorder.Eventf(p, v1.EventTypeNormal, "WouldMove", "DryRun: would be moved from node %s to node %s GPUs %s to make room for %s",
+					mv.From, mv.To.Node, devices(&mv.To), t)
+				d.moves = append(d.moves, move{at: now, node: mv.From, namespace: p.Namespace})
+				d.metrics.moves.WithLabelValues(string(DryRun)).Inc()
+			}
 		}
 	}
 }
@@ -381,18 +517,24 @@ func (d *Defragmenter) tell(pod *v1.Pod, eventType, reason, msg string) bool {
 	return true
 }
 
-// describe is a plan in words.
-func describe(snap *gpuview.Snapshot, pod *v1.Pod, plan gpu.Plan) string {
-	var moves []string
-	for _, mv := range plan.Moves {
-		name := mv.Pod
-		if p := snap.Pod(mv.Pod); p != nil {
-			name = p.Namespace + "/" + p.Name
+// describe is plans, made for t's pods, in words.
+func describe(snap *gpuview.Snapshot, t *target, plans []gpu.Plan) string {
+	var moves, places []string
+	for i, plan := range plans {
+		for _, mv := range plan.Moves {
+			name := mv.Pod
+			if p := snap.Pod(mv.Pod); p != nil {
+				name = p.Namespace + "/" + p.Name
+			}
+			moves = append(moves, fmt.Sprintf("%s from %s to %s GPUs %s", name, mv.From, mv.To.Node, devices(&mv.To)))
 		}
-		moves = append(moves, fmt.Sprintf("%s from %s to %s GPUs %s", name, mv.From, mv.To.Node, devices(&mv.To)))
+		places = append(places, fmt.Sprintf("%s/%s on node %s GPUs %s", t.pods[i].Namespace, t.pods[i].Name, plan.Node, devices(&plan.Assignment)))
 	}
-	return fmt.Sprintf("moving %d pod(s) makes room for %s/%s on node %s GPUs %s: %s",
-		len(plan.Moves), pod.Namespace, pod.Name, plan.Node, devices(&plan.Assignment), strings.Join(moves, "; "))
+	if t.gang == "" {
+		return fmt.Sprintf("moving %d pod(s) makes room for %s: %s", len(moves), places[0], strings.Join(moves, "; "))
+	}
+	return fmt.Sprintf("moving %d pod(s) makes room for %s, all %d of its pods at once (%s): %s",
+		len(moves), t, len(t.pods), strings.Join(places, ", "), strings.Join(moves, "; "))
 }
 
 // devices is an assignment's GPUs in words: "0,1" or "3 (250 milli-GPU)".

@@ -14,9 +14,10 @@ import (
 // Explain says, for a pending pod, what the defragmenter is doing for it
 // (the GPUs a plan under way reserved for it) or would do now (the plan it
 // would make under rules, the hourly limits aside, placing pods as policy
-// does), or why no plan exists; "" for a pod that asks for no GPU. It is
-// what `kubectl gpusched explain` shows.
-func Explain(snap *gpuview.Snapshot, pod *v1.Pod, rules Rules, policy gpu.PolicyType, now time.Time) (string, error) {
+// does: for a pod of a gang, the plans for the pods the gang needs placed,
+// its PodGroup read from gangs), or why no plan exists; "" for a pod that
+// asks for no GPU. It is what `kubectl gpusched explain` shows.
+func Explain(snap *gpuview.Snapshot, pod *v1.Pod, gangs map[string]gpuview.GangSpec, rules Rules, policy gpu.PolicyType, now time.Time) (string, error) {
 	for i := range snap.Nodes {
 		node := snap.NodeObject(snap.Nodes[i].Name)
 		rs, _ := gpu.ReservationsOf(node)
@@ -31,12 +32,27 @@ func Explain(snap *gpuview.Snapshot, pod *v1.Pod, rules Rules, policy gpu.Policy
 	if err != nil {
 		return "", err
 	}
-	plan, ok, why := newCluster(snap, p, &rules, func(*v1.Pod) bool { return true }).plan(pod, math.MaxInt)
+	c := newCluster(snap, p, &rules, func(*v1.Pod) bool { return true })
+	t := &target{pods: []*v1.Pod{pod}}
+	var plans []gpu.Plan
+	var ok bool
+	var why *noPlan
+	if g, inGang := snap.GangOf(pod, gangs); inGang {
+		if why := unsized(&g, gangs); why != "" {
+			return why, nil
+		}
+		t.gang = g.Key
+		t.pods, plans, ok, why = c.planGang(&g, math.MaxInt)
+	} else {
+		var plan gpu.Plan
+		plan, ok, why = c.plan(pod, math.MaxInt)
+		plans = []gpu.Plan{plan}
+	}
 	switch {
-	case why == nil && !ok:
+	case why == nil && !ok, ok && movesOf(plans) == 0: // nothing to plan for, or nothing to move
 		return "", nil
 	case !ok:
 		return why.text, nil
 	}
-	return "the defragmenter (gpusched defragment) would make room: " + describe(snap, pod, plan), nil
+	return "the defragmenter (gpusched defragment) would make room: " + describe(snap, t, plans), nil
 }

@@ -57,7 +57,7 @@ func (r *Rules) whyBesidesBudgets(pod *v1.Pod) string {
 		return "it is not opted in (" + AnnotationMovable + "=true" + r.selectorNote() + ")"
 	}
 	if gang, ok := podgroup.GangOf(pod); ok {
-		return "it is in gang " + gang + ", which moves whole or not at all"
+		return "it is in gang " + gang + ", whose pods are never moved: one gone stops them all"
 	}
 	if _, holds := gpu.AssignmentOf(pod); !holds {
 		return "it holds no GPU gpusched assigned: nothing could reserve where its replacement goes"

@@ -29,9 +29,9 @@ type activePlan struct {
 	id       string
 	started  time.Time
 	deadline time.Time
-	// pending is the pod the plan makes room for (nil for a plan adopted
-	// after the pending pod's reservation was gone).
-	pending *v1.Pod
+	// pending are the pods the plan makes room for (one, or a gang's);
+	// for a plan adopted, those whose reservations were left.
+	pending []*v1.Pod
 	// held are the reservations the plan still holds, by ID.
 	held map[string]gpu.Reservation
 	// milli is the GPU the plan makes room for.
@@ -41,30 +41,45 @@ type activePlan struct {
 	stopped bool
 }
 
-// start carries plan out: it reserves the GPUs the plan chose, then evicts
-// the pods it moves. It reports whether the plan started.
-func (d *Defragmenter) start(ctx context.Context, snap *gpuview.Snapshot, pod *v1.Pod, plan gpu.Plan) bool {
+// start carries plans out: it reserves the GPUs they chose, then evicts
+// the pods they move. It reports whether the plans started.
+func (d *Defragmenter) start(ctx context.Context, snap *gpuview.Snapshot, t *target, plans []gpu.Plan) bool {
 	logger := klog.FromContext(ctx)
 	now := d.opts.Now()
 	d.seq++
 	p := &activePlan{id: fmt.Sprintf("%s%s-%d", d.prefix(), now.UTC().Format("20060102t150405"), d.seq), started: now,
-		deadline: now.Add(d.opts.PlanTimeout), pending: pod, held: map[string]gpu.Reservation{},
-		milli: int64(len(plan.Assignment.Devices)) * plan.Assignment.Milli}
+		deadline: now.Add(d.opts.PlanTimeout), pending: t.pods, held: map[string]gpu.Reservation{}}
 	expires := now.Add(d.opts.PlanTimeout)
-	want := []gpu.Reservation{{ID: p.id + "/pod", Pod: pod.UID, GPUs: plan.Assignment.String(), Expires: expires}}
-	var moving []*v1.Pod
-	for i, mv := range plan.Moves {
-		moved := snap.Pod(mv.Pod)
-		if moved == nil || len(mv.To.Devices) == 0 {
-			return false // the planner moves only pods Rules.Why allows: known, holding GPUs
+	// want: a reservation per pending pod ("<plan>/pod", or "<plan>/pod-<i>"
+	// for a gang's), then one per pod moved ("<plan>/<move>").
+	var want []gpu.Reservation
+	for i, pod := range t.pods {
+		id := p.id + "/pod"
+		if t.gang != "" {
+			id = fmt.Sprintf("%s/pod-%d", p.id, i)
 		}
-		ref := metav1.GetControllerOfNoCopy(moved)
-		if ref == nil {
-			return false
+		want = append(want, gpu.Reservation{ID: id, Pod: pod.UID, GPUs: plans[i].Assignment.String(), Expires: expires})
+		p.milli += int64(len(plans[i].Assignment.Devices)) * plans[i].Assignment.Milli
+	}
+	type moving struct {
+		pod  *v1.Pod
+		plan int // the plan that moves it
+	}
+	var moves []moving
+	for k, plan := range plans {
+		for _, mv := range plan.Moves {
+			moved := snap.Pod(mv.Pod)
+			if moved == nil || len(mv.To.Devices) == 0 {
+				return false // the planner moves only pods Rules.Why allows: known, holding GPUs
+			}
+			ref := metav1.GetControllerOfNoCopy(moved)
+			if ref == nil {
+				return false
+			}
+			want = append(want, gpu.Reservation{ID: fmt.Sprintf("%s/%d", p.id, len(moves)), Owner: ref.UID, Namespace: moved.Namespace, Moves: moved.UID,
+				GPUs: mv.To.String(), Expires: expires})
+			moves = append(moves, moving{pod: moved, plan: k})
 		}
-		want = append(want, gpu.Reservation{ID: fmt.Sprintf("%s/%d", p.id, i), Owner: ref.UID, Namespace: moved.Namespace, Moves: moved.UID,
-			GPUs: mv.To.String(), Expires: expires})
-		moving = append(moving, moved)
 	}
 	for _, r := range want {
 		if err := d.editReservations(ctx, nodeOf(&r), func(rs []gpu.Reservation) []gpu.Reservation { return append(rs, r) }); err != nil {
@@ -77,25 +92,32 @@ func (d *Defragmenter) start(ctx context.Context, snap *gpuview.Snapshot, pod *v
 		p.held[r.ID] = r
 	}
 	d.active = p
-	d.told[pod.UID] = ""
+	for _, pod := range t.pods {
+		d.told[pod.UID] = ""
+		d.recorder.Eventf(pod, v1.EventTypeNormal, "MakingRoom", "plan %s: %s", p.id, describe(snap, t, plans))
+	}
 	d.awaitReservations(ctx, want)
-	d.recorder.Eventf(pod, v1.EventTypeNormal, "MakingRoom", "plan %s: %s", p.id, describe(snap, pod, plan))
 	d.metrics.plans.WithLabelValues(string(Enforce), "started").Inc()
 	d.metrics.active.Set(1)
-	for i, moved := range moving {
-		id := want[i+1].ID
+	first := len(t.pods) // want[first+i] is moves[i]'s reservation
+	for i, m := range moves {
+		moved := m.pod
 		err := d.client.PolicyV1().Evictions(moved.Namespace).Evict(ctx, evictionOf(moved, d.opts.GracePeriodSeconds))
 		if err != nil && !apierrors.IsNotFound(err) {
 			why := fmt.Sprintf("the eviction of %s/%s was refused: %v", moved.Namespace, moved.Name, err)
 			d.recorder.Eventf(moved, v1.EventTypeWarning, "MigrationRefused", "plan %s: %s", p.id, why)
 			// The pods evicted already keep their reservations; the rest
-			// of the plan, the pending pod's included, is given up.
-			for _, r := range want[i+1:] {
+			// of the plan, the pending pods' included, is given up.
+			for _, r := range want[first+i:] {
 				d.unhold(ctx, r.ID)
 			}
-			d.unhold(ctx, want[0].ID)
+			for _, r := range want[:first] {
+				d.unhold(ctx, r.ID)
+			}
 			p.stopped = true
-			d.recorder.Eventf(pod, v1.EventTypeWarning, "MigrationStopped", "plan %s stopped: %s", p.id, why)
+			for _, pod := range t.pods {
+				d.recorder.Eventf(pod, v1.EventTypeWarning, "MigrationStopped", "plan %s stopped: %s", p.id, why)
+			}
 			d.metrics.plans.WithLabelValues(string(Enforce), "stopped").Inc()
 			if len(p.held) == 0 {
 				d.finish()
@@ -104,9 +126,13 @@ func (d *Defragmenter) start(ctx context.Context, snap *gpuview.Snapshot, pod *v
 		}
 		d.moves = append(d.moves, move{at: now, node: moved.Spec.NodeName, namespace: moved.Namespace})
 		d.metrics.moves.WithLabelValues(string(Enforce)).Inc()
-		r := p.held[id]
-		d.recorder.Eventf(moved, v1.EventTypeNormal, "Migrated", "plan %s evicted this pod to make room for %s/%s on node %s; its replacement is reserved node %s GPUs %s",
-			p.id, pod.Namespace, pod.Name, plan.Node, r.Assignment.Node, devices(&r.Assignment))
+		r := p.held[want[first+i].ID]
+		forWhom := t.String()
+		if t.gang != "" {
+			forWhom += fmt.Sprintf(" (pod %s/%s)", t.pods[m.plan].Namespace, t.pods[m.plan].Name)
+		}
+		d.recorder.Eventf(moved, v1.EventTypeNormal, "Migrated", "plan %s evicted this pod to make room for %s on node %s; its replacement is reserved node %s GPUs %s",
+			p.id, forWhom, plans[m.plan].Node, r.Assignment.Node, devices(&r.Assignment))
 	}
 	return true
 }
@@ -167,9 +193,9 @@ func (d *Defragmenter) adopt(ctx context.Context, nodes []*v1.Node, pods []*v1.P
 			}
 			p.held[r.ID] = r
 			if r.Pod != "" {
-				p.milli = int64(len(r.Assignment.Devices)) * r.Assignment.Milli
+				p.milli += int64(len(r.Assignment.Devices)) * r.Assignment.Milli
 				if i := slices.IndexFunc(pods, func(q *v1.Pod) bool { return q.UID == r.Pod }); i >= 0 {
-					p.pending = pods[i]
+					p.pending = append(p.pending, pods[i])
 				}
 			}
 		}
@@ -218,8 +244,8 @@ func (d *Defragmenter) follow(ctx context.Context, pods []*v1.Pod, now time.Time
 			d.finish() // its evicted pods arrived; MigrationStopped told the rest
 			break
 		}
-		if p.pending != nil {
-			d.recorder.Eventf(p.pending, v1.EventTypeNormal, "MigrationDone", "plan %s: done; this pod and the pods moved for it are bound", p.id)
+		for _, pod := range p.pending {
+			d.recorder.Eventf(pod, v1.EventTypeNormal, "MigrationDone", "plan %s: done; this pod and the pods moved for it are bound", p.id)
 		}
 		d.metrics.plans.WithLabelValues(string(Enforce), "done").Inc()
 		d.metrics.gpuMilli.Add(float64(p.milli))
@@ -273,8 +299,8 @@ func (d *Defragmenter) release(ctx context.Context, why string) {
 	for id := range p.held {
 		d.unhold(ctx, id)
 	}
-	if p.pending != nil {
-		d.recorder.Eventf(p.pending, v1.EventTypeWarning, "MigrationExpired", "plan %s given up: %s", p.id, why)
+	for _, pod := range p.pending {
+		d.recorder.Eventf(pod, v1.EventTypeWarning, "MigrationExpired", "plan %s given up: %s", p.id, why)
 	}
 	d.finish()
 }

@@ -152,36 +152,49 @@ func randomCluster(rng *rand.Rand) (nodes []*v1.Node, pods []*v1.Pod, pdbs []*po
 	return nodes, pods, pdbs, pending
 }
 
-// TestOverLimits: a plan of several moves is held to the hourly limits of
-// the node it empties and of the namespaces it moves pods from, counting
-// the moves of the last hour.
+// TestOverLimits: a plan of several moves, or a gang's plans, are held to
+// the hourly limits of each node they empty and of the namespaces they move
+// pods from, counting the moves of the last hour.
 func TestOverLimits(t *testing.T) {
 	pods := []*v1.Pod{
 		gt.MakeGPUPod("x").UID("x").Namespace("team").Node("a").Obj(),
 		gt.MakeGPUPod("y").UID("y").Namespace("team").Node("a").Obj(),
+		gt.MakeGPUPod("z").UID("z").Namespace("team").Node("b").Obj(),
 	}
-	snap := gpuview.Build([]*v1.Node{gt.MakeGPUNode("a").GFD("A100", 2, 81920).Obj()}, pods, gpuview.Options{})
-	plan := gpu.Plan{Node: "a", Moves: []gpu.Move{{Pod: "x", From: "a"}, {Pod: "y", From: "a"}}}
+	nodes := []*v1.Node{gt.MakeGPUNode("a").GFD("A100", 2, 81920).Obj(), gt.MakeGPUNode("b").GFD("A100", 2, 81920).Obj()}
+	snap := gpuview.Build(nodes, pods, gpuview.Options{})
+	offA := gpu.Plan{Node: "a", Moves: []gpu.Move{{Pod: "x", From: "a"}, {Pod: "y", From: "a"}}}
+	offB := gpu.Plan{Node: "b", Moves: []gpu.Move{{Pod: "z", From: "b"}}}
+	asIs := gpu.Plan{Node: "b"} // a gang's pod that fits as it is
 	cases := []struct {
 		name    string
+		plans   []gpu.Plan
 		history []move
 		node    int
 		ns      int
 		want    string
 	}{
 		// 2 moves off a, of team: within 2 per node and 3 per namespace.
-		{"within both", nil, 2, 3, ""},
+		{"within both", []gpu.Plan{offA}, nil, 2, 3, ""},
 		// 1 earlier move off a + 2 = 3 > 2.
-		{"the node's limit", []move{{node: "a", namespace: "other"}}, 2, 3, "move 3 pods off node a within the hour, beyond --moves-per-node-per-hour 2"},
+		{"the node's limit", []gpu.Plan{offA}, []move{{node: "a", namespace: "other"}}, 2, 3, "move 3 pods off node a within the hour, beyond --moves-per-node-per-hour 2"},
 		// 2 earlier moves of team (off b) + 2 = 4 > 3.
-		{"the namespace's limit", []move{{node: "b", namespace: "team"}, {node: "b", namespace: "team"}}, 2, 3,
+		{"the namespace's limit", []gpu.Plan{offA}, []move{{node: "b", namespace: "team"}, {node: "b", namespace: "team"}}, 2, 3,
 			"move 4 pods of namespace team within the hour, beyond --moves-per-namespace-per-hour 3"},
 		// A plan alone can pass a node's limit: 2 > 1.
-		{"one plan", nil, 1, 3, "move 2 pods off node a within the hour, beyond --moves-per-node-per-hour 1"},
+		{"one plan", []gpu.Plan{offA}, nil, 1, 3, "move 2 pods off node a within the hour, beyond --moves-per-node-per-hour 1"},
+		// A gang's plans: 2 off a and 1 off b are within 2 per node each,
+		// and a plan without moves counts nothing; of team, 3 ≤ 3.
+		{"a gang within both", []gpu.Plan{offA, offB, asIs}, nil, 2, 3, ""},
+		// 1 earlier move off b + 1 = 2 > 1, though a's 2 are within... a
+		// is checked first: 2 > 1 there already.
+		{"a gang past a node's limit", []gpu.Plan{offB, offA}, []move{{node: "b", namespace: "other"}}, 1, 5, "move 2 pods off node b within the hour, beyond --moves-per-node-per-hour 1"},
+		// The namespace counts across the plans: 2 + 1 = 3 > 2.
+		{"a gang past a namespace's limit", []gpu.Plan{offA, offB}, nil, 2, 2, "move 3 pods of namespace team within the hour, beyond --moves-per-namespace-per-hour 2"},
 	}
 	for _, c := range cases {
 		d := &Defragmenter{opts: Options{MovesPerNodePerHour: c.node, MovesPerNamespacePerHour: c.ns}, moves: c.history}
-		if got := d.overLimits(snap, plan); got != c.want {
+		if got := d.overLimits(snap, c.plans); got != c.want {
 			t.Errorf("%s: %q, want %q", c.name, got, c.want)
 		}
 	}

@@ -92,8 +92,8 @@ type Planner struct {
 	// Admits, when set, says whether a node admits a pod beside its GPUs,
 	// CPU and memory (the pod's node selector and affinity, the node's
 	// taints: what the front end's other filters decide): pod is a moved
-	// pod's PlanPod.ID, or "" for the pending pod. Nil admits every pod
-	// everywhere.
+	// pod's PlanPod.ID, a pending pod's PendingPod.ID (MakeRoomForAll), or
+	// "" for MakeRoom's pending pod. Nil admits every pod everywhere.
 	Admits func(node, pod string) bool
 }
 
@@ -125,18 +125,45 @@ const maxPlanTries = 16
 // scores it highest, larger pods placed first; a pod never moves to the
 // node it leaves.
 func (p *Planner) MakeRoom(nodes []PlanNode, pending *Demand, priority int32) (plan Plan, ok bool) {
-	maxMoves := max(1, p.MaxMoves)
-	type candidate struct {
-		node  int
-		moves []PlanPod
-		milli int64
+	return p.makeRoom(nodes, "", pending, priority, nil)
+}
+
+// makeRoom is MakeRoom for the pending pod that Admits knows as pendingID,
+// never moving a pod to a node of avoid (by index in nodes).
+func (p *Planner) makeRoom(nodes []PlanNode, pendingID string, pending *Demand, priority int32, avoid map[int]bool) (plan Plan, ok bool) {
+	for _, c := range p.candidates(nodes, pendingID, pending, priority) {
+		before := nodes[c.node].GPUs // the node with the moved pods gone
+		for _, pod := range c.moves {
+			if len(pod.Held.Devices) > 0 {
+				before = before.Without(&pod.Held)
+			}
+		}
+		if plan, ok := p.complete(nodes, c.node, before, c.moves, pending, avoid); ok {
+			return plan, true
+		}
 	}
+	return Plan{}, false
+}
+
+// candidate is a node a plan could make room on, and the pods it would
+// move, milli-GPU in all.
+type candidate struct {
+	node  int
+	moves []PlanPod
+	milli int64
+}
+
+// candidates are the nodes where moving at most MaxMoves pods would make
+// room for pending, cheapest first (fewest moves, then least GPU moved),
+// the cheapest maxPlanTries of them.
+func (p *Planner) candidates(nodes []PlanNode, pendingID string, pending *Demand, priority int32) []candidate {
+	maxMoves := max(1, p.MaxMoves)
 	var cands []candidate
 	req := &Request{Demand: pending}
 	elsewhere := placeable{nodes: nodes, fits: map[DemandKey]bool{}}
 	for i := range nodes {
 		n := &nodes[i]
-		if n.GPUs == nil || n.GPUs.Inventory == nil || n.GPUs.Len() < pending.Count || !p.admits(n.GPUs.Name, "") {
+		if n.GPUs == nil || n.GPUs.Inventory == nil || n.GPUs.Len() < pending.Count || !p.admits(n.GPUs.Name, pendingID) {
 			continue
 		}
 		var movable []PlanPod
@@ -169,18 +196,7 @@ func (p *Planner) MakeRoom(nodes []PlanNode, pending *Demand, priority int32) (p
 	slices.SortStableFunc(cands, func(a, b candidate) int {
 		return cmp.Or(cmp.Compare(len(a.moves), len(b.moves)), cmp.Compare(a.milli, b.milli))
 	})
-	for _, c := range cands[:min(len(cands), maxPlanTries)] {
-		before := nodes[c.node].GPUs // the node with the moved pods gone
-		for _, pod := range c.moves {
-			if len(pod.Held.Devices) > 0 {
-				before = before.Without(&pod.Held)
-			}
-		}
-		if plan, ok := p.complete(nodes, c.node, before, c.moves, pending); ok {
-			return plan, true
-		}
-	}
-	return Plan{}, false
+	return cands[:min(len(cands), maxPlanTries)]
 }
 
 // forHost adds to moves, from movable, the pods that free most of the CPU
@@ -244,9 +260,10 @@ func (p *placeable) fitsSomewhere(d *Demand) bool {
 }
 
 // complete gives each of moves a destination on nodes other than
-// nodes[target], whose GPUs without the moved pods are before, and places
-// pending there; ok is false when a moved pod fits nowhere.
-func (p *Planner) complete(nodes []PlanNode, target int, before *NodeGPUs, moves []PlanPod, pending *Demand) (Plan, bool) {
+// nodes[target] and those of avoid, whose GPUs without the moved pods are
+// before, and places pending there; ok is false when a moved pod fits
+// nowhere.
+func (p *Planner) complete(nodes []PlanNode, target int, before *NodeGPUs, moves []PlanPod, pending *Demand, avoid map[int]bool) (Plan, bool) {
 	n := &nodes[target]
 	host := freed(n.Host, moves, 1)
 	chosen, fit := p.Policy.Place(before, &Request{Demand: pending, Host: host})
@@ -268,7 +285,7 @@ func (p *Planner) complete(nodes []PlanNode, target int, before *NodeGPUs, moves
 		best, bestScore := -1, int64(-1)
 		var bestChosen DeviceSet
 		for i := range nodes {
-			if i == target || views[i] == nil || views[i].Inventory == nil || !hostFits(hosts[i], &pod.Demand) || !p.admits(views[i].Name, pod.ID) {
+			if i == target || avoid[i] || views[i] == nil || views[i].Inventory == nil || !hostFits(hosts[i], &pod.Demand) || !p.admits(views[i].Name, pod.ID) {
 				continue
 			}
 			chosen, fit, score := p.Policy.PlaceAndScore(views[i], &Request{Demand: &pod.Demand, Host: hosts[i]})

@@ -207,47 +207,10 @@ func TestPlannerMakeRoom(t *testing.T) {
 	}
 }
 
-// checkPlan replays plan on nodes with the engine's own arithmetic and fails
-// the test where it breaks a rule: a pod moved that may not move or is of
-// higher priority than the pending pod, a move to the node it leaves, a GPU
-// past its capacity, a node past its free CPU or memory, or the pending pod
-// not fitting its GPUs once the moves are made.
+// checkPlan replays plan, made for pending, on nodes (checkPlans).
 func checkPlan(t *testing.T, nodes []gpu.PlanNode, pending *gpu.Demand, priority int32, plan gpu.Plan) {
 	t.Helper()
-	byName := map[string]*gpu.PlanNode{}
-	moved := map[string]gpu.PlanPod{}
-	for i := range nodes {
-		n := nodes[i]
-		n.Pods = slices.Clone(n.Pods)
-		byName[n.GPUs.Name] = &n
-	}
-	for _, m := range plan.Moves {
-		from, to := byName[m.From], byName[m.To.Node]
-		if from == nil || to == nil {
-			t.Fatalf("move %s from %s to %s: no such node", m.Pod, m.From, m.To.Node)
-		}
-		if m.From == m.To.Node || m.From != plan.Node {
-			t.Errorf("move %s from %s to %s: a move leaves the node made room on (%s) for another", m.Pod, m.From, m.To.Node, plan.Node)
-		}
-		k := slices.IndexFunc(from.Pods, func(p gpu.PlanPod) bool { return p.ID == m.Pod })
-		if k < 0 {
-			t.Fatalf("move %s: not a pod of %s", m.Pod, m.From)
-		}
-		pod := from.Pods[k]
-		moved[m.Pod] = pod
-		from.Pods = slices.Delete(from.Pods, k, k+1)
-		if !pod.Movable || pod.Priority > priority {
-			t.Errorf("move %s: movable %v, priority %d for a pending pod of %d", m.Pod, pod.Movable, pod.Priority, priority)
-		}
-		from.GPUs = from.GPUs.Without(&pod.Held)
-		from.Host.FreeMilliCPU += pod.Demand.MilliCPU
-		from.Host.FreeMemoryMiB += pod.Demand.HostMemoryMiB
-	}
-	for _, m := range plan.Moves {
-		d := moved[m.Pod].Demand
-		checkAssignmentFits(t, byName[m.To.Node], &d, m.To, "move "+m.Pod)
-	}
-	checkAssignmentFits(t, byName[plan.Node], pending, plan.Assignment, "pending pod")
+	checkPlans(t, nodes, []gpu.PendingPod{{ID: "pending", Demand: *pending}}, priority, []gpu.Plan{plan})
 }
 
 // checkAssignmentFits adds a to n, failing the test when a's GPUs cannot take
@@ -334,42 +297,11 @@ func TestPlannerNeverBreaksARule(t *testing.T) {
 
 // BenchmarkPlannerMakeRoom is the planner's time for one plan on a full
 // cluster of 8-GPU nodes with the shapes of the openb default list's shares
-// (810, 650, 470, 320 milli-GPU, drawn with a fixed seed, 1 CPU each, every
-// node's CPU 80% taken), for a 1-GPU pod of 4 CPUs that fits nowhere, under
-// PairFit with the four shares (weight 1 each) and that pod (weight 2) as
-// typical pods.
+// (benchPlanCluster), for a 1-GPU pod of 4 CPUs that fits nowhere.
 func BenchmarkPlannerMakeRoom(b *testing.B) {
 	for _, count := range []int{1213, 5000} {
 		b.Run(fmt.Sprintf("nodes=%d", count), func(b *testing.B) {
-			rng := rand.New(rand.NewPCG(1, 2))
-			shares := []int64{810, 650, 470, 320}
-			var typical []gpu.TypicalPod
-			for _, m := range shares {
-				typical = append(typical, gpu.TypicalPod{Demand: gpu.Demand{Count: 1, Milli: m, MilliCPU: 1000}, Weight: 1})
-			}
-			typical = append(typical, gpu.TypicalPod{Demand: gpu.Demand{Count: 1, Milli: gpu.MilliPerGPU, MilliCPU: 4000}, Weight: 2})
-			policy := gpu.MustPolicy(gpu.PolicyPairFit, gpu.PolicyConfig{Shapes: gpu.NewShapeWindow(0, typical)})
-			nodes := make([]gpu.PlanNode, count)
-			for i := range nodes {
-				name := fmt.Sprintf("n%d", i)
-				view := gpu.EmptyNodeGPUs(gputest.MakeGPUNode(name).GFD(victimModel, 8, 81920).Obj())
-				n := gpu.PlanNode{Host: gpu.Host{Known: true, FreeMilliCPU: 64000 * 2 / 10, FreeMemoryMiB: 1 << 20}}
-				for g := range 8 {
-					var used int64
-					for k := range 3 {
-						m := shares[rng.IntN(len(shares))]
-						if used+m > gpu.MilliPerGPU {
-							continue
-						}
-						used += m
-						p := planPod(fmt.Sprintf("%s-%d-%d", name, g, k), name, m, g)
-						view = view.With(&p.Held)
-						n.Pods = append(n.Pods, p)
-					}
-				}
-				n.GPUs = view
-				nodes[i] = n
-			}
+			nodes, policy := benchPlanCluster(count)
 			planner := gpu.Planner{Policy: policy, MaxMoves: 4}
 			pending := &gpu.Demand{Count: 1, Milli: gpu.MilliPerGPU, MilliCPU: 4000}
 			if _, ok := planner.MakeRoom(nodes, pending, 0); !ok {
@@ -381,4 +313,65 @@ func BenchmarkPlannerMakeRoom(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkPlannerMakeRoomForAll is the planner's time for the plans of a
+// gang of four 2-GPU pods of 4 CPUs on the cluster of
+// BenchmarkPlannerMakeRoom, 32 moves allowed.
+func BenchmarkPlannerMakeRoomForAll(b *testing.B) {
+	for _, count := range []int{1213, 5000} {
+		b.Run(fmt.Sprintf("nodes=%d", count), func(b *testing.B) {
+			nodes, policy := benchPlanCluster(count)
+			planner := gpu.Planner{Policy: policy, MaxMoves: 32}
+			gang := make([]gpu.PendingPod, 4)
+			for i := range gang {
+				gang[i] = gpu.PendingPod{ID: fmt.Sprint("g", i), Demand: gpu.Demand{Count: 2, Milli: gpu.MilliPerGPU, MilliCPU: 4000}}
+			}
+			if _, ok := planner.MakeRoomForAll(nodes, gang, 0); !ok {
+				b.Fatal("no plans: the benchmark measures plans found")
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				planner.MakeRoomForAll(nodes, gang, 0)
+			}
+		})
+	}
+}
+
+// benchPlanCluster is count full 8-GPU nodes, each GPU holding up to three
+// of the openb default list's shares (810, 650, 470, 320 milli-GPU, drawn
+// with a fixed seed, 1 CPU each, every node's CPU 80% taken), and PairFit
+// with the four shares (weight 1 each) and a 1-GPU pod of 4 CPUs (weight 2)
+// as typical pods.
+func benchPlanCluster(count int) ([]gpu.PlanNode, *gpu.Policy) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	shares := []int64{810, 650, 470, 320}
+	var typical []gpu.TypicalPod
+	for _, m := range shares {
+		typical = append(typical, gpu.TypicalPod{Demand: gpu.Demand{Count: 1, Milli: m, MilliCPU: 1000}, Weight: 1})
+	}
+	typical = append(typical, gpu.TypicalPod{Demand: gpu.Demand{Count: 1, Milli: gpu.MilliPerGPU, MilliCPU: 4000}, Weight: 2})
+	policy := gpu.MustPolicy(gpu.PolicyPairFit, gpu.PolicyConfig{Shapes: gpu.NewShapeWindow(0, typical)})
+	nodes := make([]gpu.PlanNode, count)
+	for i := range nodes {
+		name := fmt.Sprintf("n%d", i)
+		view := gpu.EmptyNodeGPUs(gputest.MakeGPUNode(name).GFD(victimModel, 8, 81920).Obj())
+		n := gpu.PlanNode{Host: gpu.Host{Known: true, FreeMilliCPU: 64000 * 2 / 10, FreeMemoryMiB: 1 << 20}}
+		for g := range 8 {
+			var used int64
+			for k := range 3 {
+				m := shares[rng.IntN(len(shares))]
+				if used+m > gpu.MilliPerGPU {
+					continue
+				}
+				used += m
+				p := planPod(fmt.Sprintf("%s-%d-%d", name, g, k), name, m, g)
+				view = view.With(&p.Held)
+				n.Pods = append(n.Pods, p)
+			}
+		}
+		n.GPUs = view
+		nodes[i] = n
+	}
+	return nodes, policy
 }

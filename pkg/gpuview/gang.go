@@ -46,29 +46,88 @@ type GangAnswer struct {
 	ModelNote string   `json:"modelNote,omitempty"`
 }
 
+// GangPods are a gang's pods that ask for GPUs (gpu.InWorkload), as the
+// snapshot's pods hold them, and what its PodGroup says of it.
+type GangPods struct {
+	// Key is the gang's "namespace/name": its PodGroup's, or "workload:"
+	// and the name of its Workload API PodGroup (podgroup.GangOf).
+	Key string
+	// Bound are its pods on a node; Pending the others, in the order the
+	// scheduler's queue takes them (Snapshot.Pending; pods for another
+	// scheduler last).
+	Bound, Pending []*v1.Pod
+	// MinMember is how many of its pods must run together: its PodGroup's
+	// spec.minMember where the PodGroup is known, else all of its pods.
+	MinMember int
+	// MixedModels: the PodGroup lets the gang's pods run on different GPU
+	// models (GangSpec.MixedModels).
+	MixedModels bool
+	// PlacedModels are the GPU models of the nodes its bound pods run on.
+	PlacedModels []string
+}
+
+// Need is how many of the gang's pending pods must still be placed for it
+// to run.
+func (g *GangPods) Need() int { return max(0, g.MinMember-len(g.Bound)) }
+
+// Gang is gang name's pods in namespace among pods, with what gangs (by
+// "namespace/name") says of its PodGroup. It is the one reading of a gang
+// for explain, the dashboard and the defragmenter.
+func (s *Snapshot) Gang(namespace, name string, pods []*v1.Pod, gangs map[string]GangSpec) GangPods {
+	g := GangPods{Key: namespace + "/" + name}
+	for _, p := range pods {
+		if n, ok := podgroup.GangOf(p); !ok || n != name || p.Namespace != namespace || !gpu.InWorkload(p) {
+			continue
+		}
+		if p.Spec.NodeName != "" {
+			g.Bound = append(g.Bound, p)
+			if i, ok := s.byName[p.Spec.NodeName]; ok {
+				g.PlacedModels = append(g.PlacedModels, gang.ModelsOf(s.views[i])...)
+			}
+			continue
+		}
+		g.Pending = append(g.Pending, p)
+	}
+	queued := make(map[*v1.Pod]int, len(s.Pending))
+	for i := range s.Pending {
+		queued[s.Pending[i].pod] = i + 1
+	}
+	position := func(p *v1.Pod) int {
+		if at, ok := queued[p]; ok {
+			return at
+		}
+		return len(s.Pending) + 1
+	}
+	slices.SortStableFunc(g.Pending, func(a, b *v1.Pod) int { return cmp.Compare(position(a), position(b)) })
+	g.MinMember = len(g.Bound) + len(g.Pending)
+	if spec, known := gangs[g.Key]; known {
+		g.MinMember, g.MixedModels = spec.MinMember, spec.MixedModels
+	}
+	return g
+}
+
+// GangOf is the gang pod belongs to, among the snapshot's pods (Gang); ok
+// is false for a pod in no gang.
+func (s *Snapshot) GangOf(pod *v1.Pod, gangs map[string]GangSpec) (g GangPods, ok bool) {
+	name, ok := podgroup.GangOf(pod)
+	if !ok {
+		return GangPods{}, false
+	}
+	return s.Gang(pod.Namespace, name, s.pods, gangs), true
+}
+
 // explainGang places the gang's pending pods together on the cluster's free
 // GPUs, each where it leaves the fewest suitable GPUs free (the engine's
 // fit and choice of GPUs), and says what the rest would need.
 func (s *Snapshot) explainGang(namespace, name string, pods []*v1.Pod, gangs map[string]GangSpec) *GangAnswer {
-	key := namespace + "/" + name
-	a := &GangAnswer{Name: key}
+	g := s.Gang(namespace, name, pods, gangs)
+	a := &GangAnswer{Name: g.Key, MinMember: g.MinMember, Bound: len(g.Bound)}
 	var pending []gpu.Demand
-	var placedModels []string
 	// claims: a member asks for GPUs through claims; others: a member asks
 	// gpusched for GPUs. A gang of one kind goes to that kind of node; a
 	// gang of both is checked against every node, as GPUGang checks it.
 	claims, others := false, false
-	for _, p := range pods {
-		if g, ok := podgroup.GangOf(p); !ok || g != name || p.Namespace != namespace || !gpu.InWorkload(p) {
-			continue
-		}
-		if p.Spec.NodeName != "" {
-			a.Bound++
-			if i, ok := s.byName[p.Spec.NodeName]; ok {
-				placedModels = append(placedModels, gang.ModelsOf(s.views[i])...)
-			}
-			continue
-		}
+	for _, p := range g.Pending {
 		d, byClaims, err := s.demandOf(p)
 		if err != nil {
 			continue
@@ -83,18 +142,16 @@ func (s *Snapshot) explainGang(namespace, name string, pods []*v1.Pod, gangs map
 		slices.Sort(nodes)
 	}
 	a.Pending = len(pending)
-	a.MinMember = a.Bound + a.Pending
-	spec, known := gangs[key]
-	if known {
-		a.MinMember = spec.MinMember
+	if _, known := gangs[g.Key]; !known {
+		a.MinMember = a.Bound + a.Pending // the pods whose demand reads
 	}
 	need := max(0, a.MinMember-a.Bound)
 	if empty := gang.FitEmpty(s.clusterOf(nodes), pending, need); !empty.Fits() {
 		a.Short = "fits nowhere in this cluster: " + empty.Reason()
 		return a
 	}
-	if !spec.MixedModels {
-		pending = s.holdToOneModel(a, nodes, pending, need, placedModels)
+	if !g.MixedModels {
+		pending = s.holdToOneModel(a, nodes, pending, need, g.PlacedModels)
 	}
 	// The largest pods first, as the gang plugin's own check does.
 	slices.SortStableFunc(pending, func(x, y gpu.Demand) int { return cmp.Compare(y.TotalMilli(), x.TotalMilli()) })

@@ -162,6 +162,10 @@ func NameOf(pod *v1.Pod) (name string, ok bool, err error) {
 	return name, true, nil
 }
 
+// WorkloadGangPrefix starts the name GangOf gives a gang of the Workload
+// API, to tell it from a PodGroup's.
+const WorkloadGangPrefix = "workload:"
+
 // GangOf names the gang a pod belongs to: the PodGroup of its
 // scheduling.x-k8s.io/pod-group label, or the upstream Workload API's
 // PodGroup of its spec.schedulingGroup (prefixed "workload:", as the two
@@ -171,7 +175,7 @@ func GangOf(pod *v1.Pod) (string, bool) {
 		return name, true
 	}
 	if g := pod.Spec.SchedulingGroup; g != nil && g.PodGroupName != nil && *g.PodGroupName != "" {
-		return "workload:" + *g.PodGroupName, true
+		return WorkloadGangPrefix + *g.PodGroupName, true
 	}
 	return "", false
 }

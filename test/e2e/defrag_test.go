@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/record"
@@ -213,7 +214,7 @@ func startDefragmenter(ctx context.Context, t *testing.T, c *testcluster.Cluster
 	recorder := broadcaster.NewRecorder(scheme.Scheme, v1.EventSource{Component: "gpusched-defragmenter"})
 	grace := int64(0) // no kubelet: a pod deleted with a grace period would stay until one confirms
 	d, err := defrag.New(c.Client, recorder, defrag.NewMetrics(prometheus.NewRegistry()),
-		defrag.Options{Mode: mode, GracePeriodSeconds: &grace, PlanTimeout: time.Minute})
+		defrag.Options{Mode: mode, GracePeriodSeconds: &grace, PlanTimeout: time.Minute, PodGroups: dynamic.NewForConfigOrDie(c.RestConfig)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -229,6 +230,13 @@ func startDefragmenter(ctx context.Context, t *testing.T, c *testcluster.Cluster
 // whose message has want, and returns the message.
 func waitForDefragEvent(ctx context.Context, t *testing.T, c *testcluster.Cluster, run *defragmenterRun, reason, want string) string {
 	t.Helper()
+	return waitForDefragEventOn(ctx, t, c, run, "trainer", reason, want)
+}
+
+// waitForDefragEventOn runs rounds until pod has an event of reason whose
+// message has want, and returns the message.
+func waitForDefragEventOn(ctx context.Context, t *testing.T, c *testcluster.Cluster, run *defragmenterRun, pod, reason, want string) string {
+	t.Helper()
 	var got string
 	var seen []string
 	err := wait.PollUntilContextTimeout(ctx, 300*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
@@ -241,10 +249,10 @@ func waitForDefragEvent(ctx context.Context, t *testing.T, c *testcluster.Cluste
 			return false, nil
 		}
 		for _, ev := range events.Items {
-			if ev.InvolvedObject.Name == "trainer" {
+			if ev.InvolvedObject.Name == pod {
 				seen = append(seen, ev.Reason+": "+ev.Message)
 			}
-			if ev.InvolvedObject.Name == "trainer" && ev.Reason == reason {
+			if ev.InvolvedObject.Name == pod && ev.Reason == reason {
 				got = ev.Message
 				if strings.Contains(ev.Message, want) {
 					return true, nil
@@ -254,7 +262,7 @@ func waitForDefragEvent(ctx context.Context, t *testing.T, c *testcluster.Cluste
 		return false, nil
 	})
 	if err != nil {
-		t.Fatalf("no %s event on the trainer saying %q (last: %q); its events:\n%s", reason, want, got, strings.Join(seen, "\n"))
+		t.Fatalf("no %s event on %s saying %q (last: %q); its events:\n%s", reason, pod, want, got, strings.Join(seen, "\n"))
 	}
 	return got
 }

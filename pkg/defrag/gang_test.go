@@ -1,0 +1,155 @@
+package defrag
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gpusched/gpusched/pkg/gpu"
+	gt "github.com/gpusched/gpusched/pkg/gpu/gputest"
+	"github.com/gpusched/gpusched/pkg/gpuview"
+	"github.com/gpusched/gpusched/pkg/podgroup"
+)
+
+// TestPlanGang plans for gang "train" (2-GPU pods) on a (2 A100s, idle),
+// b and c (2 T4s each, a movable 300 milli-GPU share on GPU0):
+//
+//   - any model: one pod takes a as it is, the other b or c once its share
+//     moves (1 move; a holds the first pod, so the share goes to the
+//     other T4 node);
+//   - one model (the default): a holds one pod only, so the gang goes on
+//     the T4s, both made room on (2 moves);
+//   - a PodGroup of minMember 2 with 3 pods pending: plans for 2 only;
+//   - a gang whose PodGroup is not known: no plan, and says why.
+func TestPlanGang(t *testing.T) {
+	nodes := []*v1.Node{
+		gt.MakeGPUNode("a").GFD("A100", 2, 81920).Obj(),
+		gt.MakeGPUNode("b").GFD("T4", 2, 16384).Obj(),
+		gt.MakeGPUNode("c").GFD("T4", 2, 16384).Obj(),
+	}
+	share := func(name, node string) *v1.Pod {
+		return gt.MakeGPUPod(name).UID(name).Node(node).Milli(300).Assigned(gpu.Assignment{Node: node, Devices: []int{0}, Milli: 300}).
+			OwnedBy("ReplicaSet", "infer", "rs-uid").Annotation(AnnotationMovable, "true").Obj()
+	}
+	member := func(i int) *v1.Pod {
+		return gt.MakeGPUPod(fmt.Sprintf("train-%d", i)).UID(fmt.Sprintf("train-%d", i)).GPUs(2).Label(podgroup.LabelPodGroup, "train").Obj()
+	}
+	pods := []*v1.Pod{share("s-b", "b"), share("s-c", "c"), member(0), member(1), member(2)}
+	snap := gpuview.Build(nodes, pods, gpuview.Options{})
+	policy, err := snap.Policy(gpu.DefaultPolicy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan := func(spec gpuview.GangSpec) ([]*v1.Pod, []gpu.Plan, bool, *noPlan) {
+		g, ok := snap.GangOf(pods[2], map[string]gpuview.GangSpec{"default/train": spec})
+		if !ok {
+			t.Fatal("train-0 is in no gang")
+		}
+		return newCluster(snap, policy, &Rules{}, func(*v1.Pod) bool { return true }).planGang(&g, 10)
+	}
+	nodesOf := func(plans []gpu.Plan) []string {
+		var out []string
+		for _, p := range plans {
+			out = append(out, p.Node)
+		}
+		slices.Sort(out)
+		return out
+	}
+
+	members, plans, ok, why := plan(gpuview.GangSpec{MinMember: 2, MixedModels: true})
+	if !ok {
+		t.Fatalf("any model: no plan: %v", why)
+	}
+	if got := nodesOf(plans); len(members) != 2 || movesOf(plans) != 1 || got[0] != "a" || got[1] == "a" {
+		t.Errorf("any model: %d pods on %v with %d moves; want 2, a and a T4 node, 1 move", len(members), got, movesOf(plans))
+	}
+
+	members, plans, ok, why = plan(gpuview.GangSpec{MinMember: 2})
+	if !ok {
+		t.Fatalf("one model: no plan: %v", why)
+	}
+	if got := nodesOf(plans); len(members) != 2 || movesOf(plans) != 2 || !slices.Equal(got, []string{"b", "c"}) {
+		t.Errorf("one model: %d pods on %v with %d moves; want 2, on b and c, 2 moves", len(members), got, movesOf(plans))
+	}
+	for _, p := range plans {
+		for _, mv := range p.Moves {
+			if mv.To.Node != "a" {
+				t.Errorf("one model: %s moves to %s; the only room left is a's", mv.Pod, mv.To.Node)
+			}
+		}
+	}
+
+	if members, _, _, _ = plan(gpuview.GangSpec{MinMember: 3}); len(members) != 3 {
+		t.Errorf("minMember 3: planned for %d pods, want 3", len(members))
+	}
+
+	g, _ := snap.GangOf(pods[2], nil)
+	if why := unsized(&g, nil); !strings.Contains(why, "does not know its PodGroup") {
+		t.Errorf("a gang without its PodGroup: %q, want it to say the PodGroup is not known", why)
+	}
+	text, err := Explain(snap, pods[2], map[string]gpuview.GangSpec{"default/train": {MinMember: 2}}, Rules{}, gpu.DefaultPolicy, time.Now())
+	if err != nil || !strings.Contains(text, "moving 2 pod(s) makes room for gang default/train, all 2 of its pods at once") {
+		t.Errorf("explain: %q (%v)", text, err)
+	}
+}
+
+// TestPreempting: a pod nominated to a node is one preemption makes room
+// for only while pods are being deleted there; a nomination alone (the
+// scheduler's expectation for a gang's pod at Permit, kept after the gang
+// is released) makes no room, and the gang is planned for.
+func TestPreempting(t *testing.T) {
+	nominated := gt.MakeGPUPod("train-0").GPUs(4).Obj()
+	nominated.Status.NominatedNodeName = "c"
+	running := gt.MakeGPUPod("victim").Node("c").GPUs(1).Obj()
+	leaving := running.DeepCopy()
+	now := metav1.Now()
+	leaving.DeletionTimestamp = &now
+	elsewhere := leaving.DeepCopy()
+	elsewhere.Spec.NodeName = "b"
+	for _, c := range []struct {
+		name string
+		pod  *v1.Pod
+		pods []*v1.Pod
+		want bool
+	}{
+		{"not nominated", gt.MakeGPUPod("p").GPUs(4).Obj(), []*v1.Pod{leaving}, false},
+		{"nominated, nothing leaving", nominated, []*v1.Pod{running}, false},
+		{"nominated, a pod leaving there", nominated, []*v1.Pod{running, leaving}, true},
+		{"nominated, a pod leaving elsewhere", nominated, []*v1.Pod{elsewhere}, false},
+	} {
+		if got := preempting(c.pod, c.pods); got != c.want {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+// TestNoMovesForAPodThatFits: a pending pod that fits as the cluster is
+// (the scheduler has not tried it since room was made, by preemption or a
+// pod that left) gets a plan without moves, which the defragmenter does not
+// act on, and explain shows none.
+func TestNoMovesForAPodThatFits(t *testing.T) {
+	nodes := []*v1.Node{gt.MakeGPUNode("a").GFD("A100", 2, 81920).Obj()}
+	pending := gt.MakeGPUPod("p").UID("p").GPUs(1).Obj()
+	snap := gpuview.Build(nodes, []*v1.Pod{pending}, gpuview.Options{})
+	policy, err := snap.Policy(gpu.DefaultPolicy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, ok, _ := newCluster(snap, policy, &Rules{}, func(*v1.Pod) bool { return true }).plan(pending, 4)
+	if !ok || len(plan.Moves) != 0 || plan.Node != "a" {
+		t.Errorf("plan %+v (found %v), want a on node a without moves", plan, ok)
+	}
+	d := &Defragmenter{opts: Options{Mode: DryRun}}
+	if d.act(context.Background(), snap, &target{pods: []*v1.Pod{pending}}, []gpu.Plan{plan}, ok, nil) {
+		t.Error("the defragmenter acted on a plan without moves")
+	}
+	if text, err := Explain(snap, pending, nil, Rules{}, gpu.DefaultPolicy, time.Now()); err != nil || text != "" {
+		t.Errorf("explain: %q (%v), want nothing", text, err)
+	}
+}
