@@ -159,7 +159,8 @@ func New(client kubernetes.Interface, recorder record.EventRecorder, metrics *Me
 }
 
 // Start starts watching the cluster and returns once the defragmenter has
-// read it: Round may be called from then on. The watches end with ctx.
+// read it, and in Enforce the moves of the last hour (recentMoves): Round
+// may be called from then on. The watches end with ctx.
 func (d *Defragmenter) Start(ctx context.Context) error {
 	d.factory.Start(ctx.Done())
 	for typ, ok := range d.factory.WaitForCacheSync(ctx.Done()) {
@@ -167,6 +168,17 @@ func (d *Defragmenter) Start(ctx context.Context) error {
 			return fmt.Errorf("defragmenter: informer for %v did not sync", typ)
 		}
 	}
+	if d.opts.Mode != Enforce {
+		return nil
+	}
+	moves, err := d.recentMoves(ctx, d.opts.Now())
+	if err != nil {
+		// Without them the hourly limits would start from zero on every
+		// restart: a defragmenter that crashes in a loop would move pods
+		// without limit.
+		return fmt.Errorf("defragmenter: %w", err)
+	}
+	d.moves = append(moves, d.moves...)
 	return nil
 }
 
@@ -254,10 +266,19 @@ func (d *Defragmenter) Round(ctx context.Context) error {
 				specs = d.gangSpecs(ctx)
 			}
 			g, _ := snap.GangOf(pod, specs)
-			if !d.waitsForRoom(&g, specs, pods) {
+			a, why, ok := c.askOf(&g, specs)
+			if !ok {
+				for _, p := range g.Pending[:min(g.Queued, g.Need())] {
+					if why != "" {
+						d.tell(p, v1.EventTypeNormal, "NoMigrationPlan", why)
+					}
+				}
 				continue
 			}
-			if tried++; d.planForGang(ctx, c, &g) || tried == maxPlansPerRound {
+			if !waitsForRoom(&a, pods) {
+				continue
+			}
+			if tried++; d.planForGang(ctx, c, &g, &a) || tried == maxPlansPerRound {
 				break
 			}
 			continue
@@ -285,34 +306,11 @@ func (d *Defragmenter) gangSpecs(ctx context.Context) map[string]gpuview.GangSpe
 	return specs
 }
 
-// unsized says why the number of pods gang g needs placed is not known:
-// its PodGroup was not read (specs). "" when it is known, or when g is a
-// gang of the Workload API, which needs all its pods.
-func unsized(g *gpuview.GangPods, specs map[string]gpuview.GangSpec) string {
-	if _, known := specs[g.Key]; known || strings.Contains(g.Key, "/"+podgroup.WorkloadGangPrefix) {
-		return ""
-	}
-	return fmt.Sprintf("no migration plan for gang %s: the defragmenter does not know its PodGroup (not found, or PodGroups may not be listed)", g.Key)
-}
-
-// waitsForRoom reports whether gang g waits only for room: its PodGroup
-// is known (or it is a gang of the Workload API, sized by its pods), it
-// has as many pending pods as it needs placed, and the scheduler found no
-// node for each of them, none of which preemption is making room for
-// (preempting).
-// The pods it needs are told when its PodGroup is not known.
-func (d *Defragmenter) waitsForRoom(g *gpuview.GangPods, specs map[string]gpuview.GangSpec, pods []*v1.Pod) bool {
-	need := g.Need()
-	if need == 0 || len(g.Pending) < need {
-		return false // nothing to place, or the scheduler holds it back until its pods exist
-	}
-	if why := unsized(g, specs); why != "" {
-		for _, p := range g.Pending[:need] {
-			d.tell(p, v1.EventTypeNormal, "NoMigrationPlan", why)
-		}
-		return false
-	}
-	for _, p := range g.Pending[:need] {
+// waitsForRoom reports whether the pods a gang asks to place (gangAsk)
+// wait only for room: the scheduler found no node for each of them, and
+// preemption is making room for none (preempting).
+func waitsForRoom(a *gangAsk, pods []*v1.Pod) bool {
+	for _, p := range a.pods {
 		if !unschedulable(p) || preempting(p, pods) {
 			return false
 		}
@@ -384,20 +382,18 @@ func (d *Defragmenter) planFor(ctx context.Context, c *cluster, pod *v1.Pod) boo
 	return d.act(ctx, c.snap, t, []gpu.Plan{plan}, ok, why)
 }
 
-// planForGang plans for the pods gang g needs placed, all at once, and
-// acts on the plans; it reports whether they were found (and, in Enforce,
-// started).
-func (d *Defragmenter) planForGang(ctx context.Context, c *cluster, g *gpuview.GangPods) bool {
+// planForGang plans for the pods gang g asks to place (a), all at once,
+// and acts on the plans; it reports whether they were found (and, in
+// Enforce, started).
+func (d *Defragmenter) planForGang(ctx context.Context, c *cluster, g *gpuview.GangPods, a *gangAsk) bool {
+	t := &target{pods: a.pods, gang: g.Key}
 	left := d.opts.MovesPerHour - len(d.moves)
 	if left < 1 {
-		d.tellAll(&target{pods: g.Pending[:g.Need()], gang: g.Key}, v1.EventTypeNormal, "NoMigrationPlan", d.spentText())
+		d.tellAll(t, v1.EventTypeNormal, "NoMigrationPlan", d.spentText())
 		return false
 	}
-	pods, plans, ok, why := c.planGang(g, left)
-	if len(pods) == 0 {
-		return false
-	}
-	return d.act(ctx, c.snap, &target{pods: pods, gang: g.Key}, plans, ok, why)
+	plans, ok, why := c.planGang(g, a, left)
+	return d.act(ctx, c.snap, t, plans, ok, why)
 }
 
 func (d *Defragmenter) spentText() string {
@@ -533,7 +529,7 @@ func describe(snap *gpuview.Snapshot, t *target, plans []gpu.Plan) string {
 	if t.gang == "" {
 		return fmt.Sprintf("moving %d pod(s) makes room for %s: %s", len(moves), places[0], strings.Join(moves, "; "))
 	}
-	return fmt.Sprintf("moving %d pod(s) makes room for %s, all %d of its pods at once (%s): %s",
+	return fmt.Sprintf("moving %d pod(s) makes room for %s, the %d pods it needs at once (%s): %s",
 		len(moves), t, len(t.pods), strings.Join(places, ", "), strings.Join(moves, "; "))
 }
 

@@ -38,11 +38,12 @@ func Explain(snap *gpuview.Snapshot, pod *v1.Pod, gangs map[string]gpuview.GangS
 	var ok bool
 	var why *noPlan
 	if g, inGang := snap.GangOf(pod, gangs); inGang {
-		if why := unsized(&g, gangs); why != "" {
-			return why, nil
+		a, text, asks := c.askOf(&g, gangs)
+		if !asks {
+			return text, nil
 		}
-		t.gang = g.Key
-		t.pods, plans, ok, why = c.planGang(&g, math.MaxInt)
+		t.gang, t.pods = g.Key, a.pods
+		plans, ok, why = c.planGang(&g, &a, math.MaxInt)
 	} else {
 		var plan gpu.Plan
 		plan, ok, why = c.plan(pod, math.MaxInt)

@@ -47,11 +47,18 @@ func TestPlanGang(t *testing.T) {
 		t.Fatal(err)
 	}
 	plan := func(spec gpuview.GangSpec) ([]*v1.Pod, []gpu.Plan, bool, *noPlan) {
-		g, ok := snap.GangOf(pods[2], map[string]gpuview.GangSpec{"default/train": spec})
+		specs := map[string]gpuview.GangSpec{"default/train": spec}
+		g, ok := snap.GangOf(pods[2], specs)
 		if !ok {
 			t.Fatal("train-0 is in no gang")
 		}
-		return newCluster(snap, policy, &Rules{}, func(*v1.Pod) bool { return true }).planGang(&g, 10)
+		c := newCluster(snap, policy, &Rules{}, func(*v1.Pod) bool { return true })
+		a, why, asks := c.askOf(&g, specs)
+		if !asks {
+			t.Fatalf("the gang asks for nothing: %q", why)
+		}
+		plans, ok, noPlan := c.planGang(&g, &a, 10)
+		return a.pods, plans, ok, noPlan
 	}
 	nodesOf := func(plans []gpu.Plan) []string {
 		var out []string
@@ -90,11 +97,12 @@ func TestPlanGang(t *testing.T) {
 	}
 
 	g, _ := snap.GangOf(pods[2], nil)
-	if why := unsized(&g, nil); !strings.Contains(why, "does not know its PodGroup") {
-		t.Errorf("a gang without its PodGroup: %q, want it to say the PodGroup is not known", why)
+	c := newCluster(snap, policy, &Rules{}, func(*v1.Pod) bool { return true })
+	if _, why, asks := c.askOf(&g, nil); asks || !strings.Contains(why, "its PodGroup was not read") {
+		t.Errorf("a gang without its PodGroup: asks %v, %q; want no plan, saying the PodGroup was not read", asks, why)
 	}
 	text, err := Explain(snap, pods[2], map[string]gpuview.GangSpec{"default/train": {MinMember: 2}}, Rules{}, gpu.DefaultPolicy, time.Now())
-	if err != nil || !strings.Contains(text, "moving 2 pod(s) makes room for gang default/train, all 2 of its pods at once") {
+	if err != nil || !strings.Contains(text, "moving 2 pod(s) makes room for gang default/train, the 2 pods it needs at once") {
 		t.Errorf("explain: %q (%v)", text, err)
 	}
 }
@@ -153,3 +161,64 @@ func TestNoMovesForAPodThatFits(t *testing.T) {
 		t.Errorf("explain: %q (%v), want nothing", text, err)
 	}
 }
+
+// TestAskOf: which of a gang's pods a plan must place. Gang "g" of
+// PodGroup default/g; workers ask for 1 GPU each, for scheduler gpusched.
+func TestAskOf(t *testing.T) {
+	nodes := []*v1.Node{gt.MakeGPUNode("a").GFD("A100", 8, 81920).Obj()}
+	worker := func(name string) *gt.PodWrapper {
+		return gt.MakeGPUPod(name).UID(name).GPUs(1).SchedulerName("gpusched").Label(podgroup.LabelPodGroup, "g")
+	}
+	launcher := gt.MakeGPUPod("launcher").UID("launcher").SchedulerName("gpusched").Label(podgroup.LabelPodGroup, "g").Obj()
+	claimPod := worker("claims").Obj()
+	claimPod.Spec.ResourceClaims = []v1.PodResourceClaim{{Name: "gpu", ResourceClaimName: ptrTo("gpu")}}
+	workload := gt.MakeGPUPod("w").UID("w").GPUs(1).SchedulerName("gpusched").Obj()
+	workload.Spec.SchedulingGroup = &v1.PodSchedulingGroup{PodGroupName: ptrTo("train")}
+	cases := []struct {
+		name      string
+		pods      []*v1.Pod
+		minMember int
+		want      string // the pods asked for, comma-separated; "-" when none
+		why       string // part of why, when none
+	}{
+		// minMember 3: the launcher (no GPU) counts first, then 2 workers
+		// in queue order (by age, then name: w0, w1).
+		{"a pod without GPUs counts first", []*v1.Pod{launcher, worker("w0").Obj(), worker("w1").Obj(), worker("w2").Obj(), worker("w3").Obj()}, 3, "w0,w1", ""},
+		// minMember 3 less 1 bound: 2 of the 3 pending.
+		{"bound pods count", []*v1.Pod{worker("w0").Node("a").Obj(), worker("w1").Obj(), worker("w2").Obj(), worker("w3").Obj()}, 3, "w1,w2", ""},
+		{"too few pods pending", []*v1.Pod{worker("w0").Obj(), worker("w1").Obj()}, 4, "-", ""},
+		{"a pod for another scheduler", []*v1.Pod{worker("w0").Obj(), worker("w1").SchedulerName("other").Obj()}, 2, "-", ""},
+		{"a pod asking for GPUs by claims", []*v1.Pod{worker("w0").Obj(), claimPod}, 2, "-", ""},
+		{"a gang of the Workload API", []*v1.Pod{workload}, 1, "-", "gangs of the Workload API are not planned for"},
+	}
+	for _, tc := range cases {
+		snap := gpuview.Build(nodes, tc.pods, gpuview.Options{SchedulerNames: []string{"gpusched"}})
+		policy, err := snap.Policy(gpu.DefaultPolicy)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var pending *v1.Pod
+		for _, p := range tc.pods {
+			if p.Spec.NodeName == "" {
+				pending = p
+				break
+			}
+		}
+		specs := map[string]gpuview.GangSpec{"default/g": {MinMember: tc.minMember}}
+		g, _ := snap.GangOf(pending, specs)
+		a, why, ok := newCluster(snap, policy, &Rules{}, func(*v1.Pod) bool { return true }).askOf(&g, specs)
+		got := "-"
+		if ok {
+			var names []string
+			for _, p := range a.pods {
+				names = append(names, p.Name)
+			}
+			got = strings.Join(names, ",")
+		}
+		if got != tc.want || !strings.Contains(why, tc.why) || (tc.why == "" && why != "") {
+			t.Errorf("%s: asks %s (why %q), want %s (why %q)", tc.name, got, why, tc.want, tc.why)
+		}
+	}
+}
+
+func ptrTo(s string) *string { return &s }

@@ -131,7 +131,8 @@ func (d *Defragmenter) start(ctx context.Context, snap *gpuview.Snapshot, t *tar
 		if t.gang != "" {
 			forWhom += fmt.Sprintf(" (pod %s/%s)", t.pods[m.plan].Namespace, t.pods[m.plan].Name)
 		}
-		d.recorder.Eventf(moved, v1.EventTypeNormal, "Migrated", "plan %s evicted this pod to make room for %s on node %s; its replacement is reserved node %s GPUs %s",
+		d.recorder.AnnotatedEventf(moved, map[string]string{eventAnnotationPlan: p.id, eventAnnotationFrom: moved.Spec.NodeName}, v1.EventTypeNormal, reasonMigrated,
+			"plan %s evicted this pod to make room for %s on node %s; its replacement is reserved node %s GPUs %s",
 			p.id, forWhom, plans[m.plan].Node, r.Assignment.Node, devices(&r.Assignment))
 	}
 	return true

@@ -10,6 +10,7 @@ import (
 
 	"github.com/gpusched/gpusched/pkg/gpu"
 	"github.com/gpusched/gpusched/pkg/gpuview"
+	"github.com/gpusched/gpusched/pkg/podgroup"
 )
 
 // noPlan says why no plan was found; blocked when PodDisruptionBudgets
@@ -64,68 +65,108 @@ func (c *cluster) plan(pod *v1.Pod, maxMoves int) (plan gpu.Plan, ok bool, why *
 	return plans[0], true, nil
 }
 
-// planGang is the plans that make room for the pods of gang g that it
-// needs placed (the first g.Need() of g.Pending, those asking for GPUs) all
-// at once, moving at most maxMoves pods in all (and gpu.MaxMoves of their
-// demands, summed): plans[i] is for pods[i]. Unless the gang may mix GPU
-// models, its pods go to nodes of one model, as the gang plugin places
-// them (docs/gang.md, One GPU model): the model its bound pods run on, or
-// the one whose plans move the fewest pods. why is nil when the gang
-// needs no pod placed, or its pods ask for no GPU.
-func (c *cluster) planGang(g *gpuview.GangPods, maxMoves int) (pods []*v1.Pod, plans []gpu.Plan, ok bool, why *noPlan) {
-	what := "gang " + g.Key
-	var pending []gpu.PendingPod
-	var priority int32
-	moves := 0
-	for _, p := range g.Pending {
-		if len(pods) == g.Need() {
-			break
-		}
+// gangAsk is what a pending gang asks of a plan: the pods it needs placed
+// that ask for GPUs, in the scheduler's queue order, their demands, and
+// the lowest of their priorities (no pod is moved for a pod of lower
+// priority).
+type gangAsk struct {
+	pods     []*v1.Pod
+	pending  []gpu.PendingPod
+	priority int32
+}
+
+// askOf is what gang g asks of a plan (gangAsk), or why it is not planned
+// for: why is "" where the gang says nothing to be told (it needs no pod
+// placed, has too few pods pending, asks for GPUs through ResourceClaims,
+// which the planner does not place, or has pods for another scheduler).
+// Of the g.Need() pods the gang still needs, its pending pods without GPUs
+// count first (they need no room a plan makes), then its pending GPU pods
+// in the scheduler's queue order. specs are its PodGroups (ReadGangSpecs):
+// a gang whose PodGroup is not among them is not planned for, nor a gang
+// of the Workload API, whose minCount the defragmenter does not read.
+func (c *cluster) askOf(g *gpuview.GangPods, specs map[string]gpuview.GangSpec) (a gangAsk, why string, ok bool) {
+	need := g.Need()
+	if need == 0 {
+		return a, "", false
+	}
+	if strings.Contains(g.Key, "/"+podgroup.WorkloadGangPrefix) {
+		return a, fmt.Sprintf("no migration plan for gang %s: gangs of the Workload API are not planned for (the defragmenter does not read their minCount)", g.Key), false
+	}
+	if _, known := specs[g.Key]; !known {
+		return a, fmt.Sprintf("no migration plan for gang %s: its PodGroup was not read (not found, not valid, or PodGroups may not be listed)", g.Key), false
+	}
+	withoutGPUs := 0
+	var gpuPods []*v1.Pod
+	var demands []gpu.Demand
+	for k, p := range g.Pending {
 		d, err := gpu.PlanDemand(c.policy, p)
-		if err != nil {
-			return nil, nil, false, &noPlan{text: fmt.Sprintf("no migration plan makes room for %s: pod %s/%s: %v", what, p.Namespace, p.Name, err)}
+		switch {
+		case len(p.Spec.ResourceClaims) > 0:
+			return a, "", false
+		case err != nil:
+			return a, fmt.Sprintf("no migration plan for gang %s: pod %s/%s: %v", g.Key, p.Namespace, p.Name, err), false
+		case d.IsZero():
+			withoutGPUs++
+		case k >= g.Queued:
+			return a, "", false // a GPU pod for another scheduler
+		default:
+			gpuPods, demands = append(gpuPods, p), append(demands, d)
 		}
-		if d.IsZero() {
-			continue // it needs no GPU: the gang plugin finds it a node as it does for any pod
-		}
-		if len(pods) == 0 || priorityOf(p) < priority {
-			priority = priorityOf(p) // the lowest: no pod is moved for a pod of lower priority
-		}
-		pods = append(pods, p)
-		pending = append(pending, gpu.PendingPod{ID: string(p.UID), Demand: d})
-		moves += gpu.MaxMoves(&d)
 	}
-	if len(pending) == 0 {
-		return nil, nil, false, nil
+	needGPUs := need - min(withoutGPUs, need)
+	if len(gpuPods) < needGPUs {
+		return a, "", false // the scheduler holds the gang back until its pods exist
 	}
-	moves = min(moves, maxMoves)
+	for i, p := range gpuPods[:needGPUs] {
+		if i == 0 || priorityOf(p) < a.priority {
+			a.priority = priorityOf(p)
+		}
+		a.pods = append(a.pods, p)
+		a.pending = append(a.pending, gpu.PendingPod{ID: string(p.UID), Demand: demands[i]})
+	}
+	return a, "", len(a.pods) > 0
+}
+
+// planGang is the plans that make room at once for the pods of gang g
+// that a asks to place, moving at most maxMoves pods in all (and
+// gpu.MovesPerGPU per GPU the pods ask in all): plans[i] is for a.pods[i].
+// Unless the gang may mix GPU models, its pods go to nodes of one model,
+// as the gang plugin places them (docs/gang.md, One GPU model): the model
+// its bound GPU pods run on, or the one whose plans move the fewest pods.
+func (c *cluster) planGang(g *gpuview.GangPods, a *gangAsk, maxMoves int) (plans []gpu.Plan, ok bool, why *noPlan) {
+	what := "gang " + g.Key
+	var milli int64
+	for i := range a.pending {
+		milli += a.pending[i].Demand.TotalMilli()
+	}
+	moves := min(int(milli*gpu.MovesPerGPU/gpu.MilliPerGPU), maxMoves)
 	if moves < 1 {
-		return nil, nil, false, &noPlan{text: fmt.Sprintf("no migration plan makes room for %s: its pods ask for too little GPU for any pod to be moved (%d moves per GPU)", what, gpu.MovesPerGPU)}
+		return nil, false, &noPlan{text: fmt.Sprintf("no migration plan makes room for %s: its pods ask for too little GPU for any pod to be moved (%d moves per GPU)", what, gpu.MovesPerGPU)}
 	}
 	models := []string{""} // any model
 	if !g.MixedModels {
 		models = c.gangModels(g)
 	}
-	plans, ok, why = c.search(moves, what, func(planner *gpu.Planner, nodes []gpu.PlanNode) ([]gpu.Plan, bool) {
+	return c.search(moves, what, func(planner *gpu.Planner, nodes []gpu.PlanNode) ([]gpu.Plan, bool) {
 		var best []gpu.Plan
 		fewest := -1
 		for _, m := range models {
-			held, allowed := onModel(pending, m)
+			held, allowed := onModel(a.pending, m)
 			if !allowed {
 				continue
 			}
-			plans, ok := planner.MakeRoomForAll(nodes, held, priority)
+			plans, ok := planner.MakeRoomForAll(nodes, held, a.priority)
 			if n := movesOf(plans); ok && (fewest < 0 || n < fewest) {
 				best, fewest = plans, n
 			}
 		}
 		return best, fewest >= 0
 	}, nil)
-	return pods, plans, ok, why
 }
 
 // gangModels are the GPU models gang g may run on, one of which it will:
-// the models its bound pods run on, or every model of the cluster's nodes.
+// the models its bound GPU pods run on, or every model of the cluster's
+// nodes (a device without a model counts for none).
 func (c *cluster) gangModels(g *gpuview.GangPods) []string {
 	if len(g.PlacedModels) > 0 {
 		return slices.Compact(slices.Sorted(slices.Values(g.PlacedModels)))
@@ -136,7 +177,9 @@ func (c *cluster) gangModels(g *gpuview.GangPods) []string {
 			continue
 		}
 		for _, d := range n.GPUs.Inventory.Devices {
-			seen[d.Model] = true
+			if d.Model != "" {
+				seen[d.Model] = true
+			}
 		}
 	}
 	return slices.Sorted(maps.Keys(seen))

@@ -17,7 +17,8 @@ type PendingPod struct {
 // at the same time, moving at most MaxMoves pods in all: the room a gang
 // needs, whose pods run together or not at all. ok is false when some pod
 // finds no room within the moves left. plans[i] is pending[i]'s; a pod that
-// fits somewhere without moves has a plan without moves.
+// fits somewhere as the plans before it leave the cluster has a plan
+// without moves.
 //
 // The pods are taken largest first (milli-GPU in all). Each goes where
 // Policy scores it highest on the cluster as the plans before it leave it,
@@ -31,8 +32,9 @@ type PendingPod struct {
 // A pod moved for one pending pod may land on the node another needed.
 // When a pod finds no room, the search starts again with the pods moved
 // kept off the nodes where pods moved so far landed and where that pod
-// could have been made room on before any move; at most once per pending
-// pod. It is still greedy: plans may exist that it does not find.
+// could have been made room on before any move: at most maxPlanPasses
+// passes in all. It is still greedy: plans may exist that it does not
+// find.
 func (p *Planner) MakeRoomForAll(nodes []PlanNode, pending []PendingPod, priority int32) (plans []Plan, ok bool) {
 	order := make([]int, len(pending))
 	for i := range order {
@@ -41,8 +43,11 @@ func (p *Planner) MakeRoomForAll(nodes []PlanNode, pending []PendingPod, priorit
 	slices.SortStableFunc(order, func(a, b int) int {
 		return cmp.Compare(pending[b].Demand.TotalMilli(), pending[a].Demand.TotalMilli())
 	})
+	if len(pending) == 0 {
+		return nil, true
+	}
 	avoid := map[int]bool{}
-	for range len(pending) {
+	for range min(len(pending), maxPlanPasses) {
 		plans, failed, landed := p.placeAll(nodes, pending, order, priority, avoid)
 		if failed < 0 {
 			return plans, true
@@ -59,6 +64,12 @@ func (p *Planner) MakeRoomForAll(nodes []PlanNode, pending []PendingPod, priorit
 	}
 	return nil, false
 }
+
+// maxPlanPasses bounds MakeRoomForAll's passes over the pending pods: each
+// costs a scan of every node per pod (about 60 ms for four pods on 1,213
+// nodes, docs/benchmarks.md), and a pass that fails once more mostly fails
+// again.
+const maxPlanPasses = 3
 
 // placeAll is one greedy pass of MakeRoomForAll over pending in order,
 // moved pods kept off the nodes of avoid: the plans, or the index of the

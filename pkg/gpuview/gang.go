@@ -46,23 +46,27 @@ type GangAnswer struct {
 	ModelNote string   `json:"modelNote,omitempty"`
 }
 
-// GangPods are a gang's pods that ask for GPUs (gpu.InWorkload), as the
-// snapshot's pods hold them, and what its PodGroup says of it.
+// GangPods are a gang's pods that may still run (gpu.InWorkload: not
+// finished, not a pending pod being deleted), as the snapshot's pods hold
+// them, and what its PodGroup says of it.
 type GangPods struct {
 	// Key is the gang's "namespace/name": its PodGroup's, or "workload:"
 	// and the name of its Workload API PodGroup (podgroup.GangOf).
 	Key string
 	// Bound are its pods on a node; Pending the others, in the order the
-	// scheduler's queue takes them (Snapshot.Pending; pods for another
-	// scheduler last).
+	// scheduler's queue takes them: Pending[:Queued] are in the snapshot's
+	// Pending (the GPU pods of the schedulers it was built for), the rest
+	// (pods without GPUs, or for another scheduler) come after.
 	Bound, Pending []*v1.Pod
+	Queued         int
 	// MinMember is how many of its pods must run together: its PodGroup's
 	// spec.minMember where the PodGroup is known, else all of its pods.
 	MinMember int
 	// MixedModels: the PodGroup lets the gang's pods run on different GPU
 	// models (GangSpec.MixedModels).
 	MixedModels bool
-	// PlacedModels are the GPU models of the nodes its bound pods run on.
+	// PlacedModels are the GPU models of the nodes its bound pods that ask
+	// for GPUs run on (as the gang plugin holds the rest to them).
 	PlacedModels []string
 }
 
@@ -81,7 +85,8 @@ func (s *Snapshot) Gang(namespace, name string, pods []*v1.Pod, gangs map[string
 		}
 		if p.Spec.NodeName != "" {
 			g.Bound = append(g.Bound, p)
-			if i, ok := s.byName[p.Spec.NodeName]; ok {
+			i, onGPUNode := s.byName[p.Spec.NodeName]
+			if d, _, err := s.demandOf(p); onGPUNode && err == nil && !d.IsZero() {
 				g.PlacedModels = append(g.PlacedModels, gang.ModelsOf(s.views[i])...)
 			}
 			continue
@@ -99,6 +104,11 @@ func (s *Snapshot) Gang(namespace, name string, pods []*v1.Pod, gangs map[string
 		return len(s.Pending) + 1
 	}
 	slices.SortStableFunc(g.Pending, func(a, b *v1.Pod) int { return cmp.Compare(position(a), position(b)) })
+	for _, p := range g.Pending {
+		if _, ok := queued[p]; ok {
+			g.Queued++
+		}
+	}
 	g.MinMember = len(g.Bound) + len(g.Pending)
 	if spec, known := gangs[g.Key]; known {
 		g.MinMember, g.MixedModels = spec.MinMember, spec.MixedModels

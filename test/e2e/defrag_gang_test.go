@@ -100,7 +100,7 @@ func testDefragmenterGang(t *testing.T, layout, gangOn []string, movedTo string)
 		testcluster.WaitForPodEvent(ctx, t, c.Client, "default", fmt.Sprintf("train-%d", i), "FailedScheduling", timeout)
 	}
 
-	const planned = "moving 2 pod(s) makes room for gang default/train, all 2 of its pods at once"
+	const planned = "moving 2 pod(s) makes room for gang default/train, the 2 pods it needs at once"
 	dry := startDefragmenter(ctx, t, c, defrag.DryRun)
 	msg := waitForDefragEventOn(ctx, t, c, dry, "train-0", "WouldMakeRoom", planned)
 	t.Logf("DryRun: %s", msg)

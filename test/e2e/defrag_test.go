@@ -48,7 +48,8 @@ import (
 //     queue once the scheduler is back: only the reservations keep it off
 //     the GPUs the plan freed. The plan is finished by another instance
 //     of the defragmenter than the one that started it, as after a leader
-//     change.
+//     change; a third, allowed 2 moves an hour, finds them spent by the
+//     plan's.
 func TestDefragmenterMakesRoom(t *testing.T) {
 	ctx := context.Background()
 	c := testcluster.StartWithControllers(t)
@@ -199,6 +200,13 @@ func TestDefragmenterMakesRoom(t *testing.T) {
 		t.Errorf("the rival took GPUs reserved for the plan's pods: bound to %q (%v)", p.Spec.NodeName, err)
 	}
 	assertNoGPUGivenTwice(ctx, t, c)
+
+	// A new instance (a restart, a new leader) counts the 2 moves of the
+	// last hour from their Migrated events: with 2 allowed per hour, it
+	// moves nothing for the rival, which waits, unschedulable.
+	testcluster.WaitForPodEvent(ctx, t, c.Client, "default", "rival", "FailedScheduling", timeout)
+	restarted := startDefragmenter(ctx, t, c, defrag.Enforce, func(o *defrag.Options) { o.MovesPerHour = 2 })
+	waitForDefragEventOn(ctx, t, c, restarted, "rival", "NoMigrationPlan", "the 2 moves allowed per hour are spent")
 }
 
 // defragmenterRun is a defragmenter whose rounds the test drives.
@@ -206,15 +214,18 @@ type defragmenterRun struct {
 	d *defrag.Defragmenter
 }
 
-func startDefragmenter(ctx context.Context, t *testing.T, c *testcluster.Cluster, mode defrag.Mode) *defragmenterRun {
+func startDefragmenter(ctx context.Context, t *testing.T, c *testcluster.Cluster, mode defrag.Mode, options ...func(*defrag.Options)) *defragmenterRun {
 	t.Helper()
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: c.Client.CoreV1().Events("")})
 	t.Cleanup(broadcaster.Shutdown)
 	recorder := broadcaster.NewRecorder(scheme.Scheme, v1.EventSource{Component: "gpusched-defragmenter"})
 	grace := int64(0) // no kubelet: a pod deleted with a grace period would stay until one confirms
-	d, err := defrag.New(c.Client, recorder, defrag.NewMetrics(prometheus.NewRegistry()),
-		defrag.Options{Mode: mode, GracePeriodSeconds: &grace, PlanTimeout: time.Minute, PodGroups: dynamic.NewForConfigOrDie(c.RestConfig)})
+	opts := defrag.Options{Mode: mode, GracePeriodSeconds: &grace, PlanTimeout: time.Minute, PodGroups: dynamic.NewForConfigOrDie(c.RestConfig)}
+	for _, o := range options {
+		o(&opts)
+	}
+	d, err := defrag.New(c.Client, recorder, defrag.NewMetrics(prometheus.NewRegistry()), opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -61,7 +61,7 @@ func TestHelmChartDefragmenter(t *testing.T) {
 	command(t, rbacOnly(t, objs), kubectl, kc, "apply", "-f", "-")
 	assertAccess(t, kubectl, kc, "system:serviceaccount:kube-system:gpusched-defragmenter", []access{
 		{"update", "nodes", "", ""}, {"create", "pods", "eviction", "default"}, {"list", "poddisruptionbudgets.policy", "", ""},
-		{"list", "podgroups.scheduling.x-k8s.io", "", ""},
+		{"list", "podgroups.scheduling.x-k8s.io", "", ""}, {"list", "events", "", ""},
 		{"update", "leases.coordination.k8s.io/gpusched-defragmenter", "", "kube-system"},
 	}, []access{{"delete", "pods", "", "default"}, {"patch", "pods", "", "default"}, {"update", "nodes", "status", ""}})
 
