@@ -212,13 +212,23 @@ func (e *Extender) assume(pod *v1.Pod, demand *gpu.Demand, node string) (gpu.Ass
 		return gpu.Assignment{}, nil, fmt.Errorf("pod %s/%s (%s) no longer fits node %s: %s", pod.Namespace, pod.Name, demand, node, gpu.ReasonDRAManaged)
 	}
 	n := e.ledger.Node(state.Node, state.Generation, state.PodSeq())
+	var taken *gpu.Reservation // a reservation the pod takes on node
+	if e.cluster.reservations.NodesFor(pod, demand, e.ledger.HoldsReservation).Has(node) {
+		n, taken = n.ForPod(pod, demand)
+	}
 	req := gpu.Request{Demand: demand, Host: hostOf(state, e.cluster.maxima())}
-	chosen, fit := e.policy.Place(n, &req)
+	chosen, fit := e.policy.PlaceReserved(n, &req, taken)
 	if !fit.OK() {
 		return gpu.Assignment{}, nil, fmt.Errorf("pod %s/%s (%s) no longer fits node %s: %s", pod.Namespace, pod.Name, demand, node, fit.Reasons)
 	}
 	a := gpu.NewAssignment(n, demand, chosen)
-	if err := e.ledger.Assume(pod.UID, a); err != nil {
+	var err error
+	if taken != nil {
+		err = e.ledger.AssumeReserved(pod.UID, a, taken.ID)
+	} else {
+		err = e.ledger.Assume(pod.UID, a)
+	}
+	if err != nil {
 		return gpu.Assignment{}, nil, fmt.Errorf("assuming GPUs for pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
 	held := pod.DeepCopy()

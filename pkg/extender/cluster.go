@@ -56,6 +56,9 @@ type Cluster struct {
 	// dra is which nodes' GPUs a DRA driver hands out; nil when the view
 	// does not watch DRA (WatchDRA).
 	dra *draNodes
+	// reservations are the nodes' GPU reservations (the defragmenter's),
+	// so that a pod a reservation is for goes to its node.
+	reservations gpu.ReservationIndex
 }
 
 // NodeState is one node as the Cluster saw it at one moment. Immutable but
@@ -229,6 +232,7 @@ func (c *Cluster) onNode(obj any) {
 		return
 	}
 	capacity := capacityOf(node)
+	c.reservations.Set(node)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	next := c.copyState(node.Name)
@@ -242,6 +246,7 @@ func (c *Cluster) onNodeDelete(obj any) {
 	if !ok {
 		return
 	}
+	c.reservations.Remove(node.Name)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	next := c.copyState(node.Name)

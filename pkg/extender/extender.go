@@ -125,10 +125,12 @@ type candidate struct {
 	dra bool
 	// reasons (Filter) and score (Prioritize) are the results; Prioritize
 	// also notes whether the demand fits, and the GPUs the policy chose.
-	reasons gpu.Reasons
-	score   int64
-	fits    bool
-	chosen  gpu.DeviceSet
+	// elsewhere (Filter): the pod's GPUs are reserved on other nodes.
+	elsewhere bool
+	reasons   gpu.Reasons
+	score     int64
+	fits      bool
+	chosen    gpu.DeviceSet
 }
 
 // candidates resolves the request's nodes against the cluster view, in the
@@ -219,14 +221,18 @@ func (e *Extender) Filter(ctx context.Context, args *extenderv1.ExtenderArgs) *e
 	list := e.candidates(args)
 	defer putCandidates(list)
 	cands := *list
+	reserved := e.cluster.reservations.NodesFor(args.Pod, &demand, e.ledger.HoldsReservation)
 	parallelize(len(cands), func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			switch c := &cands[i]; {
 			case c.node == nil:
 			case c.dra:
 				c.reasons = gpu.Reasons(gpu.ReasonDRAManaged)
+			case reserved != nil && !reserved.Has(c.name):
+				c.elsewhere = true
 			default:
-				c.reasons = gpu.Check(e.view(c), &gpu.Request{Demand: &demand}).Reasons
+				n, _ := e.view(c).ForPod(args.Pod, &demand)
+				c.reasons = gpu.Check(n, &gpu.Request{Demand: &demand}).Reasons
 			}
 		}
 	})
@@ -234,6 +240,8 @@ func (e *Extender) Filter(ctx context.Context, args *extenderv1.ExtenderArgs) *e
 		switch c := &cands[i]; {
 		case c.node == nil:
 			result.FailedNodes[c.name] = MsgUnknownNode
+		case c.elsewhere:
+			result.FailedAndUnresolvableNodes[c.name] = MsgReservedElsewhere
 		case c.reasons == 0:
 		case c.reasons.Unresolvable():
 			result.FailedAndUnresolvableNodes[c.name] = reasonsText(c.reasons)
@@ -241,9 +249,14 @@ func (e *Extender) Filter(ctx context.Context, args *extenderv1.ExtenderArgs) *e
 			result.FailedNodes[c.name] = reasonsText(c.reasons)
 		}
 	}
-	setFeasible(result, args, func(i int) bool { return cands[i].node != nil && cands[i].reasons == 0 })
+	setFeasible(result, args, func(i int) bool { return cands[i].node != nil && !cands[i].elsewhere && cands[i].reasons == 0 })
 	return result
 }
+
+// MsgReservedElsewhere is the failure message for a node other than those
+// where a migration plan reserved GPUs for the pod (gpu.Reservation): the
+// pod goes where the plan made room, as under the GPUPlacement plugin.
+const MsgReservedElsewhere = "a migration plan reserved GPUs for this pod on another node (" + gpu.AnnotationReservations + ")"
 
 // reasonTexts memoizes gpu.Reasons.String: thousands of nodes of a request
 // can fail for the same reasons.
@@ -326,7 +339,7 @@ func (e *Extender) Prioritize(ctx context.Context, args *extenderv1.ExtenderArgs
 	parallelize(len(cands), func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			if c := &cands[i]; c.node != nil && (demand.IsZero() || !c.dra) {
-				n := e.view(c)
+				n, _ := e.view(c).ForPod(args.Pod, &demand)
 				req := gpu.Request{Demand: &demand, Host: hostOf(c.state, m)}
 				// As the plugin's Score: remembered with the node's view.
 				if chosen, fit, score := e.policy.PlaceAndScore(n, &req); fit.OK() {

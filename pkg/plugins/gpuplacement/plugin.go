@@ -71,7 +71,7 @@ type GPUPlacement struct {
 	reportedNodes sync.Map
 	// reservations is where the nodes' GPU reservations are (the
 	// defragmenter's), for PreFilter.
-	reservations reservationIndex
+	reservations gpu.ReservationIndex
 	// background lives as long as the plugin; stop ends it, and with it
 	// the plugin's background work (the reason keeper, settleBind).
 	background context.Context
@@ -235,7 +235,7 @@ func (p *GPUPlacement) PreFilter(ctx context.Context, state fwk.CycleState, pod 
 			p.chooseForDeferred(ctx, state, nodes, &demand)
 		}
 	}
-	if reserved := p.reservations.nodesFor(pod, &demand, p.ledger.HoldsReservation); reserved != nil {
+	if reserved := p.reservations.NodesFor(pod, &demand, p.ledger.HoldsReservation); reserved != nil {
 		s.mayTakeReservation = true
 		return &fwk.PreFilterResult{NodeNames: reserved}, nil
 	}

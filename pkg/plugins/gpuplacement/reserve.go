@@ -48,7 +48,7 @@ func (p *GPUPlacement) Reserve(ctx context.Context, state fwk.CycleState, pod *v
 	// reserved just before this one are not in the snapshot yet.
 	n, taken := reservedView(p.ledger.NodeInFlight(nodeInfo.Node(), nodeInfo.GetGeneration(), podsOf(nodeInfo)), pod, ps)
 	req := requestOf(state, nodeInfo, demand)
-	chosen, fit := p.place(n, &req, taken)
+	chosen, fit := p.policy.PlaceReserved(n, &req, taken)
 	if !fit.OK() {
 		return statusOf(fit)
 	}
@@ -67,19 +67,6 @@ func (p *GPUPlacement) Reserve(ctx context.Context, state fwk.CycleState, pod *v
 	state.Write(assignmentKey, &assignmentState{assignment: a})
 	logger(ctx).V(4).Info("Reserved GPUs", "pod", klog.KObj(pod), "assignment", a.String())
 	return nil
-}
-
-// place chooses the pod's GPUs on n: the reserved ones when the pod takes
-// a reservation there and they still suit it, else as the policy would.
-func (p *GPUPlacement) place(n *gpu.NodeGPUs, req *gpu.Request, taken *gpu.Reservation) (gpu.DeviceSet, gpu.Fit) {
-	if taken != nil {
-		onto := *req
-		onto.Exclude = taken.Onto(req.Exclude)
-		if chosen, fit := p.policy.Place(n, &onto); fit.OK() {
-			return chosen, fit
-		}
-	}
-	return p.policy.Place(n, req)
 }
 
 // bindKey marks, in the CycleState, a pod whose binding may have been sent:
