@@ -10,6 +10,7 @@ import (
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/gpusched/gpusched/pkg/gpu"
 	gt "github.com/gpusched/gpusched/pkg/gpu/gputest"
 	"github.com/gpusched/gpusched/test/testcluster"
 )
@@ -165,5 +166,45 @@ func TestExtenderPreemption(t *testing.T) {
 	}
 	assertNotDeleted(ctx, t, c, "low-whole", 0)
 	testcluster.AssertPodNotScheduled(ctx, t, c.Client, "default", "urgent-a100", 0)
+	assertNoGPUGivenTwice(ctx, t, c)
+}
+
+// TestExtenderHonoursReservations: the stock kube-scheduler with the
+// extender, and a reservation such as the defragmenter writes: node b's
+// two A100s reserved for pod "trainer" (2 GPUs). Created before the
+// scheduler starts, "other" (2 GPUs, first in the queue) and the trainer
+// both wait; then other goes to a (b's GPUs are reserved), and the trainer
+// to b, on the reserved GPUs. Without the extender steering it, the
+// reservation would hold b's GPUs against the trainer too, and it would
+// wait until the reservation expires.
+func TestExtenderHonoursReservations(t *testing.T) {
+	ctx := context.Background()
+	c := testcluster.Start(t)
+	for _, name := range []string{"a", "b"} {
+		testcluster.CreateNode(ctx, t, c.Client, gt.MakeGPUNode(name).GFD(a100, 2, 81920).Obj())
+	}
+	addr := freeLoopbackAddr(t)
+	startExtender(ctx, t, c, addr)
+	createStockPod(ctx, t, c, gt.MakeGPUPod("other").GPUs(2).Obj())
+	time.Sleep(time.Second) // older: first in the queue
+	createStockPod(ctx, t, c, gt.MakeGPUPod("trainer").GPUs(2).Obj())
+	trainer, err := c.Client.CoreV1().Pods("default").Get(ctx, "trainer", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := gpu.Reservation{ID: "gpusched-defragmenter/test-1/pod", Pod: trainer.UID, GPUs: "node=b;gpus=0,1;milli=1000;memory=0", Expires: time.Now().Add(10 * time.Minute)}
+	value := gpu.FormatReservations([]gpu.Reservation{r})
+	if _, err := patchAnnotation(ctx, c.Client.CoreV1().Nodes(), "b", gpu.AnnotationReservations, &value); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second) // the extender's informer sees it
+	c.StartScheduler(ctx, t, extenderConfig(t, addr, true))
+
+	if a := assignmentOf(ctx, t, c, "other"); a.Node != "a" {
+		t.Errorf("other on %s, want a: b's GPUs are reserved", a.String())
+	}
+	if a := assignmentOf(ctx, t, c, "trainer"); a.String() != r.GPUs {
+		t.Errorf("trainer got %s, its reservation is %s", a.String(), r.GPUs)
+	}
 	assertNoGPUGivenTwice(ctx, t, c)
 }
