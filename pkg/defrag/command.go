@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"sync"
 	"syscall"
 	"time"
 
@@ -185,7 +186,11 @@ func (f *commandFlags) run(ctx context.Context) error {
 	return f.lead(ctx, client, run)
 }
 
-// lead runs run while this instance holds the lease, until ctx ends.
+// lead runs run while this instance holds the lease, until ctx ends. When
+// run fails (the defragmenter could not start, say it may not read the
+// events its hourly limits count), the lease is given up and lead returns
+// the error: the process exits and another replica takes over, rather
+// than hold the lease doing nothing.
 func (f *commandFlags) lead(ctx context.Context, client kubernetes.Interface, run func(context.Context) error) error {
 	host, err := os.Hostname()
 	if err != nil {
@@ -193,6 +198,9 @@ func (f *commandFlags) lead(ctx context.Context, client kubernetes.Interface, ru
 	}
 	identity := host + "_" + string(uuid.NewUUID())
 	logger := klog.FromContext(ctx)
+	leadCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var mu sync.Mutex
 	var runErr error
 	elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 		Lock: &resourcelock.LeaseLock{
@@ -208,7 +216,12 @@ func (f *commandFlags) lead(ctx context.Context, client kubernetes.Interface, ru
 		Callbacks: leaderelection.LeaderCallbacks{
 			OnStartedLeading: func(ctx context.Context) {
 				logger.Info("Leading: defragmenting", "identity", identity)
-				runErr = run(ctx)
+				if err := run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+					mu.Lock()
+					runErr = err
+					mu.Unlock()
+					cancel() // releases the lease (ReleaseOnCancel)
+				}
 			},
 			OnStoppedLeading: func() { logger.Info("Not leading", "identity", identity) },
 		},
@@ -216,11 +229,10 @@ func (f *commandFlags) lead(ctx context.Context, client kubernetes.Interface, ru
 	if err != nil {
 		return fmt.Errorf("leader election: %w", err)
 	}
-	for ctx.Err() == nil && runErr == nil {
-		elector.Run(ctx)
+	for leadCtx.Err() == nil {
+		elector.Run(leadCtx)
 	}
-	if errors.Is(runErr, context.Canceled) {
-		return nil
-	}
+	mu.Lock()
+	defer mu.Unlock()
 	return runErr
 }

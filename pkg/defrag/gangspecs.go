@@ -16,8 +16,8 @@ import (
 // one says of its gang, by "namespace/name": how the defragmenter and
 // `kubectl gpusched` read them. A cluster without the PodGroup CRD, or a
 // client that may not list PodGroups, has none (nil, nil). A gang whose
-// PodGroup is missing here is not planned for (askOf); explain sizes it by
-// its pods (gpuview.Snapshot.Gang).
+// PodGroup is missing here is not planned for (askOf); the gang part of
+// `kubectl gpusched explain` sizes it by its pods (gpuview.Snapshot.Gang).
 func ReadGangSpecs(ctx context.Context, dyn dynamic.Interface) (map[string]gpuview.GangSpec, error) {
 	groups, err := dyn.Resource(podgroup.Resource).Namespace(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
 	switch {

@@ -29,26 +29,35 @@ const (
 // lets the limits forget sooner, and an event the recorder dropped is not
 // counted.
 func (d *Defragmenter) recentMoves(ctx context.Context, now time.Time) ([]move, error) {
-	events, err := d.client.CoreV1().Events(metav1.NamespaceAll).List(ctx, metav1.ListOptions{
-		FieldSelector: fields.OneTermEqualSelector("reason", reasonMigrated).String()})
-	if err != nil {
-		return nil, fmt.Errorf("reading the moves of the last hour (Migrated events): %w", err)
-	}
 	var out []move
-	for i := range events.Items {
-		ev := &events.Items[i]
-		if ev.Reason != reasonMigrated || !strings.HasPrefix(ev.Annotations[eventAnnotationPlan], d.prefix()) {
-			continue // another defragmenter's, or not a defragmenter's at all
+	opts := metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("reason", reasonMigrated).String(), Limit: 500}
+	for {
+		events, err := d.client.CoreV1().Events(metav1.NamespaceAll).List(ctx, opts)
+		if err != nil {
+			return nil, fmt.Errorf("reading the moves of the last hour (Migrated events): %w", err)
 		}
-		at := eventTime(ev)
-		if now.Sub(at) >= time.Hour || at.After(now) {
-			continue
+		for i := range events.Items {
+			ev := &events.Items[i]
+			if ev.Reason != reasonMigrated || !strings.HasPrefix(ev.Annotations[eventAnnotationPlan], d.prefix()) {
+				continue // another defragmenter's, or not a defragmenter's at all
+			}
+			// An event stamped ahead of this clock (another replica's,
+			// its clock ahead) is as recent as can be: counted now.
+			at := eventTime(ev)
+			if at.After(now) {
+				at = now
+			}
+			if now.Sub(at) >= time.Hour {
+				continue
+			}
+			for range max(1, ev.Count) {
+				out = append(out, move{at: at, node: ev.Annotations[eventAnnotationFrom], namespace: ev.InvolvedObject.Namespace})
+			}
 		}
-		for range max(1, ev.Count) {
-			out = append(out, move{at: at, node: ev.Annotations[eventAnnotationFrom], namespace: ev.InvolvedObject.Namespace})
+		if opts.Continue = events.Continue; opts.Continue == "" {
+			return out, nil
 		}
 	}
-	return out, nil
 }
 
 // eventTime is when an event last happened.

@@ -12,9 +12,9 @@ import (
 )
 
 // TestRecentMoves: a new instance counts the moves of the last hour from
-// its own plans' Migrated events (their plan and node annotations), and
-// nothing else: not an older one, not another defragmenter's, not another
-// reason's.
+// its own plans' Migrated events (their plan and node annotations), one
+// stamped ahead of its clock included, and nothing else: not an older one,
+// not another defragmenter's, not another reason's.
 func TestRecentMoves(t *testing.T) {
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	event := func(name, namespace, reason, plan, from string, ago time.Duration) *v1.Event {
@@ -31,6 +31,7 @@ func TestRecentMoves(t *testing.T) {
 		event("old", "team", reasonMigrated, "gpusched-defragmenter/20261130t105000-1", "n1", 70*time.Minute),
 		event("other", "team", reasonMigrated, "another-defragmenter/20261130t115000-1", "n1", 10*time.Minute),
 		event("dry", "team", "WouldMove", "", "", 5*time.Minute),
+		event("ahead", "ml", reasonMigrated, "gpusched-defragmenter/20261130t120100-3", "n3", -time.Minute), // another replica's clock ahead
 	)
 	d := &Defragmenter{client: client, opts: Options{Name: "gpusched-defragmenter"}}
 	moves, err := d.recentMoves(context.Background(), now)
@@ -42,7 +43,7 @@ func TestRecentMoves(t *testing.T) {
 		got = append(got, m.namespace+"@"+m.node)
 	}
 	slices.Sort(got)
-	if want := []string{"ml@n2", "team@n1"}; !slices.Equal(got, want) {
+	if want := []string{"ml@n2", "ml@n3", "team@n1"}; !slices.Equal(got, want) {
 		t.Errorf("moves %v, want %v", got, want)
 	}
 }

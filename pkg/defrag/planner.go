@@ -77,11 +77,11 @@ type gangAsk struct {
 
 // askOf is what gang g asks of a plan (gangAsk), or why it is not planned
 // for: why is "" where the gang says nothing to be told (it needs no pod
-// placed, has too few pods pending, asks for GPUs through ResourceClaims,
-// which the planner does not place, or has pods for another scheduler).
+// placed, has too few pods pending, has a pod with ResourceClaims, which
+// the planner does not place, or a GPU pod for another scheduler).
 // Of the g.Need() pods the gang still needs, its pending pods without GPUs
-// count first (they need no room a plan makes), then its pending GPU pods
-// in the scheduler's queue order. specs are its PodGroups (ReadGangSpecs):
+// count first (they need no room a plan makes: taken to find a node as
+// they are), then its pending GPU pods in the scheduler's queue order. specs are its PodGroups (ReadGangSpecs):
 // a gang whose PodGroup is not among them is not planned for, nor a gang
 // of the Workload API, whose minCount the defragmenter does not read.
 func (c *cluster) askOf(g *gpuview.GangPods, specs map[string]gpuview.GangSpec) (a gangAsk, why string, ok bool) {

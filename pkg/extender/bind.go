@@ -213,8 +213,8 @@ func (e *Extender) assume(pod *v1.Pod, demand *gpu.Demand, node string) (gpu.Ass
 	}
 	n := e.ledger.Node(state.Node, state.Generation, state.PodSeq())
 	var taken *gpu.Reservation // a reservation the pod takes on node
-	if e.cluster.reservations.NodesFor(pod, demand, e.ledger.HoldsReservation).Has(node) {
-		n, taken = n.ForPod(pod, demand)
+	if e.reservedFor(pod, demand).Has(node) {
+		n, taken = n.ForPod(pod, demand, e.ledger.HoldsReservation)
 	}
 	req := gpu.Request{Demand: demand, Host: hostOf(state, e.cluster.maxima())}
 	chosen, fit := e.policy.PlaceReserved(n, &req, taken)

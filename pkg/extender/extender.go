@@ -24,6 +24,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/kubernetes"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/klog/v2"
@@ -167,7 +168,8 @@ func (e *Extender) candidates(args *extenderv1.ExtenderArgs) *[]candidate {
 // depends on the node, its pods and the assumptions for those pods, and the
 // extender assumes GPUs only for a pod it holds on the node with the
 // assignment annotation, which the ledger counts on its own; every Hold and
-// Release makes a new NodeState.
+// Release makes a new NodeState. Only time changes it otherwise: a memo
+// that holds a reservation past its expiry is read again.
 func (e *Extender) view(c *candidate) *gpu.NodeGPUs {
 	if c.state == nil {
 		return e.ledger.Node(c.node, 0, c.state.PodSeq())
@@ -175,7 +177,7 @@ func (e *Extender) view(c *candidate) *gpu.NodeGPUs {
 	if c.node != c.state.Node {
 		return e.ledger.Node(c.node, c.state.Generation, c.state.PodSeq())
 	}
-	if n := c.state.gpus.Load(); n != nil {
+	if n := c.state.gpus.Load(); n != nil && n.ReservationsCurrent(time.Now()) {
 		return n
 	}
 	n := e.ledger.Node(c.node, c.state.Generation, c.state.PodSeq())
@@ -221,7 +223,7 @@ func (e *Extender) Filter(ctx context.Context, args *extenderv1.ExtenderArgs) *e
 	list := e.candidates(args)
 	defer putCandidates(list)
 	cands := *list
-	reserved := e.cluster.reservations.NodesFor(args.Pod, &demand, e.ledger.HoldsReservation)
+	reserved := e.reservedFor(args.Pod, &demand)
 	parallelize(len(cands), func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			switch c := &cands[i]; {
@@ -231,7 +233,7 @@ func (e *Extender) Filter(ctx context.Context, args *extenderv1.ExtenderArgs) *e
 			case reserved != nil && !reserved.Has(c.name):
 				c.elsewhere = true
 			default:
-				n, _ := e.view(c).ForPod(args.Pod, &demand)
+				n := e.forPod(e.view(c), c.name, args.Pod, &demand, reserved)
 				c.reasons = gpu.Check(n, &gpu.Request{Demand: &demand}).Reasons
 			}
 		}
@@ -251,6 +253,26 @@ func (e *Extender) Filter(ctx context.Context, args *extenderv1.ExtenderArgs) *e
 	}
 	setFeasible(result, args, func(i int) bool { return cands[i].node != nil && !cands[i].elsewhere && cands[i].reasons == 0 })
 	return result
+}
+
+// reservedFor is the nodes where a reservation pod (of demand d) may take
+// is held (gpu.ReservationIndex.NodesFor); nil when there are none.
+func (e *Extender) reservedFor(pod *v1.Pod, d *gpu.Demand) sets.Set[string] {
+	if d.IsZero() {
+		return nil
+	}
+	return e.cluster.reservations.NodesFor(pod, d, e.ledger.HoldsReservation)
+}
+
+// forPod is n, node's view, as pod (of demand d) sees it: with the GPUs of
+// a reservation it takes there given back, when node is one of reserved
+// (reservedFor), as the plugin's PreFilter decides (gpu.NodeGPUs.ForPod).
+func (e *Extender) forPod(n *gpu.NodeGPUs, node string, pod *v1.Pod, d *gpu.Demand, reserved sets.Set[string]) *gpu.NodeGPUs {
+	if !reserved.Has(node) {
+		return n
+	}
+	n, _ = n.ForPod(pod, d, e.ledger.HoldsReservation)
+	return n
 }
 
 // MsgReservedElsewhere is the failure message for a node other than those
@@ -336,10 +358,11 @@ func (e *Extender) Prioritize(ctx context.Context, args *extenderv1.ExtenderArgs
 	defer putCandidates(list)
 	cands := *list
 	m := e.cluster.maxima()
+	reserved := e.reservedFor(args.Pod, &demand)
 	parallelize(len(cands), func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			if c := &cands[i]; c.node != nil && (demand.IsZero() || !c.dra) {
-				n, _ := e.view(c).ForPod(args.Pod, &demand)
+				n := e.forPod(e.view(c), c.name, args.Pod, &demand, reserved)
 				req := gpu.Request{Demand: &demand, Host: hostOf(c.state, m)}
 				// As the plugin's Score: remembered with the node's view.
 				if chosen, fit, score := e.policy.PlaceAndScore(n, &req); fit.OK() {
@@ -437,7 +460,9 @@ func (e *Extender) gpuVictims(state *NodeState, pod *v1.Pod, req *gpu.Request, p
 			pool = append(pool, p)
 		}
 	}
-	n := e.ledger.Node(state.Node, state.Generation, state.PodSeq())
+	// A pod a reservation is for may take its GPUs (forPod), as Filter
+	// found.
+	n := e.forPod(e.ledger.Node(state.Node, state.Generation, state.PodSeq()), state.Node.Name, pod, req.Demand, e.reservedFor(pod, req.Demand))
 	vs := make([]gpu.Victim, len(pool))
 	for i, p := range pool {
 		vs[i] = gpu.Victim{Priority: corev1helpers.PodPriority(p), Pods: 1}
@@ -461,7 +486,7 @@ func (e *Extender) gpuVictims(state *NodeState, pod *v1.Pod, req *gpu.Request, p
 	// Pods without an assignment that hold GPUs (claims) have no exact
 	// what-if in the engine: the final set is checked on a view rebuilt
 	// without it.
-	if !gpu.Check(e.withoutVictims(state, gone), req).OK() {
+	if !gpu.Check(e.forPod(e.withoutVictims(state, gone), state.Node.Name, pod, req.Demand, e.reservedFor(pod, req.Demand)), req).OK() {
 		return nil
 	}
 	out := &extenderv1.MetaVictims{Pods: []*extenderv1.MetaPod{}, NumPDBViolations: proposed.NumPDBViolations}

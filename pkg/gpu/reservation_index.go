@@ -75,15 +75,29 @@ func (x *ReservationIndex) NodesFor(pod *v1.Pod, d *Demand, holds func(id string
 }
 
 // ForPod is n with the GPUs of a reservation pod (of demand d) may take
-// there given back to it, and that reservation; n itself and nil when it
-// may take none. A front end that sent the pod to reserved nodes
-// (ReservationIndex.NodesFor) fits, scores and places it on this view.
-func (n *NodeGPUs) ForPod(pod *v1.Pod, d *Demand) (*NodeGPUs, *Reservation) {
-	r := n.ReservationFor(pod, d)
-	if r == nil {
-		return n, nil
+// there, and that holds says is still held, given back to it, and that
+// reservation; n itself and nil when it may take none. A front end that
+// sent the pod to reserved nodes (ReservationIndex.NodesFor, with the same
+// holds) fits, scores and places it on this view, there only.
+func (n *NodeGPUs) ForPod(pod *v1.Pod, d *Demand, holds func(id string) bool) (*NodeGPUs, *Reservation) {
+	for i := range n.Reserved {
+		if r := &n.Reserved[i]; r.Reserves(pod, d) && holds(r.ID) {
+			return n.Without(&r.Assignment), r
+		}
 	}
-	return n.Without(&r.Assignment), r
+	return n, nil
+}
+
+// ReservationsCurrent reports whether every reservation n holds is still
+// Current at now: a view kept past the first expiry holds GPUs no longer
+// reserved.
+func (n *NodeGPUs) ReservationsCurrent(now time.Time) bool {
+	for i := range n.Reserved {
+		if !n.Reserved[i].Current(now) {
+			return false
+		}
+	}
+	return true
 }
 
 // PlaceReserved chooses the GPUs of a pod that takes reservation taken on

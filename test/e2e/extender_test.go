@@ -1,15 +1,21 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"slices"
 	"testing"
 	"time"
 
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
+	"github.com/gpusched/gpusched/pkg/extender"
 	"github.com/gpusched/gpusched/pkg/gpu"
 	gt "github.com/gpusched/gpusched/pkg/gpu/gputest"
 	"github.com/gpusched/gpusched/test/testcluster"
@@ -197,7 +203,24 @@ func TestExtenderHonoursReservations(t *testing.T) {
 	if _, err := patchAnnotation(ctx, c.Client.CoreV1().Nodes(), "b", gpu.AnnotationReservations, &value); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(time.Second) // the extender's informer sees it
+	// Once the extender's informer has the reservation, its filter sends
+	// the trainer to b alone.
+	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
+		body, _ := json.Marshal(&extenderv1.ExtenderArgs{Pod: trainer, NodeNames: &[]string{"a", "b"}})
+		resp, err := http.Post("http://"+addr+"/filter", "application/json", bytes.NewReader(body))
+		if err != nil {
+			return false, nil
+		}
+		defer resp.Body.Close()
+		var result extenderv1.ExtenderFilterResult
+		if json.NewDecoder(resp.Body).Decode(&result) != nil {
+			return false, nil
+		}
+		return result.FailedAndUnresolvableNodes["a"] == extender.MsgReservedElsewhere, nil
+	})
+	if err != nil {
+		t.Fatalf("the extender never read the reservation: %v", err)
+	}
 	c.StartScheduler(ctx, t, extenderConfig(t, addr, true))
 
 	if a := assignmentOf(ctx, t, c, "other"); a.Node != "a" {

@@ -357,7 +357,7 @@ func (p *GPUPlacement) Filter(ctx context.Context, state fwk.CycleState, pod *v1
 	if status := filterHeld(draCycleOf(state), nodeInfo.Node().Name); status != nil {
 		return status
 	}
-	n, _ := reservedView(p.nodeGPUs(nodeInfo), pod, s)
+	n, _ := p.reservedView(p.nodeGPUs(nodeInfo), pod, s)
 	fit := gpu.Check(n, &gpu.Request{Demand: demand, Exclude: gpuhealth.Read(state)})
 	if fit.Reasons.Has(gpu.ReasonInventoryInvalid) {
 		p.reportInvalidInventory(nodeInfo.Node(), n.Err)
@@ -512,7 +512,7 @@ func (p *GPUPlacement) Score(ctx context.Context, state fwk.CycleState, pod *v1.
 		}
 		return p.scoreDRA(state, nodeInfo, demand, view), nil
 	}
-	n, _ := reservedView(p.nodeGPUs(nodeInfo), pod, s)
+	n, _ := p.reservedView(p.nodeGPUs(nodeInfo), pod, s)
 	req := requestOf(state, nodeInfo, demand)
 	// A demand that no longer fits scores 0: the node changed since Filter,
 	// and it will not be chosen.

@@ -44,9 +44,9 @@ func (p *GPUPlacement) followReservations() error {
 // the GPUs of a reservation the pod takes there given back to it (r), when
 // PreFilter found the pod may take one (gpu.NodeGPUs.ForPod). Filter,
 // Score and Reserve read it.
-func reservedView(n *gpu.NodeGPUs, pod *v1.Pod, s *podState) (*gpu.NodeGPUs, *gpu.Reservation) {
+func (p *GPUPlacement) reservedView(n *gpu.NodeGPUs, pod *v1.Pod, s *podState) (*gpu.NodeGPUs, *gpu.Reservation) {
 	if !s.mayTakeReservation {
 		return n, nil
 	}
-	return n.ForPod(pod, &s.demand)
+	return n.ForPod(pod, &s.demand, p.ledger.HoldsReservation)
 }

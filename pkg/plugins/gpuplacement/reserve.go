@@ -46,7 +46,7 @@ func (p *GPUPlacement) Reserve(ctx context.Context, state fwk.CycleState, pod *v
 	}
 	// In flight: the pods of a gang that the Workload API's pod-group cycle
 	// reserved just before this one are not in the snapshot yet.
-	n, taken := reservedView(p.ledger.NodeInFlight(nodeInfo.Node(), nodeInfo.GetGeneration(), podsOf(nodeInfo)), pod, ps)
+	n, taken := p.reservedView(p.ledger.NodeInFlight(nodeInfo.Node(), nodeInfo.GetGeneration(), podsOf(nodeInfo)), pod, ps)
 	req := requestOf(state, nodeInfo, demand)
 	chosen, fit := p.policy.PlaceReserved(n, &req, taken)
 	if !fit.OK() {
