@@ -136,6 +136,11 @@ type Defragmenter struct {
 	// givenUp are the plans this instance gave up: their reservations, if
 	// any were left, are orphans.
 	givenUp map[string]bool
+	// backoff holds, per pending pod of a plan given up or stopped, when
+	// it may be planned for again: a plan that failed once (a filter the
+	// planner does not model, a budget that refuses) would mostly fail
+	// again, each time moving pods for nothing.
+	backoff map[types.UID]time.Time
 }
 
 // move is one pod moved, for the rate limits.
@@ -154,7 +159,7 @@ func New(client kubernetes.Interface, recorder record.EventRecorder, metrics *Me
 	d := &Defragmenter{client: client, opts: opts, factory: factory,
 		nodes: factory.Core().V1().Nodes().Lister(), pods: factory.Core().V1().Pods().Lister(),
 		pdbs: factory.Policy().V1().PodDisruptionBudgets().Lister(), recorder: recorder, metrics: metrics,
-		told: map[types.UID]string{}, givenUp: map[string]bool{}}
+		told: map[types.UID]string{}, givenUp: map[string]bool{}, backoff: map[types.UID]time.Time{}}
 	return d, nil
 }
 
@@ -249,12 +254,13 @@ func (d *Defragmenter) Round(ctx context.Context) error {
 		byKey[p.Namespace+"/"+p.Name] = p
 	}
 	d.forgetTold(snap, byKey)
+	maps.DeleteFunc(d.backoff, func(_ types.UID, until time.Time) bool { return !now.Before(until) })
 	tried := 0
 	gangs := map[string]bool{} // the gangs looked at this round
 	var specs map[string]gpuview.GangSpec
 	for _, pending := range snap.Pending {
 		pod := byKey[pending.Namespace+"/"+pending.Name]
-		if pod == nil || !unschedulable(pod) || preempting(pod, pods) {
+		if pod == nil || !unschedulable(pod) || preempting(pod, pods) || d.backingOff(pod) {
 			continue
 		}
 		if name, inGang := podgroup.GangOf(pod); inGang {
@@ -275,7 +281,7 @@ func (d *Defragmenter) Round(ctx context.Context) error {
 				}
 				continue
 			}
-			if !waitsForRoom(&a, pods) {
+			if !waitsForRoom(&a, pods) || slices.ContainsFunc(a.pods, d.backingOff) {
 				continue
 			}
 			if tried++; d.planForGang(ctx, c, &g, &a) || tried == maxPlansPerRound {
@@ -304,6 +310,22 @@ func (d *Defragmenter) gangSpecs(ctx context.Context) map[string]gpuview.GangSpe
 		specs = map[string]gpuview.GangSpec{}
 	}
 	return specs
+}
+
+// backingOff reports whether pod was in a plan given up or stopped less
+// than PlanTimeout ago (backoff).
+func (d *Defragmenter) backingOff(pod *v1.Pod) bool {
+	_, ok := d.backoff[pod.UID]
+	return ok
+}
+
+// backOff keeps pods out of plans for PlanTimeout from now.
+func (d *Defragmenter) backOff(pods []*v1.Pod) time.Time {
+	until := d.opts.Now().Add(d.opts.PlanTimeout)
+	for _, p := range pods {
+		d.backoff[p.UID] = until
+	}
+	return until
 }
 
 // waitsForRoom reports whether the pods a gang asks to place (gangAsk)

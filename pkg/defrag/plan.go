@@ -115,8 +115,9 @@ func (d *Defragmenter) start(ctx context.Context, snap *gpuview.Snapshot, t *tar
 				d.unhold(ctx, r.ID)
 			}
 			p.stopped = true
+			until := d.backOff(t.pods)
 			for _, pod := range t.pods {
-				d.recorder.Eventf(pod, v1.EventTypeWarning, "MigrationStopped", "plan %s stopped: %s", p.id, why)
+				d.recorder.Eventf(pod, v1.EventTypeWarning, "MigrationStopped", "plan %s stopped: %s; not planned for again before %s", p.id, why, until.UTC().Format(time.RFC3339))
 			}
 			d.metrics.plans.WithLabelValues(string(Enforce), "stopped").Inc()
 			if len(p.held) == 0 {
@@ -300,8 +301,9 @@ func (d *Defragmenter) release(ctx context.Context, why string) {
 	for id := range p.held {
 		d.unhold(ctx, id)
 	}
+	until := d.backOff(p.pending)
 	for _, pod := range p.pending {
-		d.recorder.Eventf(pod, v1.EventTypeWarning, "MigrationExpired", "plan %s given up: %s", p.id, why)
+		d.recorder.Eventf(pod, v1.EventTypeWarning, "MigrationExpired", "plan %s given up: %s; not planned for again before %s", p.id, why, until.UTC().Format(time.RFC3339))
 	}
 	d.finish()
 }

@@ -143,7 +143,7 @@ func TestGangPlanStoppedByARefusedEviction(t *testing.T) {
 	close(recorder.Events)
 	stopped := 0
 	for ev := range recorder.Events {
-		if strings.Contains(ev, "MigrationStopped") && strings.Contains(ev, "the eviction of default/m2 was refused") {
+		if strings.Contains(ev, "MigrationStopped") && strings.Contains(ev, "the eviction of default/m2 was refused") && strings.Contains(ev, "not planned for again before 2026-11-30T12:05:00Z") {
 			stopped++
 		}
 	}
@@ -152,6 +152,13 @@ func TestGangPlanStoppedByARefusedEviction(t *testing.T) {
 	}
 	if len(d.moves) != 1 {
 		t.Errorf("%d moves counted for the hourly limits, want 1 (m1)", len(d.moves))
+	}
+	// The gang is not planned for again for a while: the next plan would
+	// mostly meet the same refusal.
+	for _, p := range pods[2:] {
+		if until, ok := d.backoff[p.UID]; !ok || !until.Equal(now.Add(d.opts.PlanTimeout)) {
+			t.Errorf("%s backs off until %v (%v), want %v", p.Name, until, ok, now.Add(d.opts.PlanTimeout))
+		}
 	}
 
 	// A new instance adopts what is left.
