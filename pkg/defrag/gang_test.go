@@ -222,3 +222,35 @@ func TestAskOf(t *testing.T) {
 }
 
 func ptrTo(s string) *string { return &s }
+
+// TestPlanGangWithoutModels: nodes that name no GPU model (only
+// nvidia.com/gpu allocatable) leave the one-model rule nothing to hold a
+// gang to: a and b (2 GPUs, a movable 300 share on GPU 0 each) are made
+// room on for two 2-GPU pods, the shares going to c (1 idle GPU).
+func TestPlanGangWithoutModels(t *testing.T) {
+	nodes := []*v1.Node{gt.MakeGPUNode("a").AllocatableGPUs(2).Obj(), gt.MakeGPUNode("b").AllocatableGPUs(2).Obj(), gt.MakeGPUNode("c").AllocatableGPUs(1).Obj()}
+	share := func(name, node string) *v1.Pod {
+		return gt.MakeGPUPod(name).UID(name).Node(node).Milli(300).Assigned(gpu.Assignment{Node: node, Devices: []int{0}, Milli: 300}).
+			OwnedBy("ReplicaSet", "infer", "rs-uid").Annotation(AnnotationMovable, "true").Obj()
+	}
+	member := func(i int) *v1.Pod {
+		return gt.MakeGPUPod(fmt.Sprintf("train-%d", i)).UID(fmt.Sprintf("train-%d", i)).GPUs(2).Label(podgroup.LabelPodGroup, "train").Obj()
+	}
+	pods := []*v1.Pod{share("s-a", "a"), share("s-b", "b"), member(0), member(1)}
+	snap := gpuview.Build(nodes, pods, gpuview.Options{})
+	policy, err := snap.Policy(gpu.DefaultPolicy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	specs := map[string]gpuview.GangSpec{"default/train": {MinMember: 2}}
+	g, _ := snap.GangOf(pods[2], specs)
+	c := newCluster(snap, policy, &Rules{}, func(*v1.Pod) bool { return true })
+	a, why, asks := c.askOf(&g, specs)
+	if !asks {
+		t.Fatalf("the gang asks for nothing: %q", why)
+	}
+	plans, ok, noPlan := c.planGang(&g, &a, 10)
+	if !ok || movesOf(plans) != 2 {
+		t.Fatalf("plans %v (found %v, %v); want a and b made room on, 2 moves", plans, ok, noPlan)
+	}
+}

@@ -81,9 +81,10 @@ type gangAsk struct {
 // the planner does not place, or a GPU pod for another scheduler).
 // Of the g.Need() pods the gang still needs, its pending pods without GPUs
 // count first (they need no room a plan makes: taken to find a node as
-// they are), then its pending GPU pods in the scheduler's queue order. specs are its PodGroups (ReadGangSpecs):
-// a gang whose PodGroup is not among them is not planned for, nor a gang
-// of the Workload API, whose minCount the defragmenter does not read.
+// they are), then its pending GPU pods in the scheduler's queue order.
+// specs are its PodGroups (ReadGangSpecs): a gang whose PodGroup is not
+// among them is not planned for, nor a gang of the Workload API, whose
+// minCount the defragmenter does not read.
 func (c *cluster) askOf(g *gpuview.GangPods, specs map[string]gpuview.GangSpec) (a gangAsk, why string, ok bool) {
 	need := g.Need()
 	if need == 0 {
@@ -166,7 +167,8 @@ func (c *cluster) planGang(g *gpuview.GangPods, a *gangAsk, maxMoves int) (plans
 
 // gangModels are the GPU models gang g may run on, one of which it will:
 // the models its bound GPU pods run on, or every model of the cluster's
-// nodes (a device without a model counts for none).
+// nodes (a device without a model counts for none); "" (any model) when
+// the nodes name none, which leaves the gang plugin no model to hold it to.
 func (c *cluster) gangModels(g *gpuview.GangPods) []string {
 	if len(g.PlacedModels) > 0 {
 		return slices.Compact(slices.Sorted(slices.Values(g.PlacedModels)))
@@ -181,6 +183,9 @@ func (c *cluster) gangModels(g *gpuview.GangPods) []string {
 				seen[d.Model] = true
 			}
 		}
+	}
+	if len(seen) == 0 {
+		return []string{""}
 	}
 	return slices.Sorted(maps.Keys(seen))
 }
