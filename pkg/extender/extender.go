@@ -177,7 +177,7 @@ func (e *Extender) view(c *candidate) *gpu.NodeGPUs {
 	if c.node != c.state.Node {
 		return e.ledger.Node(c.node, c.state.Generation, c.state.PodSeq())
 	}
-	if n := c.state.gpus.Load(); n != nil && n.ReservationsCurrent(time.Now()) {
+	if n := c.state.gpus.Load(); n != nil && (len(n.Reserved) == 0 || n.ReservationsCurrent(time.Now())) {
 		return n
 	}
 	n := e.ledger.Node(c.node, c.state.Generation, c.state.PodSeq())
@@ -433,20 +433,23 @@ func (e *Extender) Preempt(ctx context.Context, args *extenderv1.ExtenderPreempt
 	e.bindMu.Unlock()
 
 	req := gpu.Request{Demand: &demand}
+	reserved := e.reservedFor(args.Pod, &demand)
 	for name, v := range victims {
 		state := states[name]
 		if state == nil || state.Node == nil || v == nil || e.cluster.DRAManaged(name) {
 			continue
 		}
-		if chosen := e.gpuVictims(state, args.Pod, &req, v); chosen != nil {
+		if chosen := e.gpuVictims(state, args.Pod, &req, v, reserved); chosen != nil {
 			result.NodeNameToMetaVictims[name] = chosen
 		}
 	}
 	return result
 }
 
-// gpuVictims is Preempt's choice on one node, or nil to drop the node.
-func (e *Extender) gpuVictims(state *NodeState, pod *v1.Pod, req *gpu.Request, proposed *extenderv1.MetaVictims) *extenderv1.MetaVictims {
+// gpuVictims is Preempt's choice on one node, or nil to drop the node;
+// reserved are the nodes where the pod may take a reservation
+// (reservedFor).
+func (e *Extender) gpuVictims(state *NodeState, pod *v1.Pod, req *gpu.Request, proposed *extenderv1.MetaVictims, reserved sets.Set[string]) *extenderv1.MetaVictims {
 	byScheduler := make(map[types.UID]bool, len(proposed.Pods))
 	for _, p := range proposed.Pods {
 		if p != nil {
@@ -462,7 +465,7 @@ func (e *Extender) gpuVictims(state *NodeState, pod *v1.Pod, req *gpu.Request, p
 	}
 	// A pod a reservation is for may take its GPUs (forPod), as Filter
 	// found.
-	n := e.forPod(e.ledger.Node(state.Node, state.Generation, state.PodSeq()), state.Node.Name, pod, req.Demand, e.reservedFor(pod, req.Demand))
+	n := e.forPod(e.ledger.Node(state.Node, state.Generation, state.PodSeq()), state.Node.Name, pod, req.Demand, reserved)
 	vs := make([]gpu.Victim, len(pool))
 	for i, p := range pool {
 		vs[i] = gpu.Victim{Priority: corev1helpers.PodPriority(p), Pods: 1}
@@ -486,7 +489,7 @@ func (e *Extender) gpuVictims(state *NodeState, pod *v1.Pod, req *gpu.Request, p
 	// Pods without an assignment that hold GPUs (claims) have no exact
 	// what-if in the engine: the final set is checked on a view rebuilt
 	// without it.
-	if !gpu.Check(e.forPod(e.withoutVictims(state, gone), state.Node.Name, pod, req.Demand, e.reservedFor(pod, req.Demand)), req).OK() {
+	if !gpu.Check(e.forPod(e.withoutVictims(state, gone), state.Node.Name, pod, req.Demand, reserved), req).OK() {
 		return nil
 	}
 	out := &extenderv1.MetaVictims{Pods: []*extenderv1.MetaPod{}, NumPDBViolations: proposed.NumPDBViolations}
