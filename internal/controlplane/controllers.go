@@ -67,9 +67,13 @@ const controllerWorkers = 2
 const gcSyncPeriod = 30 * time.Second
 
 // quotaResync is how often the resource quota controller recounts every
-// quota (kube-controller-manager's default is 5 minutes); it recounts a
-// quota at once when its pods change either way.
-const quotaResync = 5 * time.Minute
+// quota. It also recounts a quota when its pods leave or finish, but not
+// when one is added: a recount that ran while its pod cache lagged behind a
+// burst of admissions writes a usage below the truth, and only the next
+// periodic recount corrects it. kube-controller-manager's default of 5
+// minutes leaves quota that low for minutes; the playground's few quotas
+// are cheap to recount, so it corrects them within seconds.
+const quotaResync = 10 * time.Second
 
 // startControllers runs Controllers against the API server at config until
 // ctx ends, and returns once their informers have synced and the "default"
