@@ -59,6 +59,9 @@ type Cluster struct {
 	// reservations are the nodes' GPU reservations (the defragmenter's),
 	// so that a pod a reservation is for goes to its node.
 	reservations gpu.ReservationIndex
+	// onNodeGone, when set (New), hears of each node deleted from the
+	// cluster: the extender's ledger forgets it (gpu.Ledger.RemoveNode).
+	onNodeGone atomic.Pointer[func(node string)]
 }
 
 // NodeState is one node as the Cluster saw it at one moment. Immutable but
@@ -247,6 +250,9 @@ func (c *Cluster) onNodeDelete(obj any) {
 		return
 	}
 	c.reservations.Remove(node.Name)
+	if gone := c.onNodeGone.Load(); gone != nil {
+		(*gone)(node.Name)
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	next := c.copyState(node.Name)

@@ -85,6 +85,8 @@ func New(cluster *Cluster, client kubernetes.Interface, policy *gpu.Policy) *Ext
 	ledger := gpu.NewLedger()
 	e := &Extender{cluster: cluster, ledger: ledger, policy: policy.WithFleet(ledger), client: client,
 		schedulerNames: []string{v1.DefaultSchedulerName}, settleAfter: DefaultBindSettleAfter, closed: make(chan struct{})}
+	removeNode := ledger.RemoveNode
+	cluster.onNodeGone.Store(&removeNode)
 	logger := klog.Background().WithName("extender")
 	e.ledger.ReportConflicts(func(node string, conflicts []string) {
 		logger.Info(gpu.ConflictsMessage(conflicts), "node", node, "conflicts", conflicts)

@@ -133,6 +133,7 @@ func BenchmarkFragmentationScore(b *testing.B) {
 		{"PairFit", gpu.MustPolicy(gpu.PolicyPairFit, gpu.PolicyConfig{Shapes: shapes})},
 		{"FragFit-models", gpu.MustPolicy(gpu.PolicyFragFit, gpu.PolicyConfig{Shapes: modelShapes(shapes), Fleet: benchFleet{}})},
 		{"PairFit-models", gpu.MustPolicy(gpu.PolicyPairFit, gpu.PolicyConfig{Shapes: modelShapes(shapes), Fleet: benchFleet{}})},
+		{"PairFit-models-room", gpu.MustPolicy(gpu.PolicyPairFit, gpu.PolicyConfig{Shapes: modelShapes(shapes), Fleet: newBenchRoomFleet(b)})},
 	} {
 		for _, tc := range []struct {
 			name   string
@@ -199,6 +200,24 @@ type benchFleet struct{}
 var benchCensus = gpu.ModelGPUs{{Model: "A100", GPUs: 400}, {Model: "T4", GPUs: 50}, {Model: "V100", GPUs: 200}}
 
 func (benchFleet) GPUsByModel() gpu.ModelGPUs { return benchCensus }
+
+// benchRoomFleet is benchFleet with its free room known (gpu.FleetRoom):
+// a T4 node idle and an A100 node half used, so that the T4s' pressure is
+// lifted and the pressure is looked up as a live scheduler's ledger does.
+type benchRoomFleet struct {
+	benchFleet
+	room *gpu.RoomCount
+}
+
+func newBenchRoomFleet(b *testing.B) benchRoomFleet {
+	f := benchRoomFleet{room: new(gpu.RoomCount)}
+	f.room.Replace(nil, gpu.NewLedger().Node(gt.MakeGPUNode("t4").GFD("T4", 8, 0).Obj(), 1, slices.Values([]*v1.Pod(nil))))
+	node, pods := busyNode(b, "a100")
+	f.room.Replace(nil, gpu.NewLedger().Node(node, 1, slices.Values(pods)))
+	return f
+}
+
+func (f benchRoomFleet) RoomByModel() *gpu.FreeRoom { return f.room.RoomByModel() }
 
 // twentyShapes is 20 typical pods of equal weight: shares of 100 to 955
 // milli-GPU and pods of 1 to 3 whole GPUs, with 2 to 8 CPUs.

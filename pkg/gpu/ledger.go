@@ -70,6 +70,8 @@ type Ledger struct {
 	// guarded by mu.
 	modelCounts map[string]int64
 	census      atomic.Pointer[ModelGPUs]
+	// room sums the free milli-GPU of the views by model (RoomByModel).
+	room RoomCount
 	// taken maps the ID of each reservation a pod in flight or bound took
 	// (AssumeReserved) to that pod: the reservation's GPUs count once, as
 	// the pod's. Guarded by mu.
@@ -129,6 +131,12 @@ func (l *Ledger) store(name string, c *cachedView) {
 		prevInv = prev.inv
 	}
 	l.recount(prevInv, c.inv)
+	c.room = l.roomView(c)
+	var prevRoom *NodeGPUs
+	if prev != nil {
+		prevRoom = prev.room
+	}
+	l.room.Replace(prevRoom, c.room)
 	front := l.front.Load()
 	if front == nil && l.nodes > 1 {
 		front = new(frontCache)
@@ -164,6 +172,9 @@ type cachedView struct {
 	// Assume and Forget on the node marks its view stale, so a view in use
 	// was computed after the node's current assumptions were made.
 	held []types.UID
+	// room is what the ledger's room counts of the node (roomView). Set by
+	// store.
+	room *NodeGPUs
 }
 
 // NewLedger returns an empty ledger.
@@ -304,6 +315,9 @@ func (l *Ledger) compute(name string, inv *Inventory, invErr error, pods iter.Se
 		}
 		a, counted := AssignmentOf(pod)
 		if counted && a.Node == name {
+			if old, ok := l.assumed[pod.UID]; ok && old.Node != name {
+				defer l.markStale(old.Node) // its room no longer counts the pod
+			}
 			l.done(pod.UID) // bound with its annotation: the assumption is done
 			l.endDoubts(pod.UID)
 		} else if a, counted = l.assumed[pod.UID]; !counted || a.Node != name {
@@ -551,13 +565,44 @@ func (l *Ledger) done(uid types.UID) {
 	delete(l.assumedAt, uid)
 }
 
-// markStale forces the node's next read to recompute. Callers hold l.mu.
+// markStale forces the node's next read to recompute, and counts the
+// node's assumptions in the room at once. Callers hold l.mu.
 func (l *Ledger) markStale(node string) {
-	if c := l.cached(node); c != nil && !c.stale {
+	if c := l.cached(node); c != nil {
 		stale := *c
 		stale.stale = true
 		l.store(node, &stale)
 	}
+}
+
+// roomView is the node's view as the ledger's room counts it: with every
+// assumption on the node that the view was not computed from, so that a
+// pod counts from the moment it is assumed, whether or not the front end
+// reads the node again before its next pod (kube-scheduler filters a node
+// out before GPUPlacement reads it when another plugin rejects it). A pod
+// that takes a reservation (AssumeReserved) adds nothing: the view counts
+// the reservation's GPUs as used already. Until the node is read again, an
+// assumption the view was computed from keeps counting after Forget, and a
+// pod in doubt (Doubt) does not count. Callers hold l.mu.
+func (l *Ledger) roomView(c *cachedView) *NodeGPUs {
+	if c.inv == nil || len(l.assumed) == 0 {
+		return c.view
+	}
+	var out *NodeGPUs
+	for uid, a := range l.assumed {
+		if a.Node != c.view.Name || slices.Contains(c.held, uid) || l.takesReservation(uid) {
+			continue
+		}
+		if out == nil {
+			out = c.view.clone()
+		}
+		out.add(&a)
+	}
+	if out == nil {
+		return c.view
+	}
+	out.summarize()
+	return out
 }
 
 // checkFree reports whether every GPU of a exists on the node and has room for it.
@@ -574,4 +619,15 @@ func checkFree(n *NodeGPUs, a *Assignment) error {
 		}
 	}
 	return nil
+}
+
+// takesReservation reports whether the pod took a reservation
+// (AssumeReserved). Callers hold l.mu.
+func (l *Ledger) takesReservation(uid types.UID) bool {
+	for _, t := range l.taken {
+		if t.uid == uid {
+			return true
+		}
+	}
+	return false
 }

@@ -27,11 +27,18 @@ func (p *Policy) PlaceAndScore(n *NodeGPUs, req *Request) (chosen DeviceSet, fit
 		return p.placeAndScore(n, req)
 	}
 	typical, census := p.shapes.Typical(), p.census()
-	if r, ok := n.memo.get(p, id, req.Host, typical, census); ok {
+	prices, pressed := p.pricesNow(n, typical)
+	key := memoKey{typical, census}
+	priced := pricedBy{prices, pressed}
+	if r, ok := n.memo.get(p, id, req.Host, key, priced); ok {
 		return r.chosen, r.fit, r.score
 	}
 	chosen, fit, score = p.placeAndScore(n, req)
-	n.memo.put(p, id, req.Host, typical, census, memoResult{chosen, fit, score})
+	// The fleet's room may have moved the pressure while Choose and Score
+	// read the prices: the answer is then not remembered under either.
+	if again, pressedAgain := p.pricesNow(n, typical); again == prices && pressedAgain == pressed {
+		n.memo.put(p, id, req.Host, key, priced, memoResult{chosen, fit, score})
+	}
 	return chosen, fit, score
 }
 
@@ -46,31 +53,38 @@ func (p *Policy) placeAndScore(n *NodeGPUs, req *Request) (DeviceSet, Fit, int64
 // viewMemo remembers policies' answers (Policy.PlaceAndScore) about one
 // view of a node, by policy and demand. A view is immutable, and a
 // strategy's Choose and Score are functions of the view, the demand, the
-// host, the typical pods and the fleet's census alone, so an answer holds
-// for as long as the view lives, asked with the same host, and the policy
-// measures against the same typical pods on the same census; answers
-// measured against other typical pods (a ShapeWindow recomputes them) or
-// another census (Fleet) are dropped. Safe for concurrent use.
+// host, what memoKey holds and its own pricedBy alone, so an answer holds
+// for as long as the view lives, asked with the same host, key and prices;
+// answers measured against other typical pods (a ShapeWindow recomputes
+// them), another census (Fleet) or other prices are dropped. Safe for
+// concurrent use.
 type viewMemo struct {
-	mu sync.Mutex
-	// typical is the typical pods the answers were measured against, and
-	// census the fleet's GPUs by model; their backing arrays, held here,
-	// cannot be reused while the memo holds them.
-	typical []TypicalPod
-	census  ModelGPUs
+	mu  sync.Mutex
+	key memoKey
 	// byPolicy holds each policy's answers, by the policy's demand IDs,
 	// oldest first, at most maxMemoPolicies. A scheduler asks with one
-	// policy; the simulator's environment asks with a few more for its
-	// score columns. Policies measuring against other typical pods or
-	// another census drop each other's answers (typical and census are
-	// the view's).
+	// policy; the simulator's environment and the plugin's score features
+	// ask with a few more. Policies measuring against other typical pods
+	// or another census drop each other's answers (typical and census are
+	// the view's); a policy whose prices changed drops only its own.
 	byPolicy []policyMemo
 }
 
-// policyMemo is one policy's answers about a view.
+// policyMemo is one policy's answers about a view, and the prices they
+// were measured with.
 type policyMemo struct {
 	policy  *Policy
+	priced  pricedBy
 	results map[demandID]memoEntry
+}
+
+// pricedBy is what a priced strategy's answers on a node were measured
+// with beyond memoKey: its LP prices and the classes of the node's GPUs
+// whose pressure was charged (Policy.pricesNow; nil and 0 for others),
+// which follow the fleet's free room.
+type pricedBy struct {
+	prices  *sharePrices
+	pressed uint64
 }
 
 // memoEntry is one remembered answer and the host it was asked with.
@@ -85,14 +99,30 @@ type memoResult struct {
 	score  int64
 }
 
-func (m *viewMemo) get(p *Policy, id demandID, h Host, typical []TypicalPod, census ModelGPUs) (memoResult, bool) {
+// memoKey is what every answer of a view's memo was measured against: the
+// typical pods and the fleet's GPUs by model. Their backing arrays, held by
+// a memo, cannot be reused while it holds them.
+type memoKey struct {
+	typical []TypicalPod
+	census  ModelGPUs
+}
+
+// same reports whether k and o hold the same slices, not merely equal ones.
+func (k memoKey) same(o memoKey) bool {
+	return sameTypical(k.typical, o.typical) && sameCensus(k.census, o.census)
+}
+
+func (m *viewMemo) get(p *Policy, id demandID, h Host, key memoKey, priced pricedBy) (memoResult, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if !sameTypical(m.typical, typical) || !sameCensus(m.census, census) {
+	if !m.key.same(key) {
 		return memoResult{}, false
 	}
 	for i := range m.byPolicy {
 		if m.byPolicy[i].policy == p {
+			if m.byPolicy[i].priced != priced {
+				return memoResult{}, false
+			}
 			e, ok := m.byPolicy[i].results[id]
 			if !ok || e.host != h {
 				return memoResult{}, false
@@ -103,16 +133,20 @@ func (m *viewMemo) get(p *Policy, id demandID, h Host, typical []TypicalPod, cen
 	return memoResult{}, false
 }
 
-func (m *viewMemo) put(p *Policy, id demandID, h Host, typical []TypicalPod, census ModelGPUs, r memoResult) {
+func (m *viewMemo) put(p *Policy, id demandID, h Host, key memoKey, priced pricedBy, r memoResult) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if !sameTypical(m.typical, typical) || !sameCensus(m.census, census) {
+	if !m.key.same(key) {
 		clear(m.byPolicy)
-		m.typical, m.census, m.byPolicy = typical, census, m.byPolicy[:0]
+		m.key, m.byPolicy = key, m.byPolicy[:0]
 	}
 	for i := range m.byPolicy {
-		if m.byPolicy[i].policy == p {
-			m.byPolicy[i].results[id] = memoEntry{host: h, result: r}
+		if pm := &m.byPolicy[i]; pm.policy == p {
+			if pm.priced != priced {
+				pm.priced = priced
+				clear(pm.results)
+			}
+			pm.results[id] = memoEntry{host: h, result: r}
 			return
 		}
 	}
@@ -121,7 +155,7 @@ func (m *viewMemo) put(p *Policy, id demandID, h Host, typical []TypicalPod, cen
 		copy(m.byPolicy, m.byPolicy[1:])
 		m.byPolicy = m.byPolicy[:len(m.byPolicy)-1]
 	}
-	m.byPolicy = append(m.byPolicy, policyMemo{policy: p, results: map[demandID]memoEntry{id: {host: h, result: r}}})
+	m.byPolicy = append(m.byPolicy, policyMemo{policy: p, priced: priced, results: map[demandID]memoEntry{id: {host: h, result: r}}})
 }
 
 // maxMemoPolicies bounds the policies whose answers a view keeps, so that

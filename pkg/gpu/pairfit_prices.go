@@ -19,7 +19,9 @@ import (
 // says its kind is worth, a GPU's room is worth the heaviest filling by
 // the items its model's class may hold, and a class the limited items
 // would find full has a pressure, which a pod pays on every milli-GPU it
-// takes there (see docs/policies.md, PairFit, Models).
+// takes there while the class's free room is short of what the limited
+// pods still to come need (pairfit_pressure.go; docs/policies.md, PairFit,
+// Models).
 type sharePrices struct {
 	// typical and census are the typical pods and fleet census they were
 	// last asked for; their backing arrays, held here, cannot be reused
@@ -46,8 +48,17 @@ type sharePrices struct {
 	unlimited *[MilliPerGPU + 1]float64
 	// pressure[c] is what a milli-GPU of class c costs a pod that takes
 	// it: the share of the class's limited items that would find it full
-	// (lpPressure).
+	// (lpPressure). reserve[c] is the share of all the items' milli-GPU
+	// that only class c may take (the limited items' spread, D_c / total);
+	// with a FleetRoom the pressure is charged only while the class's free
+	// room is short of that share of the free room (pressedBy).
 	pressure []float64
+	reserve  []float64
+	// base, for prices with some pressure lifted (withPressure), is the
+	// LP's prices they were made from, and pressed the classes still
+	// charged; nil for the LP's own, which charge every class.
+	base    *sharePrices
+	pressed uint64
 }
 
 // modelSetWeights are the weights of the items limited to one set of
@@ -226,7 +237,8 @@ func (n *NodeGPUs) hostsGPUPod(hf hostFree, typical []TypicalPod) bool {
 // census that changed (a node came or its GPUs changed), are priced again
 // only when what the LP is given changed (sharePrices.key): pricing takes
 // the packing LP, milliseconds to a fraction of a second. Concurrent
-// callers may each price a new key once.
+// callers may each price a new key once. The prices handed out charge the
+// pressure the fleet's free room calls for (pressedPrices).
 func (c *priceCache) pricesFor(typical []TypicalPod) *sharePrices {
 	var census ModelGPUs
 	if c.fleet != nil {
@@ -234,11 +246,11 @@ func (c *priceCache) pricesFor(typical []TypicalPod) *sharePrices {
 	}
 	last := c.prices.Load()
 	if last != nil && sameTypical(last.typical, typical) && sameCensus(last.census, census) {
-		return last
+		return c.pressedPrices(last)
 	}
 	s := newSharePrices(typical, census, last)
 	c.prices.Store(s)
-	return s
+	return c.pressedPrices(s)
 }
 
 // priceCache keeps the prices of the typical pods and fleet census last
@@ -248,6 +260,9 @@ type priceCache struct {
 	// model-limited typical pods depend on.
 	fleet  Fleet
 	prices atomic.Pointer[sharePrices]
+	// pressed is the prices last handed out with the pressure the fleet's
+	// free room called for (pressedPrices).
+	pressed atomic.Pointer[pressedState]
 }
 
 // mixResolution is the resolution of the items' mix the LP is given: a
@@ -282,7 +297,7 @@ func newSharePrices(typical []TypicalPod, census ModelGPUs, last *sharePrices) *
 	counts, gpus := lpTerms(s.items)
 	s.key = lpKey(s.items.Kinds, counts, gpus)
 	if last != nil && last.key == s.key {
-		s.weights, s.best, s.unlimited, s.pressure = last.weights, last.best, last.unlimited, last.pressure
+		s.weights, s.best, s.unlimited, s.pressure, s.reserve = last.weights, last.best, last.unlimited, last.pressure, last.reserve
 	} else {
 		s.weights = make([]float64, len(s.items.Kinds))
 		cert, err := packinglp.Bound(s.items.Kinds, counts, gpus)
@@ -296,7 +311,7 @@ func newSharePrices(typical []TypicalPod, census ModelGPUs, last *sharePrices) *
 			s.best = append(s.best, s.heaviest(func(k packinglp.Kind) bool { return k.Allows(c) }))
 		}
 		s.unlimited = s.heaviest(func(k packinglp.Kind) bool { return k.Classes == nil })
-		s.pressure = lpPressure(s.items.Kinds, counts, gpus)
+		s.pressure, s.reserve = lpPressure(s.items.Kinds, counts, gpus)
 	}
 	s.bySet = nil
 	for i := range demands {
@@ -372,58 +387,6 @@ func lpTerms(items *ModelItems) (counts, gpus []int64) {
 		}
 	}
 	return counts, gpus
-}
-
-// lpPressure is, per class of GPUs, the share of the items limited to
-// models that would find the class full if every pod that may use any
-// model were spread over the classes in proportion to their GPUs, as a
-// policy blind to models spreads them. Class c then receives its limited
-// items' milli-GPU D_c (each limited kind's spread over the classes it
-// may use in proportion to their GPUs) and U × C_c / C of the unlimited
-// items' U, C_c being its GPUs' milli-GPU and C all classes'; it is full
-// once C_c / (D_c + U × C_c / C) of them came, and the rest of its
-// limited items find no room:
-//
-//	pressure_c = max(0, 1 − C_c / (D_c + U × C_c / C))
-//
-// 0 for a class with room to spare. PairFit charges it on every
-// milli-GPU a pod takes of the class (docs/policies.md, PairFit, Models).
-func lpPressure(kinds []packinglp.Kind, counts, gpus []int64) []float64 {
-	need := make([]float64, len(gpus))
-	for k, kind := range kinds {
-		if kind.Classes == nil {
-			continue
-		}
-		var allowed int64
-		for _, c := range kind.Classes {
-			allowed += gpus[c]
-		}
-		if allowed == 0 {
-			continue
-		}
-		milli := float64(counts[k] * kind.Size)
-		for _, c := range kind.Classes {
-			need[c] += milli * float64(gpus[c]) / float64(allowed)
-		}
-	}
-	var unlimited, capacity float64
-	for k, kind := range kinds {
-		if kind.Classes == nil {
-			unlimited += float64(counts[k] * kind.Size)
-		}
-	}
-	for _, g := range gpus {
-		capacity += float64(g * MilliPerGPU)
-	}
-	out := make([]float64, len(gpus))
-	for c, g := range gpus {
-		if g == 0 {
-			continue
-		}
-		room := float64(g * MilliPerGPU)
-		out[c] = max(0, 1-room/(need[c]+unlimited*room/capacity))
-	}
-	return out
 }
 
 // heaviest is the most weight of the kinds that holds admits (any number

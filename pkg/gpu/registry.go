@@ -65,7 +65,7 @@ var registry = []*PolicyInfo{
 		Summary: "gpusched's fragmentation-aware policy: FGD's measure, counting the room a pod takes from model-limited pods, with exact comparisons; best fit for what it leaves equal",
 		build:   func(c PolicyConfig) Strategy { return fragFit{c.Shapes, &priceCache{fleet: c.Fleet}} }},
 	{Type: PolicyPairFit, NeedsShapes: true, HostAware: true, Ordinal: true,
-		Summary: "where the node loses the least of what its free GPUs could still hold, priced by the packing LP over the typical pods and counted while its CPU admits GPU pods, plus a pressure on GPU models that model-limited pods would find full; FragFit for ties",
+		Summary: "where the node loses the least of what its free GPUs could still hold, priced by the packing LP over the typical pods and counted while its CPU admits GPU pods, plus a pressure on GPU models that model-limited pods would find full, charged while their free room is short; FragFit for ties",
 		build: func(c PolicyConfig) Strategy {
 			return &pairFit{fragFit: fragFit{c.Shapes, &priceCache{fleet: c.Fleet}}}
 		}},

@@ -125,6 +125,9 @@ type migrator struct {
 	maxGPUs  int
 	firstSec int64
 	stats    MigrationStats
+	// fleet is the planner's fleet, whose room planNodes sets; nil for a
+	// migrator built on a policy of its own (tests).
+	fleet *plannerFleet
 }
 
 // newRunMigrator is the migrator of a run of profile on nodes: its planner
@@ -147,13 +150,24 @@ func newRunMigrator(profile Profile, nodes []*v1.Node, typical []gpu.TypicalPod)
 			invs = append(invs, inv)
 		}
 	}
-	return newMigrator(profile.Migrations, policy.WithFleet(census(gpu.CountModels(invs))), nodes), nil
+	fleet := &plannerFleet{census: gpu.CountModels(invs)}
+	m := newMigrator(profile.Migrations, policy.WithFleet(fleet), nodes)
+	m.fleet = fleet
+	return m, nil
 }
 
-// census is a fleet whose GPUs never change: a simulated cluster's.
-type census gpu.ModelGPUs
+// plannerFleet is the planner's fleet (gpu.FleetRoom): the simulated
+// cluster's GPUs by model, which never change, and their free room when
+// the planner was last asked (planNodes), as the run's GPUPlacement knows
+// both from its ledger.
+type plannerFleet struct {
+	census gpu.ModelGPUs
+	room   *gpu.FreeRoom
+}
 
-func (c census) GPUsByModel() gpu.ModelGPUs { return gpu.ModelGPUs(c) }
+func (f *plannerFleet) GPUsByModel() gpu.ModelGPUs { return f.census }
+
+func (f *plannerFleet) RoomByModel() *gpu.FreeRoom { return f.room }
 
 func newMigrator(budget MigrationBudget, policy *gpu.Policy, nodes []*v1.Node) *migrator {
 	m := &migrator{budget: budget, planner: gpu.Planner{Policy: policy}, noPlan: map[planKey]int{}, current: map[int]*v1.Pod{},
@@ -268,6 +282,13 @@ func (m *migrator) planNodes(e *episode) []gpu.PlanNode {
 		byNode[name] = len(nodes)
 		nodes = append(nodes, gpu.PlanNode{GPUs: tn.view, Host: gpu.Host{Known: true, FreeMilliCPU: tn.freeCPU,
 			FreeMemoryMiB: tn.freeMemoryMiB, MaxMilliCPU: m.maxCPU, MaxGPUs: m.maxGPUs}})
+	}
+	if m.fleet != nil {
+		views := make([]*gpu.NodeGPUs, len(nodes))
+		for k := range nodes {
+			views[k] = nodes[k].GPUs
+		}
+		m.fleet.room = gpu.RoomOfViews(nil, views, nil)
 	}
 	for uid := range e.sched.bound {
 		bound := e.sched.measured(uid)

@@ -89,13 +89,14 @@ func BenchmarkWhatIf(b *testing.B) {
 	}
 	for _, name := range gpu.PolicyNames() {
 		b.Run("place/"+name, func(b *testing.B) {
-			policy, err := c.newPolicy(gpu.PolicyType(name))
+			fleet := c.newFleet()
+			policy, err := c.newPolicy(gpu.PolicyType(name), fleet)
 			if err != nil {
 				b.Fatal(err)
 			}
 			b.ReportAllocs()
 			for b.Loop() {
-				if r := c.run(name, policy); r.Summary.Placed == 0 {
+				if r := c.run(name, policy, fleet); r.Summary.Placed == 0 {
 					b.Fatal("nothing placed")
 				}
 			}

@@ -18,14 +18,36 @@ const maxNodeScore = 100
 // workload's typical pods (gpu.TypicalPods, cut once), fixed
 // (gpu.StaticShapes), as the simulator registers GPUPlacement
 // (gpuplacement.NewWithShapes) and as gpuview measures fragmentation.
-func (c *cluster) newPolicy(t gpu.PolicyType) (*gpu.Policy, error) {
-	return gpu.NewWorkloadPolicy(t, c.typical, c.fleet)
+func (c *cluster) newPolicy(t gpu.PolicyType, fleet *runFleet) (*gpu.Policy, error) {
+	return gpu.NewWorkloadPolicy(t, c.typical, fleet)
 }
+
+// runFleet is a run's fleet (gpu.FleetRoom): the cluster's GPUs by model,
+// and the free room of the run's own views, which its placements change as
+// a scheduler's change its ledger's, so that a policy's pressure on models
+// follows them as it does in the scheduler and the simulator. run starts
+// its room afresh.
+type runFleet struct {
+	gpu.Fleet
+	room *gpu.RoomCount
+}
+
+// RoomByModel implements gpu.FleetRoom.
+func (f *runFleet) RoomByModel() *gpu.FreeRoom {
+	if f.room == nil {
+		return nil
+	}
+	return f.room.RoomByModel()
+}
+
+// newFleet is a fleet for runs on the cluster.
+func (c *cluster) newFleet() *runFleet { return &runFleet{Fleet: c.fleet} }
 
 // placer is one policy's run over a copy of the cluster's nodes.
 type placer struct {
 	c      *cluster
 	policy *gpu.Policy
+	fleet  *runFleet
 	// hostAware: the policy weighs CPU and memory (gpu.PolicyInfo.HostAware).
 	hostAware bool
 	nodes     []nodeState
@@ -37,10 +59,16 @@ type placer struct {
 	gpuRejected map[gpu.Reasons]int
 }
 
-// run places the new pods one at a time with the policy.
-func (c *cluster) run(name string, policy *gpu.Policy) Result {
-	p := &placer{c: c, policy: policy, hostAware: policy.Info().HostAware, nodes: slices.Clone(c.nodes),
+// run places the new pods one at a time with the policy, built on fleet.
+func (c *cluster) run(name string, policy *gpu.Policy, fleet *runFleet) Result {
+	p := &placer{c: c, policy: policy, fleet: fleet, hostAware: policy.Info().HostAware, nodes: slices.Clone(c.nodes),
 		rejected: map[string]int{}, gpuRejected: map[gpu.Reasons]int{}}
+	views := make([]*gpu.NodeGPUs, len(p.nodes))
+	for i := range p.nodes {
+		views[i] = p.nodes[i].view
+	}
+	fleet.room = new(gpu.RoomCount)
+	fleet.room.Add(gpu.RoomOfViews(nil, views, nil))
 	out := Result{Policy: name, Type: policy.Type(), Placements: make([]Placement, 0, len(c.newPods))}
 	out.Summary.CapacityMilli = c.capacityMilli
 	out.Summary.AllocatedMilliBefore, out.Summary.FragmentedMilliBefore = p.measure()
@@ -128,7 +156,9 @@ func (p *placer) place(np *newPod) Placement {
 			return Placement{Pod: np.name, Reason: fit.Reasons.String(), NotModeled: np.notModeled}
 		}
 		a := gpu.NewAssignment(n.view, d, chosen)
-		n.view = n.view.With(&a)
+		next := n.view.With(&a)
+		p.fleet.room.Replace(n.view, next)
+		n.view = next
 		out.Assignment, out.GPUs = &a, a.Devices
 	}
 	n.used = n.used.add(&np.requests)

@@ -172,11 +172,12 @@ func Run(in Input, opts Options) ([]Result, error) {
 	}
 	out := make([]Result, 0, len(policies))
 	for _, p := range policies {
-		policy, err := c.newPolicy(p.typ)
+		fleet := c.newFleet()
+		policy, err := c.newPolicy(p.typ, fleet)
 		if err != nil {
 			return nil, fmt.Errorf("policy %s: %w", p.name, err)
 		}
-		out = append(out, c.run(p.name, policy))
+		out = append(out, c.run(p.name, policy, fleet))
 	}
 	return out, nil
 }

@@ -83,8 +83,11 @@ type draReader struct {
 	src     gpu.DRASource
 	// inventories maps a node name to its last *memoInventory.
 	inventories sync.Map
-	// last is the last listing's grouping (see published).
-	last atomic.Pointer[publishedGPUs]
+	// last is the last listing's grouping (see published), and lastCycle
+	// the last cycle read (nil when it found no GPUs of the driver), whose
+	// room draFleet counts.
+	last      atomic.Pointer[publishedGPUs]
+	lastCycle atomic.Pointer[draCycle]
 	// classes maps "node/class" to the node's last *classDevices.
 	classes sync.Map
 	// selections maps an askSelector's key to its last *selectionSet
@@ -149,6 +152,7 @@ func newDRAReader(args config.DRA, h fwk.Handle) *draReader {
 // driver (and, withHeld, no claim holds GPUs of the driver on any node), so
 // that clusters without them pay one listing (two withHeld) per GPU pod.
 func (r *draReader) read(ctx context.Context, withHeld bool) (*draCycle, error) {
+	r.lastCycle.Store(nil) // until this cycle is read whole
 	all, err := r.manager.ResourceSlices().ListWithDeviceTaintRules()
 	if err != nil {
 		return nil, fmt.Errorf("listing ResourceSlices: %w", err)
@@ -171,6 +175,7 @@ func (r *draReader) read(ctx context.Context, withHeld bool) (*draCycle, error) 
 	if resolver := r.manager.DeviceClassResolver(); resolver != nil {
 		cycle.gpuMapped = resolver.GetDeviceClass(gpu.ResourceGPU) != nil
 	}
+	r.lastCycle.Store(cycle)
 	return cycle, nil
 }
 

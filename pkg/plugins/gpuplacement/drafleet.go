@@ -18,9 +18,10 @@ import (
 // node, GPU Feature Discovery labels DRA nodes too) are the same GPUs, and
 // GPUPlacement leaves them to DRA.
 type draFleet struct {
-	ledger *gpu.Ledger
-	dra    *draReader
-	last   atomic.Pointer[fleetCount]
+	ledger   *gpu.Ledger
+	dra      *draReader
+	last     atomic.Pointer[fleetCount]
+	lastRoom atomic.Pointer[roomSum]
 }
 
 // fleetCount is a census and what it was summed from.
@@ -75,4 +76,40 @@ func (f *draFleet) sum(own gpu.ModelGPUs, pub *publishedGPUs) gpu.ModelGPUs {
 
 func sameSlice(a, b gpu.ModelGPUs) bool {
 	return len(a) == len(b) && unsafe.SliceData(a) == unsafe.SliceData(b)
+}
+
+// RoomByModel implements gpu.FleetRoom: the free room of the ledger's
+// views without the nodes that publish GPUs of the driver, plus the free
+// room of those nodes' GPUs with what DRA's claims hold of them in the last
+// cycle read (in flight included). It is summed again when either changes,
+// and the same *gpu.FreeRoom handed out while the sum stays the same.
+func (f *draFleet) RoomByModel() *gpu.FreeRoom {
+	own := f.ledger.RoomByModel()
+	cycle := f.dra.lastCycle.Load()
+	if cycle == nil || len(cycle.nodes) == 0 {
+		return own
+	}
+	last := f.lastRoom.Load()
+	if last != nil && last.own == own && last.cycle == cycle {
+		return last.sum
+	}
+	add := make([]*gpu.NodeGPUs, 0, len(cycle.nodes))
+	drop := make([]*gpu.NodeGPUs, 0, len(cycle.nodes))
+	for node, inv := range cycle.nodes {
+		add = append(add, cycle.viewOf(node, inv))
+		drop = append(drop, f.ledger.RoomView(node))
+	}
+	sum := gpu.RoomOfViews(own, add, drop)
+	if last != nil && last.sum.Equal(sum) {
+		sum = last.sum
+	}
+	f.lastRoom.Store(&roomSum{own: own, cycle: cycle, sum: sum})
+	return sum
+}
+
+// roomSum is a room draFleet summed and what it summed.
+type roomSum struct {
+	own   *gpu.FreeRoom
+	cycle *draCycle
+	sum   *gpu.FreeRoom
 }

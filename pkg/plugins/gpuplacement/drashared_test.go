@@ -153,6 +153,18 @@ func TestDRAFleet(t *testing.T) {
 	if again := fleet.GPUsByModel(); unsafe.SliceData(again) != unsafe.SliceData(first) {
 		t.Errorf("a new listing of the same GPUs gave a new census %v", again)
 	}
+	// The room: the T4s the ledger reads, and the DRA GPUs with nothing
+	// allocated; node a's A100s count once, by its slices, not also as the
+	// ledger read them from its labels (4000 if they did).
+	room := fleet.(gpu.FleetRoom).RoomByModel()
+	for model, want := range map[string]int64{"Tesla-T4": 4000, "NVIDIA-A100-SXM4-80GB": 2000, "NVIDIA-H100-80GB-HBM3": 2000} {
+		if got := room.Of(model); got != want {
+			t.Errorf("room of %s: %d, want %d", model, got, want)
+		}
+	}
+	if r.read(context.Background(), false); fleet.(gpu.FleetRoom).RoomByModel() != room {
+		t.Errorf("the room was handed out anew although it did not change")
+	}
 	if fleetOf(ledger, nil) != gpu.Fleet(ledger) {
 		t.Errorf("without DRA the fleet is not the ledger")
 	}
