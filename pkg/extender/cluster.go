@@ -250,15 +250,16 @@ func (c *Cluster) onNodeDelete(obj any) {
 		return
 	}
 	c.reservations.Remove(node.Name)
-	if gone := c.onNodeGone.Load(); gone != nil {
-		(*gone)(node.Name)
-	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	next := c.copyState(node.Name)
 	next.Node, next.capacity = nil, capacity{}
 	c.store(node.Name, next)
 	c.nodeChanges.Add(1)
+	c.mu.Unlock()
+	// After the node left the view, so that no request reads it back in.
+	if gone := c.onNodeGone.Load(); gone != nil {
+		(*gone)(node.Name)
+	}
 }
 
 // putPod adds pod to its node, replacing the version with the same UID.

@@ -76,8 +76,8 @@ func (p fragFit) Score(n *NodeGPUs, d *Demand, h Host, chosen DeviceSet) int64 {
 
 // pressure is the mean pressure of the models of the GPUs d takes
 // (sharePrices.pressure: the share of a class's limited typical items that
-// would find it full), 0 where no typical pod is limited to models or the
-// fleet is not known. A pod that takes d.TotalMilli() of such GPUs strands
+// would find it full, while the class is charged: pressedBy), 0 where no
+// typical pod is limited to models or the fleet is not known. A pod that takes d.TotalMilli() of such GPUs strands
 // pressure × that much for the model-limited pods: Score counts it in the
 // fragment after the placement.
 func (p fragFit) pressure(n *NodeGPUs, d *Demand, chosen DeviceSet) float64 {

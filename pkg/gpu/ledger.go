@@ -46,15 +46,17 @@ type Ledger struct {
 	// with other GPUs. Guarded by mu.
 	doubtful map[types.UID][]Assignment
 	// views maps a node name to its last computed *cachedView. Entries are
-	// immutable and replaced under mu, through store.
+	// immutable and replaced under mu, through store (or deleted by
+	// RemoveNode).
 	views sync.Map
 	// front holds current entries of views by the address of their Node
 	// object (frontSlot), so that the read every Filter and Score makes per
 	// node costs one atomic load instead of hashing the node's name: at
 	// 5000 nodes the name lookups were a fifth of the scheduler's CPU spent
 	// on GPU pods beyond plain ones. It is direct-mapped: a node whose slot
-	// another node took is read from views. Written only by store, under
-	// mu; every entry in it is its node's current entry in views. Nil until
+	// another node took is read from views. Written only by store and
+	// RemoveNode, under mu; every entry in it is its node's current entry
+	// in views. Nil until
 	// views holds a second node, so that a ledger built for one node's view
 	// allocates none.
 	front atomic.Pointer[frontCache]
@@ -72,6 +74,11 @@ type Ledger struct {
 	census      atomic.Pointer[ModelGPUs]
 	// room sums the free milli-GPU of the views by model (RoomByModel).
 	room RoomCount
+	// removed maps the name of each node RemoveNode forgot to the UID of
+	// its Node object: reads of that object (a front end's snapshot may
+	// hold it a while longer) are answered without counting it again.
+	// Guarded by mu.
+	removed map[string]types.UID
 	// taken maps the ID of each reservation a pod in flight or bound took
 	// (AssumeReserved) to that pod: the reservation's GPUs count once, as
 	// the pod's. Guarded by mu.
@@ -131,7 +138,7 @@ func (l *Ledger) store(name string, c *cachedView) {
 		prevInv = prev.inv
 	}
 	l.recount(prevInv, c.inv)
-	c.room = l.roomView(c)
+	c.room = l.countedView(c)
 	var prevRoom *NodeGPUs
 	if prev != nil {
 		prevRoom = prev.room
@@ -172,7 +179,7 @@ type cachedView struct {
 	// Assume and Forget on the node marks its view stale, so a view in use
 	// was computed after the node's current assumptions were made.
 	held []types.UID
-	// room is what the ledger's room counts of the node (roomView). Set by
+	// room is what the ledger's room counts of the node (countedView). Set by
 	// store.
 	room *NodeGPUs
 }
@@ -218,6 +225,10 @@ func (l *Ledger) Node(node *v1.Node, generation int64, pods iter.Seq[*v1.Pod]) *
 			next.expires = r.Expires
 		}
 	}
+	if uid, gone := l.removed[node.Name]; gone && uid == node.UID {
+		return next.view // removed: read, not counted again
+	}
+	delete(l.removed, node.Name) // a new Node object of the name
 	l.store(node.Name, next)
 	if l.onConflicts != nil {
 		if key := strings.Join(next.view.Conflicts, "\n"); key != l.reported[node.Name] {
@@ -316,7 +327,7 @@ func (l *Ledger) compute(name string, inv *Inventory, invErr error, pods iter.Se
 		a, counted := AssignmentOf(pod)
 		if counted && a.Node == name {
 			if old, ok := l.assumed[pod.UID]; ok && old.Node != name {
-				defer l.markStale(old.Node) // its room no longer counts the pod
+				defer l.refreshRoom(old.Node) // its room no longer counts the pod
 			}
 			l.done(pod.UID) // bound with its annotation: the assumption is done
 			l.endDoubts(pod.UID)
@@ -461,10 +472,13 @@ func (l *Ledger) AssumeReserved(uid types.UID, a Assignment, id string) error {
 		return fmt.Errorf("node %s holds no reservation %s", a.Node, id)
 	}
 	free := c.view.Without(&c.view.Reserved[i].Assignment)
+	// Taken first, so that the room the assumption's store counts
+	// (countedView) knows the pod's GPUs are the reservation's.
+	l.taken[id] = taker{uid: uid, node: a.Node}
 	if err := l.assumeLocked(uid, a, free); err != nil {
+		delete(l.taken, id)
 		return err
 	}
-	l.taken[id] = taker{uid: uid, node: a.Node}
 	return nil
 }
 
@@ -575,36 +589,6 @@ func (l *Ledger) markStale(node string) {
 	}
 }
 
-// roomView is the node's view as the ledger's room counts it: with every
-// assumption on the node that the view was not computed from, so that a
-// pod counts from the moment it is assumed, whether or not the front end
-// reads the node again before its next pod (kube-scheduler filters a node
-// out before GPUPlacement reads it when another plugin rejects it). A pod
-// that takes a reservation (AssumeReserved) adds nothing: the view counts
-// the reservation's GPUs as used already. Until the node is read again, an
-// assumption the view was computed from keeps counting after Forget, and a
-// pod in doubt (Doubt) does not count. Callers hold l.mu.
-func (l *Ledger) roomView(c *cachedView) *NodeGPUs {
-	if c.inv == nil || len(l.assumed) == 0 {
-		return c.view
-	}
-	var out *NodeGPUs
-	for uid, a := range l.assumed {
-		if a.Node != c.view.Name || slices.Contains(c.held, uid) || l.takesReservation(uid) {
-			continue
-		}
-		if out == nil {
-			out = c.view.clone()
-		}
-		out.add(&a)
-	}
-	if out == nil {
-		return c.view
-	}
-	out.summarize()
-	return out
-}
-
 // checkFree reports whether every GPU of a exists on the node and has room for it.
 func checkFree(n *NodeGPUs, a *Assignment) error {
 	for _, index := range a.Devices {
@@ -619,15 +603,4 @@ func checkFree(n *NodeGPUs, a *Assignment) error {
 		}
 	}
 	return nil
-}
-
-// takesReservation reports whether the pod took a reservation
-// (AssumeReserved). Callers hold l.mu.
-func (l *Ledger) takesReservation(uid types.UID) bool {
-	for _, t := range l.taken {
-		if t.uid == uid {
-			return true
-		}
-	}
-	return false
 }

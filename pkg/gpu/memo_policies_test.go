@@ -5,7 +5,8 @@ import "testing"
 // TestViewMemoKeepsEachPolicysAnswers: policies asking about one view with
 // the same demand ID (each interns its own) keep each its own answer, as
 // the simulator's environment asks with its score columns' policies beside
-// the scheduler's; another census, or other prices, drops them all.
+// the scheduler's; another census drops them all, other prices only the
+// policy's own.
 func TestViewMemoKeepsEachPolicysAnswers(t *testing.T) {
 	a, b := &Policy{}, &Policy{}
 	typical := []TypicalPod{{Demand: Demand{Count: 1, Milli: 1000}, Weight: 1}}

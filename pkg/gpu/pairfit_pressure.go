@@ -19,10 +19,12 @@ import (
 //	pressure_c = max(0, 1 − C_c / (D_c + U × C_c / C))
 //
 // 0 for a class with room to spare. PairFit charges it on every
-// milli-GPU a pod takes of the class (docs/policies.md, PairFit, Models).
+// milli-GPU a pod takes of the class while the class is charged
+// (pressedBy; docs/policies.md, PairFit, Models).
 //
 // reserve_c is D_c's share of all the items' milli-GPU: of the pods still
-// to come, the share that only class c may take (pressedBy).
+// to come, the share that class c must take, each limited kind spread
+// over the classes it may use in proportion to their GPUs (pressedBy).
 func lpPressure(kinds []packinglp.Kind, counts, gpus []int64) (pressure, reserve []float64) {
 	need := make([]float64, len(gpus))
 	var unlimited, total float64
@@ -65,7 +67,8 @@ func lpPressure(kinds []packinglp.Kind, counts, gpus []int64) (pressure, reserve
 // class's free room must hold for its pressure to be lifted. The free room
 // counts fragments and GPUs behind used-up CPU that a limited pod cannot
 // use, and the pods to come are a sample, not their mean: on the two
-// variants the rule was tuned on, 1 was too little, 2 to 4 did within 0.15
+// variants the rule was tuned on, 1 lost 1.3 points on the one whose
+// limited pods ask for whole GPUs on 8-GPU nodes, 2 to 4 did within 0.15
 // points of each other and 3 best on both (docs/policies.md, PairFit,
 // Models).
 const reserveMargin = 3
@@ -131,8 +134,9 @@ type pressedState struct {
 }
 
 // pressedPrices is base with the pressure the fleet's free room calls for
-// (pressedBy), or base itself when no class has a pressure or the fleet
-// does not know its room (FleetRoom). It hands out the same *sharePrices
+// (pressedBy), or base itself when no class has a pressure, the fleet does
+// not know its room (FleetRoom) or the classes are too many to tell
+// (pressedBy's ok). It hands out the same *sharePrices
 // while base and the pressed classes stay the same.
 func (c *priceCache) pressedPrices(base *sharePrices) *sharePrices {
 	if !slices.ContainsFunc(base.pressure, func(p float64) bool { return p > 0 }) {

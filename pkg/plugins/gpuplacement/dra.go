@@ -84,8 +84,9 @@ type draReader struct {
 	// inventories maps a node name to its last *memoInventory.
 	inventories sync.Map
 	// last is the last listing's grouping (see published), and lastCycle
-	// the last cycle read (nil when it found no GPUs of the driver), whose
-	// room draFleet counts.
+	// the last cycle read whole, whose room draFleet counts: nil before
+	// the first and once a read finds no GPUs of the driver; a read that
+	// fails leaves the one before.
 	last      atomic.Pointer[publishedGPUs]
 	lastCycle atomic.Pointer[draCycle]
 	// classes maps "node/class" to the node's last *classDevices.
@@ -152,7 +153,6 @@ func newDRAReader(args config.DRA, h fwk.Handle) *draReader {
 // driver (and, withHeld, no claim holds GPUs of the driver on any node), so
 // that clusters without them pay one listing (two withHeld) per GPU pod.
 func (r *draReader) read(ctx context.Context, withHeld bool) (*draCycle, error) {
-	r.lastCycle.Store(nil) // until this cycle is read whole
 	all, err := r.manager.ResourceSlices().ListWithDeviceTaintRules()
 	if err != nil {
 		return nil, fmt.Errorf("listing ResourceSlices: %w", err)
@@ -165,6 +165,7 @@ func (r *draReader) read(ctx context.Context, withHeld bool) (*draCycle, error) 
 		}
 	}
 	if len(pub.nodes) == 0 && held.Len() == 0 {
+		r.lastCycle.Store(nil)
 		return nil, nil
 	}
 	cycle := &draCycle{nodes: pub.nodes, devices: pub.devices, onNode: pub.onNode, nonLocalSlices: pub.nonLocalSlices, slices: all, held: held,

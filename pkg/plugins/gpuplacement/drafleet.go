@@ -82,29 +82,33 @@ func sameSlice(a, b gpu.ModelGPUs) bool {
 // views without the nodes that publish GPUs of the driver, plus the free
 // room of those nodes' GPUs with what DRA's claims hold of them in the last
 // cycle read (in flight included). It is summed again when either changes,
-// and the same *gpu.FreeRoom handed out while the sum stays the same.
+// and the same *gpu.FreeRoom handed out while the sum stays the same, also
+// when goroutines race to sum a change.
 func (f *draFleet) RoomByModel() *gpu.FreeRoom {
-	own := f.ledger.RoomByModel()
-	cycle := f.dra.lastCycle.Load()
-	if cycle == nil || len(cycle.nodes) == 0 {
-		return own
+	for {
+		own := f.ledger.RoomByModel()
+		cycle := f.dra.lastCycle.Load()
+		if cycle == nil || len(cycle.nodes) == 0 {
+			return own
+		}
+		last := f.lastRoom.Load()
+		if last != nil && last.own == own && last.cycle == cycle {
+			return last.sum
+		}
+		add := make([]*gpu.NodeGPUs, 0, len(cycle.nodes))
+		drop := make([]*gpu.NodeGPUs, 0, len(cycle.nodes))
+		for node, inv := range cycle.nodes {
+			add = append(add, cycle.viewOf(node, inv))
+			drop = append(drop, f.ledger.RoomView(node))
+		}
+		sum := gpu.RoomOfViews(own, add, drop)
+		if last != nil && last.sum.Equal(sum) {
+			sum = last.sum
+		}
+		if f.lastRoom.CompareAndSwap(last, &roomSum{own: own, cycle: cycle, sum: sum}) {
+			return sum
+		}
 	}
-	last := f.lastRoom.Load()
-	if last != nil && last.own == own && last.cycle == cycle {
-		return last.sum
-	}
-	add := make([]*gpu.NodeGPUs, 0, len(cycle.nodes))
-	drop := make([]*gpu.NodeGPUs, 0, len(cycle.nodes))
-	for node, inv := range cycle.nodes {
-		add = append(add, cycle.viewOf(node, inv))
-		drop = append(drop, f.ledger.RoomView(node))
-	}
-	sum := gpu.RoomOfViews(own, add, drop)
-	if last != nil && last.sum.Equal(sum) {
-		sum = last.sum
-	}
-	f.lastRoom.Store(&roomSum{own: own, cycle: cycle, sum: sum})
-	return sum
 }
 
 // roomSum is a room draFleet summed and what it summed.

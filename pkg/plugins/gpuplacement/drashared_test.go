@@ -162,7 +162,10 @@ func TestDRAFleet(t *testing.T) {
 			t.Errorf("room of %s: %d, want %d", model, got, want)
 		}
 	}
-	if r.read(context.Background(), false); fleet.(gpu.FleetRoom).RoomByModel() != room {
+	if _, err := r.read(context.Background(), false); err != nil {
+		t.Fatal(err)
+	}
+	if fleet.(gpu.FleetRoom).RoomByModel() != room {
 		t.Errorf("the room was handed out anew although it did not change")
 	}
 	if fleetOf(ledger, nil) != gpu.Fleet(ledger) {
