@@ -18,6 +18,9 @@
 //     the one record of which GPUs a pod was given;
 //   - ledger (ledger.go): per-GPU allocation on every node, rebuilt from the
 //     assignments of bound pods, plus pods assumed in flight;
+//   - fleet and room (fleet.go, room.go, ledger_room.go): the cluster's GPUs
+//     and their free room by model, from which PairFit prices the models
+//     that model-limited pods need;
 //   - fit (fit.go): whether a demand fits a node, on which GPUs, and if not,
 //     why (one Reason per cause);
 //   - policies (policy.go): how a node is scored and its GPUs chosen;

@@ -263,12 +263,19 @@ func (l *Ledger) NodeInFlight(node *v1.Node, generation int64, pods iter.Seq[*v1
 // was not computed from, or the view itself when there are none. Callers
 // hold l.mu.
 func (l *Ledger) withUnheld(c *cachedView) *NodeGPUs {
-	if c.inv == nil {
+	return l.withAssumed(c, func(uid types.UID) bool { return l.assumedAt[uid] >= c.generation })
+}
+
+// withAssumed returns c's view with the assumptions on its node of pods
+// it was not computed from that counts says count, or the view itself
+// when there are none. Callers hold l.mu.
+func (l *Ledger) withAssumed(c *cachedView, counts func(types.UID) bool) *NodeGPUs {
+	if c.inv == nil || len(l.assumed) == 0 {
 		return c.view
 	}
 	var out *NodeGPUs
 	for uid, a := range l.assumed {
-		if a.Node != c.view.Name || l.assumedAt[uid] < c.generation || slices.Contains(c.held, uid) {
+		if a.Node != c.view.Name || slices.Contains(c.held, uid) || !counts(uid) {
 			continue
 		}
 		if out == nil {

@@ -1,10 +1,6 @@
 package gpu
 
-import (
-	"slices"
-
-	"k8s.io/apimachinery/pkg/types"
-)
+import "k8s.io/apimachinery/pkg/types"
 
 // RoomByModel implements FleetRoom: the free room of the views the ledger
 // holds (countedView: a pod counts from the moment it is assumed), of the
@@ -57,24 +53,7 @@ func (l *Ledger) RoomView(node string) *NodeGPUs {
 // assumption the view was computed from keeps counting after Forget, and a
 // pod in doubt (Doubt) does not count. Callers hold l.mu.
 func (l *Ledger) countedView(c *cachedView) *NodeGPUs {
-	if c.inv == nil || len(l.assumed) == 0 {
-		return c.view
-	}
-	var out *NodeGPUs
-	for uid, a := range l.assumed {
-		if a.Node != c.view.Name || slices.Contains(c.held, uid) || l.takesReservation(uid) {
-			continue
-		}
-		if out == nil {
-			out = c.view.clone()
-		}
-		out.add(&a)
-	}
-	if out == nil {
-		return c.view
-	}
-	out.summarize()
-	return out
+	return l.withAssumed(c, func(uid types.UID) bool { return !l.takesReservation(uid) })
 }
 
 // refreshRoom counts the node's room again (countedView) after an assumption
