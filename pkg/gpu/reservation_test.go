@@ -135,6 +135,11 @@ func TestLedgerHoldsReservations(t *testing.T) {
 	if err := l.AssumeReserved("new", a, forRS.ID); err != nil {
 		t.Fatal(err)
 	}
+	// The ledger's free room counts the share once too, at once: GPU 1's
+	// 1000 − 250 (500 if the pod counted beside its reservation).
+	if got := l.RoomByModel().Of("A100"); got != 750 {
+		t.Errorf("assumed on its reservation: A100 room %d, want 750", got)
+	}
 	cache.put(gt.MakeGPUPod("new").UID("new").Node("n").Obj())
 	if got := usedMilli(cache.view(l, node)); got[1] != 250 {
 		t.Fatalf("assumed on its reservation: GPU 1 used %d, want 250", got[1])
