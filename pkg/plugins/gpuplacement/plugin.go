@@ -133,10 +133,7 @@ func newPlugin(ctx context.Context, obj runtime.Object, h fwk.Handle, shapes gpu
 	if err := p.forgetDeletedPods(); err != nil {
 		return nil, err
 	}
-	if err := p.forgetDeletedNodes(); err != nil {
-		return nil, err
-	}
-	if err := p.followReservations(); err != nil {
+	if err := p.followNodes(); err != nil {
 		return nil, err
 	}
 	p.background, p.stop = context.WithCancel(ctx)
@@ -168,30 +165,6 @@ func (p *GPUPlacement) forgetDeletedPods() error {
 	})
 	if err != nil {
 		return fmt.Errorf("%s: watching pod deletions: %w", Name, err)
-	}
-	return nil
-}
-
-// forgetDeletedNodes removes a node deleted from the cluster from the
-// ledger, so that its GPUs leave the census and its free room the room the
-// policy's pressure on models follows (gpu.Ledger.RemoveNode).
-func (p *GPUPlacement) forgetDeletedNodes() error {
-	factory := p.handle.SharedInformerFactory()
-	if factory == nil {
-		return nil
-	}
-	_, err := factory.Core().V1().Nodes().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		DeleteFunc: func(obj any) {
-			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = tomb.Obj
-			}
-			if node, ok := obj.(*v1.Node); ok {
-				p.ledger.RemoveNode(node.Name)
-			}
-		},
-	})
-	if err != nil {
-		return fmt.Errorf("%s: watching node deletions: %w", Name, err)
 	}
 	return nil
 }

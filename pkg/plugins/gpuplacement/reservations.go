@@ -9,10 +9,13 @@ import (
 	"github.com/gpusched/gpusched/pkg/gpu"
 )
 
-// followReservations keeps p.reservations from the node informer. A
-// handle without an informer factory (the plugin's unit tests, which add
-// reservations to the index themselves) has none to follow.
-func (p *GPUPlacement) followReservations() error {
+// followNodes keeps p.reservations from the node informer, and removes a
+// deleted node from the ledger, so that its GPUs leave the census and its
+// free room the room the policy's pressure on models follows
+// (gpu.Ledger.RemoveNode). A handle without an informer factory (the
+// plugin's unit tests, which add reservations to the index themselves)
+// has none to follow.
+func (p *GPUPlacement) followNodes() error {
 	factory := p.handle.SharedInformerFactory()
 	if factory == nil {
 		return nil
@@ -31,11 +34,12 @@ func (p *GPUPlacement) followReservations() error {
 			}
 			if node, ok := obj.(*v1.Node); ok {
 				p.reservations.Remove(node.Name)
+				p.ledger.RemoveNode(node.Name)
 			}
 		},
 	})
 	if err != nil {
-		return fmt.Errorf("%s: watching node reservations: %w", Name, err)
+		return fmt.Errorf("%s: watching nodes: %w", Name, err)
 	}
 	return nil
 }
