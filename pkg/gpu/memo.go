@@ -1,6 +1,7 @@
 package gpu
 
 import (
+	"math/bits"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -61,13 +62,15 @@ func (p *Policy) placeAndScore(n *NodeGPUs, req *Request) (DeviceSet, Fit, int64
 type viewMemo struct {
 	mu  sync.Mutex
 	key memoKey
-	// byPolicy holds each policy's answers, by the policy's demand IDs,
-	// oldest first, at most maxMemoPolicies. A scheduler asks with one
-	// policy; the simulator's environment and the plugin's score features
-	// ask with a few more. Policies measuring against other typical pods
-	// or another census drop each other's answers (typical and census are
-	// the view's); a policy whose prices changed drops only its own.
+	// byPolicy holds each policy's answers, oldest first, at most
+	// maxMemoPolicies. A scheduler asks with one policy, which the first
+	// entry holds without a second allocation; the simulator's environment
+	// and the plugin's score features ask with a few more. Policies
+	// measuring against other typical pods or another census drop each
+	// other's answers (typical and census are the view's); a policy whose
+	// prices changed drops only its own.
 	byPolicy []policyMemo
+	first    [1]policyMemo
 }
 
 // policyMemo is one policy's answers about a view, and the prices they
@@ -75,7 +78,7 @@ type viewMemo struct {
 type policyMemo struct {
 	policy  *Policy
 	priced  pricedBy
-	results map[demandID]memoEntry
+	answers memoTable
 }
 
 // pricedBy is what a priced strategy's answers on a node were measured
@@ -87,16 +90,87 @@ type pricedBy struct {
 	pressed uint64
 }
 
-// memoEntry is one remembered answer and the host it was asked with.
-type memoEntry struct {
-	host   Host
-	result memoResult
-}
-
+// memoResult is one remembered answer. Answers to requests that exclude
+// GPUs are never remembered, so a remembered Fit has no Excluded text and
+// the answer holds no pointer: a table of them costs the garbage
+// collector nothing to scan.
 type memoResult struct {
 	chosen DeviceSet
 	fit    Fit
 	score  int64
+}
+
+// memoSlot is a slot of a memoTable: one demand's answer and the host it
+// was asked with. id is the demand's ID plus one, 0 for an empty slot.
+type memoSlot struct {
+	id      uint32
+	reasons Reasons
+	chosen  DeviceSet
+	free    DeviceSet
+	score   int64
+	host    Host
+}
+
+// memoTable maps demand IDs to answers with open addressing in one flat
+// array of slots, so that a look-up, which a scheduler makes for every
+// node and pod, usually reads one slot: the answer is in the slot the
+// demand hashes to. (A Go map would read its header, a group's control
+// word and the slot, each a cache miss on a node not asked about lately.)
+// It grows to keep at most three slots in four used.
+type memoTable struct {
+	slots []memoSlot
+	used  int
+	shift uint8 // 32 − log2(len(slots)): a hash's top bits pick the slot
+}
+
+// slot is where id's answer is, or the empty slot where it would go; the
+// table must have room (len(slots) > used).
+func (t *memoTable) slot(id demandID) *memoSlot {
+	mask := uint32(len(t.slots) - 1)
+	// Fibonacci hashing spreads the consecutive IDs a policy interns.
+	for i := (uint32(id) * 0x9E3779B1) >> t.shift; ; i = (i + 1) & mask {
+		if s := &t.slots[i]; s.id == uint32(id)+1 || s.id == 0 {
+			return s
+		}
+	}
+}
+
+func (t *memoTable) get(id demandID, h Host) (memoResult, bool) {
+	if t.used == 0 {
+		return memoResult{}, false
+	}
+	s := t.slot(id)
+	if s.id == 0 || s.host != h {
+		return memoResult{}, false
+	}
+	return memoResult{chosen: s.chosen, fit: Fit{Free: s.free, Reasons: s.reasons}, score: s.score}, true
+}
+
+func (t *memoTable) put(id demandID, h Host, r memoResult) {
+	if (t.used+1)*4 > len(t.slots)*3 {
+		t.grow()
+	}
+	s := t.slot(id)
+	if s.id == 0 {
+		t.used++
+	}
+	*s = memoSlot{id: uint32(id) + 1, reasons: r.fit.Reasons, chosen: r.chosen, free: r.fit.Free, score: r.score, host: h}
+}
+
+func (t *memoTable) grow() {
+	old := t.slots
+	t.slots = make([]memoSlot, max(8, 2*len(old)))
+	t.shift = uint8(32 - bits.TrailingZeros(uint(len(t.slots))))
+	for i := range old {
+		if old[i].id != 0 {
+			*t.slot(demandID(old[i].id - 1)) = old[i]
+		}
+	}
+}
+
+func (t *memoTable) clear() {
+	clear(t.slots)
+	t.used = 0
 }
 
 // memoKey is what every answer of a view's memo was measured against: the
@@ -119,21 +193,20 @@ func (m *viewMemo) get(p *Policy, id demandID, h Host, key memoKey, priced price
 		return memoResult{}, false
 	}
 	for i := range m.byPolicy {
-		if m.byPolicy[i].policy == p {
-			if m.byPolicy[i].priced != priced {
+		if pm := &m.byPolicy[i]; pm.policy == p {
+			if pm.priced != priced {
 				return memoResult{}, false
 			}
-			e, ok := m.byPolicy[i].results[id]
-			if !ok || e.host != h {
-				return memoResult{}, false
-			}
-			return e.result, true
+			return pm.answers.get(id, h)
 		}
 	}
 	return memoResult{}, false
 }
 
 func (m *viewMemo) put(p *Policy, id demandID, h Host, key memoKey, priced pricedBy, r memoResult) {
+	if r.fit.Excluded != "" {
+		return // not an answer PlaceAndScore remembers; see memoResult
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if !m.key.same(key) {
@@ -144,18 +217,23 @@ func (m *viewMemo) put(p *Policy, id demandID, h Host, key memoKey, priced price
 		if pm := &m.byPolicy[i]; pm.policy == p {
 			if pm.priced != priced {
 				pm.priced = priced
-				clear(pm.results)
+				pm.answers.clear()
 			}
-			pm.results[id] = memoEntry{host: h, result: r}
+			pm.answers.put(id, h, r)
 			return
 		}
 	}
 	if len(m.byPolicy) == maxMemoPolicies {
 		// The oldest policy's answers give way.
 		copy(m.byPolicy, m.byPolicy[1:])
+		m.byPolicy[len(m.byPolicy)-1] = policyMemo{}
 		m.byPolicy = m.byPolicy[:len(m.byPolicy)-1]
 	}
-	m.byPolicy = append(m.byPolicy, policyMemo{policy: p, priced: priced, results: map[demandID]memoEntry{id: {host: h, result: r}}})
+	if m.byPolicy == nil {
+		m.byPolicy = m.first[:0]
+	}
+	m.byPolicy = append(m.byPolicy, policyMemo{policy: p, priced: priced})
+	m.byPolicy[len(m.byPolicy)-1].answers.put(id, h, r)
 }
 
 // maxMemoPolicies bounds the policies whose answers a view keeps, so that
