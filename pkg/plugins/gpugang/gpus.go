@@ -64,7 +64,7 @@ type gangDemands struct {
 	demands []gpu.Demand
 	// claims: a member takes GPUs through claims; shares: a member asks
 	// gpusched for a share of a GPU, which a DRA node never gives
-	// (GPUPlacement's filterDRA).
+	// (GPUPlacement's Filter on DRA nodes).
 	claims, shares bool
 	// pending is a member whose claims cannot be read yet, or nil.
 	pending *v1.Pod

@@ -17,7 +17,7 @@ import (
 //   - a node is added, or its GPU labels, annotations or allocatable change,
 //     and it could host the pod were all its GPUs free;
 //   - the pod's own GPU annotations change (a malformed value was fixed);
-//   - with DRA (draReader): a ResourceSlice changes (a node's GPUs come,
+//   - with DRA (dra.Reader): a ResourceSlice changes (a node's GPUs come,
 //     go or change owner), a ResourceClaim is deallocated or deleted (DRA
 //     GPUs free up), or a DeviceClass changes (nvidia.com/gpu is mapped to
 //     DRA or no longer). Registering DeviceClass events also keeps the

@@ -8,6 +8,7 @@ import (
 	"github.com/gpusched/gpusched/pkg/gpu"
 	"github.com/gpusched/gpusched/pkg/plugins/internal/gpuhealth"
 	"github.com/gpusched/gpusched/pkg/plugins/internal/gpuledger"
+	"github.com/gpusched/gpusched/pkg/plugins/internal/nodehost"
 )
 
 // Features describes nodes for the cycle's pod as an external policy sees
@@ -83,16 +84,7 @@ func (p *GPUPlacement) requests(state fwk.CycleState, nodes []fwk.NodeInfo, dema
 	reqs := make([]gpu.Request, len(nodes))
 	for i, ni := range nodes {
 		views[i] = p.nodeGPUs(ni)
-		reqs[i] = gpu.Request{Demand: demand, Host: nodeHost(maxima, ni), Exclude: exclude}
+		reqs[i] = gpu.Request{Demand: demand, Host: nodehost.Of(maxima, ni), Exclude: exclude}
 	}
 	return views, reqs, nil
-}
-
-// nodeHost is the node's free CPU and memory with the cluster's maxima.
-func nodeHost(maxima gpu.Host, ni fwk.NodeInfo) gpu.Host {
-	host := maxima
-	host.FreeMilliCPU = ni.GetAllocatable().GetMilliCPU() - ni.GetRequested().GetMilliCPU()
-	host.FreeMemoryMiB = (ni.GetAllocatable().GetMemory() - ni.GetRequested().GetMemory()) >> 20
-	host.Known = true
-	return host
 }

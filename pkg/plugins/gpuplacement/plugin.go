@@ -22,8 +22,10 @@ import (
 
 	"github.com/gpusched/gpusched/pkg/apis/config/load"
 	"github.com/gpusched/gpusched/pkg/gpu"
+	"github.com/gpusched/gpusched/pkg/plugins/gpuplacement/internal/dra"
 	"github.com/gpusched/gpusched/pkg/plugins/internal/gpuhealth"
 	"github.com/gpusched/gpusched/pkg/plugins/internal/gpuledger"
+	"github.com/gpusched/gpusched/pkg/plugins/internal/nodehost"
 	"github.com/gpusched/gpusched/pkg/plugins/internal/normalize"
 	"github.com/gpusched/gpusched/pkg/policyservice"
 )
@@ -33,6 +35,10 @@ const Name = "GPUPlacement"
 
 // stateKey is where PreFilter leaves the pod's demand in the CycleState.
 const stateKey fwk.StateKey = "PreFilter" + Name
+
+// ReasonAnnotationHolders is why a claim pod, or whole GPUs deferred to
+// DRA, wait for a node whose GPUs pods hold by gpusched's annotation.
+const ReasonAnnotationHolders = dra.ReasonAnnotationHolders
 
 // assignmentKey is where Reserve leaves the pod's assignment for PreBind.
 const assignmentKey fwk.StateKey = "Reserve" + Name
@@ -44,8 +50,9 @@ type GPUPlacement struct {
 	// fleet is the cluster's GPUs by model, as policy reads them.
 	fleet  gpu.Fleet
 	ledger *gpu.Ledger
-	// dra reads GPUs that a DRA driver publishes; nil without DRA (see newDRAReader).
-	dra *draReader
+	// dra is the plugin's half for GPUs that a DRA driver publishes; nil
+	// without DRA (see dra.NewPlacer).
+	dra *dra.Placer
 	// external is the policy service of the External scoring strategy; nil
 	// for the engine's policies (policy is then the fallback policy).
 	external *policyservice.Scorer
@@ -57,15 +64,8 @@ type GPUPlacement struct {
 	// bind plugin, read once the framework is complete (see bindsFirst).
 	bindOrder sync.Once
 	binds     bool
-	// draOrder guards ordersDRA: whether GPUDynamicResources follows this
-	// plugin at PreFilter, read once the framework is complete.
-	draOrder  sync.Once
-	ordersDRA bool
 	// lastMaxima is the last result of maxima.
 	lastMaxima atomic.Pointer[nodeMaxima]
-	// twiceReported maps a node name to the resourceVersion of it whose GPUs
-	// were reported as published both ways (reportPublishedTwice).
-	twiceReported sync.Map
 	// reportedNodes maps a node name to the resourceVersion whose invalid GPU
 	// inventory was last reported in an event (see reportInvalidInventory).
 	reportedNodes sync.Map
@@ -122,10 +122,11 @@ func newPlugin(ctx context.Context, obj runtime.Object, h fwk.Handle, shapes gpu
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", Name, err)
 	}
-	ledger, dra := gpu.NewLedger(), newDRAReader(args.DRA, h)
-	fleet := fleetOf(ledger, dra)
-	p := &GPUPlacement{handle: h, ledger: ledger, policy: policy.WithFleet(fleet), fleet: fleet, dra: dra, external: external,
+	ledger, reader := gpu.NewLedger(), dra.NewReader(args.DRA, h, Name)
+	fleet := dra.FleetOf(ledger, reader)
+	p := &GPUPlacement{handle: h, ledger: ledger, policy: policy.WithFleet(fleet), fleet: fleet, external: external,
 		settleAfter: cmp.Or(args.BindSettleAfter, gpu.DefaultBindSettleAfter)}
+	p.dra = dra.NewPlacer(reader, p.policy, h, p.clusterHost)
 	conflictLog := klog.FromContext(ctx)
 	p.ledger.ReportConflicts(func(node string, conflicts []string) {
 		conflictLog.Info(gpu.ConflictsMessage(conflicts), "node", node, "conflicts", conflicts)
@@ -187,7 +188,7 @@ func (s *podState) Clone() fwk.StateData { return s }
 
 // PreFilter hands the plugin's ledger to the cycle's other plugins
 // (gpuledger), reads the pod's GPU demand, and for a pod that asks for GPUs
-// the cycle's view of DRA (see draReader). A pod that asks for no GPU skips the
+// the cycle's view of DRA (see dra.Reader). A pod that asks for no GPU skips the
 // plugin. A malformed demand is UnschedulableAndUnresolvable with the engine's
 // message, which names the annotation, the value and what is allowed; it
 // reaches the user in the FailedScheduling event, and the pod is retried when
@@ -204,14 +205,14 @@ func (p *GPUPlacement) PreFilter(ctx context.Context, state fwk.CycleState, pod 
 		// A host-aware policy scores every pod with the node's GPUs, which
 		// on a DRA node are the DRA inventory and allocations.
 		scored, filtered := scoresWithoutGPUs(p.policy), false
-		if p.dra != nil && (scored || hasClaims(pod)) {
-			found, status := p.readDRA(ctx, state, false)
+		if p.dra != nil && (scored || dra.HasClaims(pod)) {
+			found, status := p.dra.Read(ctx, state, false)
 			if status != nil {
 				return nil, status
 			}
 			scored = scored || found
-			if found && hasClaims(pod) {
-				filtered = p.preFilterClaims(ctx, state, pod, nodes, &demand)
+			if found && dra.HasClaims(pod) {
+				filtered = p.dra.PreFilterClaims(ctx, state, pod, nodes, &demand)
 			}
 		}
 		p.observe(ctx, state, pod, demand)
@@ -227,12 +228,12 @@ func (p *GPUPlacement) PreFilter(ctx context.Context, state fwk.CycleState, pod 
 	s := &podState{demand: demand}
 	state.Write(stateKey, s)
 	if p.dra != nil {
-		found, status := p.readDRA(ctx, state, true)
+		found, status := p.dra.Read(ctx, state, true)
 		if status != nil {
 			return nil, status
 		}
 		if found {
-			p.chooseForDeferred(ctx, state, nodes, &demand)
+			p.dra.ChooseForDeferred(ctx, state, nodes, &demand)
 		}
 	}
 	if reserved := p.reservations.NodesFor(pod, &demand, p.ledger.HoldsReservation); reserved != nil {
@@ -261,7 +262,7 @@ func (p *GPUPlacement) TypicalPods() []gpu.TypicalPod {
 // not made yet is not observed: the window keeps a pod's first shape, and
 // its claims' is the one to keep.
 func (p *GPUPlacement) observe(ctx context.Context, state fwk.CycleState, pod *v1.Pod, demand gpu.Demand) {
-	if cycle := draCycleOf(state); cycle != nil && hasClaims(pod) {
+	if cycle := dra.CycleOf(state); cycle != nil && dra.HasClaims(pod) {
 		claims, pending := cycle.ClaimDemand(ctx, pod)
 		switch {
 		case pending:
@@ -272,20 +273,6 @@ func (p *GPUPlacement) observe(ctx context.Context, state fwk.CycleState, pod *v
 		}
 	}
 	p.policy.Observe(pod.UID, demand)
-}
-
-// readDRA leaves the cycle's view of DRA in the state; found is false when
-// no node publishes GPUs of the driver.
-func (p *GPUPlacement) readDRA(ctx context.Context, state fwk.CycleState, withHeld bool) (found bool, status *fwk.Status) {
-	cycle, err := p.dra.read(ctx, withHeld)
-	if err != nil {
-		return false, fwk.AsStatus(fmt.Errorf("%s: %w", Name, err))
-	}
-	if cycle == nil {
-		return false, nil
-	}
-	state.Write(draKey, cycle)
-	return true, nil
 }
 
 // PreFilterExtensions implements fwk.PreFilterPlugin. The plugin has none:
@@ -332,29 +319,23 @@ func podsOf(nodeInfo fwk.NodeInfo) iter.Seq[*v1.Pod] {
 // Filter checks that the node has GPUs for the demand. It returns one reason
 // per cause, UnschedulableAndUnresolvable when freeing GPUs on the node cannot
 // help (model, memory size, GPU count), else Unschedulable (preemption may help).
-// A node whose GPUs DRA allocates is decided by filterDRA.
+// A node whose GPUs DRA allocates is decided by the plugin's DRA half.
 func (p *GPUPlacement) Filter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeInfo fwk.NodeInfo) *fwk.Status {
 	s, status := podStateOf(state)
 	if status != nil {
 		return status
 	}
 	demand := &s.demand
-	if demand.IsZero() { // a pod with claims (preFilterClaims)
-		return p.filterClaims(ctx, state, nodeInfo)
+	if demand.IsZero() { // a pod with claims (dra.Placer.PreFilterClaims)
+		if p.dra == nil {
+			return nil
+		}
+		return p.dra.FilterClaims(ctx, state, nodeInfo)
 	}
-	if cycle, d := draNode(state, nodeInfo.Node().Name); d != nil {
-		if nodeInfo.GetAllocatable().GetScalarResources()[gpu.ResourceGPU] > 0 {
-			p.reportPublishedTwice(nodeInfo.Node())
-		}
-		if status := filterDRA(cycle, d, demand, nodeInfo); status != nil {
-			return status
-		}
-		if holdsByAnnotation(nodeInfo) { // deferred whole GPUs are DRA's too
-			return fwk.NewStatus(fwk.Unschedulable, ReasonAnnotationHolders)
-		}
-		return nil
+	if cycle, d := dra.NodeOf(state, nodeInfo.Node().Name); d != nil {
+		return p.dra.Filter(cycle, d, demand, nodeInfo)
 	}
-	if status := filterHeld(draCycleOf(state), nodeInfo.Node().Name); status != nil {
+	if status := dra.FilterHeld(dra.CycleOf(state), nodeInfo.Node().Name); status != nil {
 		return status
 	}
 	n, _ := p.reservedView(p.nodeGPUs(nodeInfo), pod, s)
@@ -398,7 +379,7 @@ func statusOf(fit gpu.Fit) *fwk.Status {
 
 // PreScore skips scoring for a pod without GPU demand, unless the policy
 // weighs CPU too (gpu.PolicyInfo.HostAware) or the pod's ResourceClaims may
-// take DRA GPUs (preScoreClaims prepares their prediction); for a
+// take DRA GPUs (the DRA half prepares their prediction); for a
 // host-aware policy it records the largest node capacities in the
 // snapshot, which the policy normalizes by. With the External strategy it
 // then asks the policy service to score the nodes (preScoreExternal).
@@ -407,20 +388,15 @@ func (p *GPUPlacement) PreScore(ctx context.Context, state fwk.CycleState, pod *
 	if err != nil {
 		return fwk.NewStatus(fwk.Skip)
 	}
-	if cycle := draCycleOf(state); cycle != nil {
-		switch demand := &data.(*podState).demand; {
-		case demand.IsZero() && hasClaims(pod):
-			p.preScoreClaims(ctx, state, pod, cycle)
-		case !demand.IsZero() && !demand.IsShare() && cycle.gpuMapped:
-			p.preScoreDeferred(ctx, state, pod, cycle, demand)
-		}
+	if cycle := dra.CycleOf(state); cycle != nil {
+		p.dra.PreScore(ctx, state, pod, cycle, &data.(*podState).demand)
 	}
 	if p.policy.Info().HostAware {
 		nodes, err := p.handle.SnapshotSharedLister().NodeInfos().List()
 		if err != nil {
 			return fwk.AsStatus(fmt.Errorf("%s: listing nodes: %w", Name, err))
 		}
-		state.Write(hostKey, &hostState{host: p.clusterHost(nodes, draCycleOf(state))})
+		state.Write(hostKey, &hostState{host: p.clusterHost(nodes, dra.CycleOf(state))})
 	}
 	if p.external != nil {
 		p.preScoreExternal(ctx, state, pod, feasible)
@@ -430,12 +406,10 @@ func (p *GPUPlacement) PreScore(ctx context.Context, state fwk.CycleState, pod *
 
 // clusterHost is the cluster's largest capacities as host-aware policies
 // normalize by: the nodes' maxima, with the GPUs DRA nodes publish.
-func (p *GPUPlacement) clusterHost(nodes []fwk.NodeInfo, cycle *draCycle) gpu.Host {
+func (p *GPUPlacement) clusterHost(nodes []fwk.NodeInfo, cycle *dra.Cycle) gpu.Host {
 	host := p.maxima(nodes)
 	if cycle != nil {
-		for _, d := range cycle.nodes {
-			host.MaxGPUs = max(host.MaxGPUs, d.Inventory.Len())
-		}
+		host.MaxGPUs = max(host.MaxGPUs, cycle.MaxGPUs())
 	}
 	return host
 }
@@ -484,10 +458,8 @@ func (s *hostState) Clone() fwk.StateData { return s }
 
 // Score is the policy's engine score for placing the pod on the node, in
 // 0..gpu.MaxScore; NormalizeScore rescales it. On a node whose GPUs DRA
-// allocates, it scores the GPUs DRA is predicted to take by the structured
-// allocator (scoreClaims): for the pod's own claims, or for deferred
-// nvidia.com/gpu the claim DynamicResources makes for it (first fit over
-// the node's GPUs when that cannot be predicted, scoreDRA).
+// allocates, the plugin's DRA half scores the devices the policy chose for
+// the pod's claims, or those DRA is predicted to take (dra.Placer.Score).
 func (p *GPUPlacement) Score(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeInfo fwk.NodeInfo) (int64, *fwk.Status) {
 	s, status := podStateOf(state)
 	if status != nil {
@@ -497,20 +469,8 @@ func (p *GPUPlacement) Score(ctx context.Context, state fwk.CycleState, pod *v1.
 	if ext := externalOf(state); ext != nil {
 		return ext.scores[nodeInfo.Node().Name], nil
 	}
-	if cycle, d := draNode(state, nodeInfo.Node().Name); d != nil {
-		view := cycle.viewOf(nodeInfo.Node().Name, d)
-		if choice := draChoiceOf(state); choice != nil {
-			if c, ok := choice.nodes[nodeInfo.Node().Name]; ok {
-				return p.policy.Score(view, &gpu.Request{Demand: &c.demand, Host: hostOf(state, nodeInfo)}, c.chosen), nil
-			}
-		}
-		if pred := claimPredictionOf(state); pred != nil {
-			return p.scoreClaims(ctx, state, pod, nodeInfo, demand, pred, d, view), nil
-		}
-		if demand.IsZero() {
-			return p.policy.Score(view, &gpu.Request{Demand: demand, Host: hostOf(state, nodeInfo)}, 0), nil
-		}
-		return p.scoreDRA(state, nodeInfo, demand, view), nil
+	if cycle, d := dra.NodeOf(state, nodeInfo.Node().Name); d != nil {
+		return p.dra.Score(ctx, state, pod, nodeInfo, cycle, d, demand, hostOf(state, nodeInfo)), nil
 	}
 	n, _ := p.reservedView(p.nodeGPUs(nodeInfo), pod, s)
 	req := requestOf(state, nodeInfo, demand)
@@ -534,7 +494,7 @@ func hostOf(state fwk.CycleState, nodeInfo fwk.NodeInfo) gpu.Host {
 	if data, err := state.Read(hostKey); err == nil {
 		maxima = data.(*hostState).host
 	}
-	return nodeHost(maxima, nodeInfo)
+	return nodehost.Of(maxima, nodeInfo)
 }
 
 // ScoreExtensions implements fwk.ScorePlugin.

@@ -5,6 +5,7 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/gpusched/gpusched/pkg/gpu"
+	"github.com/gpusched/gpusched/pkg/plugins/gpuplacement/internal/dra"
 	"github.com/gpusched/gpusched/pkg/plugins/internal/gpuhealth"
 	"github.com/gpusched/gpusched/pkg/plugins/internal/gpuledger"
 )
@@ -38,7 +39,7 @@ func (p *GPUPlacement) PreemptionView(state fwk.CycleState, nodeInfo fwk.NodeInf
 	if demand.IsZero() {
 		return nil, nil, false
 	}
-	if _, d := draNode(state, nodeInfo.Node().Name); d != nil {
+	if _, d := dra.NodeOf(state, nodeInfo.Node().Name); d != nil {
 		return nil, nil, false
 	}
 	return p.nodeGPUs(nodeInfo), &gpu.Request{Demand: demand, Exclude: gpuhealth.Read(state)}, true

@@ -15,6 +15,7 @@ import (
 	schedconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
 
 	"github.com/gpusched/gpusched/pkg/gpu"
+	"github.com/gpusched/gpusched/pkg/plugins/gpuplacement/internal/dra"
 )
 
 // assignmentState carries the pod's assignment from Reserve to PreBind.
@@ -37,8 +38,8 @@ func (p *GPUPlacement) Reserve(ctx context.Context, state fwk.CycleState, pod *v
 	if demand.IsZero() {
 		return nil // scored for its CPU only
 	}
-	if _, d := draNode(state, nodeName); d != nil {
-		return nil // deferred to DRA (filterDRA): DynamicResources reserves the devices
+	if _, d := dra.NodeOf(state, nodeName); d != nil {
+		return nil // deferred to DRA (dra.Placer.Filter): DynamicResources reserves the devices
 	}
 	nodeInfo, err := p.handle.SnapshotSharedLister().NodeInfos().Get(nodeName)
 	if err != nil {

@@ -1,4 +1,4 @@
-package gpuplacement
+package dra
 
 import (
 	"context"
@@ -51,7 +51,7 @@ func TestClaimDemand(t *testing.T) {
 	} {
 		m.claims[c.Name] = c
 	}
-	r := &draReader{manager: m, src: gpu.DRASource{Driver: gpu.DefaultDRADriver}, celCache: cel.NewCache(10, cel.Features{})}
+	r := &Reader{manager: m, src: gpu.DRASource{Driver: gpu.DefaultDRADriver}, celCache: cel.NewCache(10, cel.Features{})}
 	cycle, err := r.read(context.Background(), false)
 	if err != nil || cycle == nil {
 		t.Fatalf("read: %v, %v", cycle, err)
@@ -125,9 +125,9 @@ func (c claimsTracker) Get(_, name string) (*resourceapi.ResourceClaim, error) {
 func TestDRAFleet(t *testing.T) {
 	const a100, h100 = "NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3"
 	m := &modelsManager{slices: []*resourceapi.ResourceSlice{twoGPUSlice("a", a100), twoGPUSlice("b", h100)}}
-	r := &draReader{manager: m, src: gpu.DRASource{Driver: gpu.DefaultDRADriver}, celCache: cel.NewCache(10, cel.Features{})}
+	r := &Reader{manager: m, src: gpu.DRASource{Driver: gpu.DefaultDRADriver}, celCache: cel.NewCache(10, cel.Features{})}
 	ledger := gpu.NewLedger()
-	fleet := fleetOf(ledger, r)
+	fleet := FleetOf(ledger, r)
 	if got := fleet.GPUsByModel(); len(got) != 0 {
 		t.Fatalf("before any read: %v, want nothing", got)
 	}
@@ -168,7 +168,7 @@ func TestDRAFleet(t *testing.T) {
 	if fleet.(gpu.FleetRoom).RoomByModel() != room {
 		t.Errorf("the room was handed out anew although it did not change")
 	}
-	if fleetOf(ledger, nil) != gpu.Fleet(ledger) {
+	if FleetOf(ledger, nil) != gpu.Fleet(ledger) {
 		t.Errorf("without DRA the fleet is not the ledger")
 	}
 }

@@ -1,4 +1,4 @@
-package gpuplacement
+package dra
 
 import (
 	"context"
@@ -14,10 +14,6 @@ import (
 	"github.com/gpusched/gpusched/pkg/gpu"
 )
 
-// claimsKey is where PreScore leaves what a claim pod's DRA allocation is
-// predicted from.
-const claimsKey fwk.StateKey = "PreScoreClaims" + Name
-
 // claimPrediction is a pod's unallocated ResourceClaims and an allocator
 // over the cycle's slices and allocated state: the inputs of the
 // DynamicResources plugin's own Filter. Safe for concurrent use (Score runs
@@ -31,15 +27,15 @@ type claimPrediction struct {
 	claims       []*resourceapi.ResourceClaim
 	// simple, when set, is the claims as one first-fit request of a class,
 	// predicted without the allocator where the class's GPUs on the node
-	// are known (draclass.go).
+	// are known (class.go).
 	simple *simpleRequest
 }
 
 // Clone implements fwk.StateData.
 func (s *claimPrediction) Clone() fwk.StateData { return s }
 
-// hasClaims reports whether the pod uses ResourceClaims of its own.
-func hasClaims(pod *v1.Pod) bool { return len(pod.Spec.ResourceClaims) > 0 }
+// HasClaims reports whether the pod uses ResourceClaims of its own.
+func HasClaims(pod *v1.Pod) bool { return len(pod.Spec.ResourceClaims) > 0 }
 
 // preScoreClaims prepares the prediction of a claim pod's devices: the
 // claims the pod references that DRA has yet to allocate (neither
@@ -47,7 +43,7 @@ func hasClaims(pod *v1.Pod) bool { return len(pod.Spec.ResourceClaims) > 0 }
 // structured allocator built as the DynamicResources plugin builds its own.
 // It prepares nothing when there is nothing to allocate or a claim cannot
 // be read; the pod is then not scored by GPUPlacement.
-func (p *GPUPlacement) preScoreClaims(ctx context.Context, state fwk.CycleState, pod *v1.Pod, cycle *draCycle) {
+func (p *Placer) preScoreClaims(ctx context.Context, state fwk.CycleState, pod *v1.Pod, cycle *Cycle) {
 	if claims, ok := p.claimsToAllocate(ctx, pod); ok {
 		p.predictWith(ctx, state, pod, cycle, claims)
 	}
@@ -59,8 +55,8 @@ func (p *GPUPlacement) preScoreClaims(ctx context.Context, state fwk.CycleState,
 // DeviceClass that maps nvidia.com/gpu, as many devices as the pod asks
 // for — allocated by the same allocator, so that the class's own selectors
 // count as they do for DRA.
-func (p *GPUPlacement) preScoreDeferred(ctx context.Context, state fwk.CycleState, pod *v1.Pod, cycle *draCycle, demand *gpu.Demand) {
-	resolver := p.dra.manager.DeviceClassResolver()
+func (p *Placer) preScoreDeferred(ctx context.Context, state fwk.CycleState, pod *v1.Pod, cycle *Cycle, demand *gpu.Demand) {
+	resolver := p.reader.manager.DeviceClassResolver()
 	if resolver == nil {
 		return
 	}
@@ -85,23 +81,23 @@ const deferredRequest = "deferred-gpus"
 // predictWith leaves an allocator over the cycle's DRA state and the claims
 // to allocate in the cycle state, for Score; nothing when there are no
 // claims or the allocator cannot be built.
-func (p *GPUPlacement) predictWith(ctx context.Context, state fwk.CycleState, pod *v1.Pod, cycle *draCycle, claims []*resourceapi.ResourceClaim) {
+func (p *Placer) predictWith(ctx context.Context, state fwk.CycleState, pod *v1.Pod, cycle *Cycle, claims []*resourceapi.ResourceClaim) {
 	if len(claims) == 0 {
 		return
 	}
 	newAllocator := func() (structured.Allocator, error) {
-		return structured.NewAllocator(ctx, p.dra.features, *cycle.allocated, p.dra.manager.DeviceClasses(), cycle.slices, p.dra.celCache)
+		return structured.NewAllocator(ctx, p.reader.features, *cycle.allocated, p.reader.manager.DeviceClasses(), cycle.slices, p.reader.celCache)
 	}
 	state.Write(claimsKey, &claimPrediction{newAllocator: newAllocator, claims: claims, simple: simpleRequestOf(claims)})
 }
 
 // allocatorFor is the prediction's allocator, built on first use; nil when
 // it cannot be built (the pod is then not scored by GPUPlacement).
-func (pred *claimPrediction) allocatorFor(ctx context.Context, pod *v1.Pod) structured.Allocator {
+func (pred *claimPrediction) allocatorFor(ctx context.Context, r *Reader, pod *v1.Pod) structured.Allocator {
 	pred.once.Do(func() {
 		var err error
 		if pred.allocator, err = pred.newAllocator(); err != nil {
-			logger(ctx).V(4).Info("Not predicting DRA devices", "pod", klog.KObj(pod), "err", err)
+			r.logger(ctx).V(4).Info("Not predicting DRA devices", "pod", klog.KObj(pod), "err", err)
 		}
 	})
 	return pred.allocator
@@ -111,18 +107,18 @@ func (pred *claimPrediction) allocatorFor(ctx context.Context, pod *v1.Pod) stru
 // allocator gives the pod's claims on the node (DRA's own choice, first
 // fit), seen as the engine's demand (gpu.DRAInventory.PlacementOf). 0 when
 // the claims do not fit the node or take none of its GPUs.
-func (p *GPUPlacement) scoreClaims(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeInfo fwk.NodeInfo, demand *gpu.Demand, pred *claimPrediction, d *gpu.DRAInventory, view *gpu.NodeGPUs) int64 {
+func (p *Placer) scoreClaims(ctx context.Context, cycle *Cycle, pod *v1.Pod, nodeInfo fwk.NodeInfo, demand *gpu.Demand, pred *claimPrediction, d *gpu.DRAInventory, view *gpu.NodeGPUs, host gpu.Host) int64 {
 	if pred.simple != nil {
-		if class, ok := p.dra.classDevicesOf(ctx, draCycleOf(state), nodeInfo.Node(), d, pred.simple.class); ok {
+		if class, ok := p.reader.classDevicesOf(ctx, cycle, nodeInfo.Node(), d, pred.simple.class); ok {
 			placed := gpu.Demand{Count: pred.simple.count, Milli: gpu.MilliPerGPU, MilliCPU: demand.MilliCPU, HostMemoryMiB: demand.HostMemoryMiB}
 			chosen, fits := gpu.PredictFirstFitIn(view, &placed, class)
 			if !fits {
 				return 0
 			}
-			return p.policy.Score(view, &gpu.Request{Demand: &placed, Host: hostOf(state, nodeInfo)}, chosen)
+			return p.policy.Score(view, &gpu.Request{Demand: &placed, Host: host}, chosen)
 		}
 	}
-	allocator := pred.allocatorFor(ctx, pod)
+	allocator := pred.allocatorFor(ctx, p.reader, pod)
 	if allocator == nil {
 		return 0
 	}
@@ -133,7 +129,7 @@ func (p *GPUPlacement) scoreClaims(ctx context.Context, state fwk.CycleState, po
 	var picked []gpu.DRAPicked
 	for _, result := range results {
 		for _, r := range result.Devices.Results {
-			if r.Driver != p.dra.src.Driver {
+			if r.Driver != p.reader.src.Driver {
 				continue
 			}
 			pick := gpu.DRAPicked{ID: gpu.DRADeviceID{Driver: r.Driver, Pool: r.Pool, Device: r.Device}, Shared: r.ShareID != nil}
@@ -148,7 +144,7 @@ func (p *GPUPlacement) scoreClaims(ctx context.Context, state fwk.CycleState, po
 		return 0
 	}
 	placed.MilliCPU, placed.HostMemoryMiB = demand.MilliCPU, demand.HostMemoryMiB
-	req := gpu.Request{Demand: &placed, Host: hostOf(state, nodeInfo)}
+	req := gpu.Request{Demand: &placed, Host: host}
 	return p.policy.Score(view, &req, chosen)
 }
 

@@ -1,4 +1,4 @@
-package gpuplacement
+package dra
 
 import (
 	"context"
@@ -47,7 +47,7 @@ func TestDRAViewsFollowAllocations(t *testing.T) {
 		AggregatedCapacity:       structured.NewConsumedCapacityCollection(),
 	}
 	m := &stateManager{modelsManager: modelsManager{slices: []*resourceapi.ResourceSlice{twoGPUSlice("a", product), twoGPUSlice("b", product)}}, state: state}
-	r := &draReader{manager: m, src: gpu.DRASource{Driver: gpu.DefaultDRADriver}, celCache: cel.NewCache(10, cel.Features{})}
+	r := &Reader{manager: m, src: gpu.DRASource{Driver: gpu.DefaultDRADriver}, celCache: cel.NewCache(10, cel.Features{})}
 	ctx := context.Background()
 	views := func() (a, b *gpu.NodeGPUs) {
 		t.Helper()
@@ -124,7 +124,7 @@ func TestDRAViewsOfDevicesPublishedTwice(t *testing.T) {
 	b.Spec.Pool.Name = "a" // b's devices are named as a's
 	state := &structured.AllocatedState{AllocatedDevices: sets.New[structured.DeviceID]()}
 	m := &stateManager{modelsManager: modelsManager{slices: []*resourceapi.ResourceSlice{a, b}}, state: state}
-	r := &draReader{manager: m, src: gpu.DRASource{Driver: gpu.DefaultDRADriver}, celCache: cel.NewCache(10, cel.Features{})}
+	r := &Reader{manager: m, src: gpu.DRASource{Driver: gpu.DefaultDRADriver}, celCache: cel.NewCache(10, cel.Features{})}
 	ctx := context.Background()
 	for step, allocated := range []bool{false, true} {
 		if allocated {

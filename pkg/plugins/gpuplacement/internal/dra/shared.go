@@ -1,4 +1,4 @@
-package gpuplacement
+package dra
 
 import (
 	"context"
@@ -15,11 +15,11 @@ import (
 // The cycle's view of DRA is what the profile's other plugins read of DRA
 // too (dragpus): GPUGang plans a gang of claim pods on the same GPUs,
 // allocations and claim demands that GPUPlacement places them with.
-var _ dragpus.GPUs = (*draCycle)(nil)
+var _ dragpus.GPUs = (*Cycle)(nil)
 
 // NodeGPUs implements dragpus.GPUs: the node's view as Filter and Score
 // see it (viewOf).
-func (c *draCycle) NodeGPUs(node string) *gpu.NodeGPUs {
+func (c *Cycle) NodeGPUs(node string) *gpu.NodeGPUs {
 	d := c.nodes[node]
 	if d == nil {
 		return nil
@@ -29,7 +29,7 @@ func (c *draCycle) NodeGPUs(node string) *gpu.NodeGPUs {
 
 // EmptyNodeGPUs implements dragpus.GPUs. The view is made once per
 // listing of the slices.
-func (c *draCycle) EmptyNodeGPUs(node string) *gpu.NodeGPUs {
+func (c *Cycle) EmptyNodeGPUs(node string) *gpu.NodeGPUs {
 	i, ok := c.pub.index[node]
 	if !ok {
 		return nil
@@ -45,17 +45,17 @@ func (c *draCycle) EmptyNodeGPUs(node string) *gpu.NodeGPUs {
 // claimsOf is the pod's claims, in the pod's order; ok is false while one
 // cannot be read: made from its template but not yet named in the pod's
 // status (gpu.ClaimNames), or not in the tracker yet.
-func (r *draReader) claimsOf(ctx context.Context, pod *v1.Pod) (claims []*resourceapi.ResourceClaim, ok bool) {
+func (r *Reader) claimsOf(ctx context.Context, pod *v1.Pod) (claims []*resourceapi.ResourceClaim, ok bool) {
 	names, made := gpu.ClaimNames(pod)
 	if !made {
-		logger(ctx).V(4).Info("Claims not made yet", "pod", klog.KObj(pod))
+		r.logger(ctx).V(4).Info("Claims not made yet", "pod", klog.KObj(pod))
 		return nil, false
 	}
 	tracker := r.manager.ResourceClaims()
 	for _, name := range names {
 		claim, err := tracker.Get(pod.Namespace, name)
 		if err != nil {
-			logger(ctx).V(4).Info("Claim unreadable", "pod", klog.KObj(pod), "claim", name, "err", err)
+			r.logger(ctx).V(4).Info("Claim unreadable", "pod", klog.KObj(pod), "claim", name, "err", err)
 			return nil, false
 		}
 		claims = append(claims, claim)
@@ -64,13 +64,13 @@ func (r *draReader) claimsOf(ctx context.Context, pod *v1.Pod) (claims []*resour
 }
 
 // ServesGPUResource implements dragpus.GPUs (servesGPUsByDRA).
-func (c *draCycle) ServesGPUResource(node fwk.NodeInfo) bool { return c.servesGPUsByDRA(node) }
+func (c *Cycle) ServesGPUResource(node fwk.NodeInfo) bool { return c.servesGPUsByDRA(node) }
 
 // ClaimDemand implements dragpus.GPUs: the pod's claims, allocated or
 // not, read as the device choice reads them (gpu.AskOfClaims), with the models
 // their class and selectors admit (modelsOf). Claims that select no GPU of
 // the driver (another driver's devices) are no GPU demand.
-func (c *draCycle) ClaimDemand(ctx context.Context, pod *v1.Pod) (demand gpu.Demand, pending bool) {
+func (c *Cycle) ClaimDemand(ctx context.Context, pod *v1.Pod) (demand gpu.Demand, pending bool) {
 	r := c.reader
 	if r == nil || len(pod.Spec.ResourceClaims) == 0 {
 		return gpu.Demand{}, false

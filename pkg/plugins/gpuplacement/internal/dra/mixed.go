@@ -1,4 +1,4 @@
-package gpuplacement
+package dra
 
 import (
 	"context"
@@ -16,7 +16,7 @@ import (
 // The two ways of handing out a node's GPUs — gpusched's annotation and a
 // DRA driver's claims — must never both hold GPUs of one node, since
 // neither sees the other's. Nodes that publish GPUs of the driver refuse
-// annotation placement (filterDRA); the rules here close the gaps around
+// annotation placement (filterNode); the rules here close the gaps around
 // that one:
 //
 //   - A node whose slices are gone while claims allocated there still hold
@@ -25,14 +25,14 @@ import (
 //   - A pod with claims for the driver's GPUs is refused on a node that
 //     publishes them while a live pod there holds GPUs by annotation (one
 //     placed before the driver published, or by another gpusched replica
-//     with DRA disabled): filterClaims.
+//     with DRA disabled): FilterClaims.
 
 // heldByDRA is the nodes that allocated claims hold devices of the driver
 // on (gpu.DRAHeldNode): claims allocated as the tracker lists them
 // (written, or assumed after the scheduler's own write), and claims whose
 // allocation is in flight (between DynamicResources' Reserve and the write
 // in PreBind), which the tracker keeps apart from the claim.
-func (r *draReader) heldByDRA() (sets.Set[string], error) {
+func (r *Reader) heldByDRA() (sets.Set[string], error) {
 	tracker := r.manager.ResourceClaims()
 	claims, err := tracker.List()
 	if err != nil {
@@ -51,18 +51,14 @@ func (r *draReader) heldByDRA() (sets.Set[string], error) {
 	return held, nil
 }
 
-// filterHeld refuses a GPU demand by annotation on a node whose slices do
+// FilterHeld refuses a GPU demand by annotation on a node whose slices do
 // not publish GPUs of the driver now but whose GPUs claims hold.
-func filterHeld(cycle *draCycle, node string) *fwk.Status {
+func FilterHeld(cycle *Cycle, node string) *fwk.Status {
 	if cycle != nil && cycle.held.Has(node) {
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, gpu.ReasonDRAManaged.String())
 	}
 	return nil
 }
-
-// claimClassesKey is where PreFilter leaves the DeviceClasses a claim pod's
-// unallocated claims ask for, for filterClaims.
-const claimClassesKey fwk.StateKey = "ClaimClasses" + Name
 
 type claimClasses []string
 
@@ -105,28 +101,30 @@ func holdsByAnnotation(nodeInfo fwk.NodeInfo) bool {
 	return false
 }
 
-// filterClaims refuses a claim pod on a node that publishes GPUs of the
+// FilterClaims refuses a claim pod on a node that publishes GPUs of the
 // driver while a live pod there holds GPUs by annotation, when one of the
 // pod's classes selects GPUs or partitions of the node (or cannot be read):
 // DRA would hand out GPUs the annotation holds. The pod is schedulable there
 // again once those pods are gone. The status is Unschedulable: preemption
 // may evict lower-priority holders for it, as for any pod they block.
-func (p *GPUPlacement) filterClaims(ctx context.Context, state fwk.CycleState, nodeInfo fwk.NodeInfo) *fwk.Status {
+func (p *Placer) FilterClaims(ctx context.Context, state fwk.CycleState, nodeInfo fwk.NodeInfo) *fwk.Status {
 	data, err := state.Read(claimClassesKey)
 	if err != nil {
 		return nil
 	}
-	cycle, d := draNode(state, nodeInfo.Node().Name)
+	cycle, d := NodeOf(state, nodeInfo.Node().Name)
 	if d == nil || !holdsByAnnotation(nodeInfo) {
 		return nil
 	}
 	for _, class := range data.(claimClasses) {
-		if sel := p.dra.selected(ctx, cycle, nodeInfo.Node().Name, d, p.dra.selectorOf(&gpu.ClaimAsk{Class: class})); !sel.ok || sel.gpus != 0 || sel.partitions {
+		if sel := p.reader.selected(ctx, cycle, nodeInfo.Node().Name, d, p.reader.selectorOf(&gpu.ClaimAsk{Class: class})); !sel.ok || sel.gpus != 0 || sel.partitions {
 			return fwk.NewStatus(fwk.Unschedulable, ReasonAnnotationHolders)
 		}
 	}
 	return nil
 }
 
-// ReasonAnnotationHolders is why a claim pod waits for a node.
+// ReasonAnnotationHolders is why a claim pod, or whole GPUs deferred to
+// DRA, wait for a node that publishes GPUs of the driver while pods there
+// hold GPUs by gpusched's annotation (FilterClaims, Placer.Filter).
 const ReasonAnnotationHolders = "node GPUs held by gpusched.io/gpu-assigned pods"

@@ -1,4 +1,4 @@
-package gpuplacement
+package dra
 
 import (
 	"context"
@@ -13,11 +13,8 @@ import (
 
 	"github.com/gpusched/gpusched/pkg/gpu"
 	"github.com/gpusched/gpusched/pkg/plugins/gpudra"
+	"github.com/gpusched/gpusched/pkg/plugins/internal/nodehost"
 )
-
-// draChoiceKey is where PreFilter leaves the policy's choice of DRA devices
-// for the pod, for Score.
-const draChoiceKey fwk.StateKey = "DRAChoice" + Name
 
 // draChoice is the policy's choice of devices for the pod on each node that
 // publishes GPUs of the driver and takes the ask: the demand as the engine
@@ -46,8 +43,8 @@ func draChoiceOf(state fwk.CycleState) *draChoice {
 // choosesDRADevices reports whether the profile allocates claims with the
 // devices GPUPlacement chooses: GPUDynamicResources comes after it at
 // PreFilter (and so reads the order it writes). Otherwise DynamicResources
-// allocates first fit, and Score scores that prediction (draclaims.go).
-func (p *GPUPlacement) choosesDRADevices() bool {
+// allocates first fit, and Score scores that prediction (claims.go).
+func (p *Placer) choosesDRADevices() bool {
 	p.draOrder.Do(func() {
 		lister, ok := p.handle.(interface{ ListPlugins() *schedconfig.Plugins })
 		if !ok {
@@ -61,20 +58,20 @@ func (p *GPUPlacement) choosesDRADevices() bool {
 		for i, pl := range plugins.PreFilter.Enabled {
 			names[i] = pl.Name
 		}
-		self, dra := slices.Index(names, Name), slices.Index(names, gpudra.Name)
+		self, dra := slices.Index(names, p.reader.owner), slices.Index(names, gpudra.Name)
 		p.ordersDRA = self >= 0 && dra > self
 		if dra >= 0 && dra < self {
-			klog.Background().Info("GPUDynamicResources runs before GPUPlacement at PreFilter, so DRA allocates first fit: list it after GPUPlacement (docs/dra.md)")
+			klog.Background().Info("GPUDynamicResources runs before the placement plugin at PreFilter, so DRA allocates first fit: list it after that plugin (docs/dra.md)", "plugin", p.reader.owner)
 		}
 	})
 	return p.ordersDRA
 }
 
-// preFilterClaims prepares a pod with claims of its own: the classes its
-// unallocated claims ask for, for Filter (filterClaims), and the policy's
+// PreFilterClaims prepares a pod with claims of its own: the classes its
+// unallocated claims ask for, for Filter (FilterClaims), and the policy's
 // choice of their devices when it reads them (gpu.AskOfClaims). filter is false when
 // the pod has no claim to allocate: Filter has nothing to check.
-func (p *GPUPlacement) preFilterClaims(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo, base *gpu.Demand) (filter bool) {
+func (p *Placer) PreFilterClaims(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo, base *gpu.Demand) (filter bool) {
 	claims, ok := p.claimsToAllocate(ctx, pod)
 	if !ok || len(claims) == 0 {
 		return false
@@ -84,23 +81,23 @@ func (p *GPUPlacement) preFilterClaims(ctx context.Context, state fwk.CycleState
 	if !p.choosesDRADevices() {
 		return len(classes) > 0
 	}
-	if ask := gpu.AskOfClaims(claims, p.dra.src.Driver); ask != nil {
-		p.chooseDRADevices(ctx, state, draCycleOf(state), nodes, ask, *base, nil)
+	if ask := gpu.AskOfClaims(claims, p.reader.src.Driver); ask != nil {
+		p.chooseDRADevices(ctx, state, CycleOf(state), nodes, ask, *base, nil)
 	}
 	return len(classes) > 0
 }
 
-// chooseForDeferred chooses the devices DRA allocates for whole GPUs asked
+// ChooseForDeferred chooses the devices DRA allocates for whole GPUs asked
 // for as nvidia.com/gpu on nodes that serve it through DRA (KEP-5004): the
 // claim DynamicResources makes, count devices of the class that maps the
 // resource. Filter decides the pod's models and memory minimum on such
-// nodes (filterDRA).
-func (p *GPUPlacement) chooseForDeferred(ctx context.Context, state fwk.CycleState, nodes []fwk.NodeInfo, demand *gpu.Demand) {
+// nodes (filterNode).
+func (p *Placer) ChooseForDeferred(ctx context.Context, state fwk.CycleState, nodes []fwk.NodeInfo, demand *gpu.Demand) {
 	if !p.choosesDRADevices() {
 		return
 	}
-	cycle := draCycleOf(state)
-	resolver := p.dra.manager.DeviceClassResolver()
+	cycle := CycleOf(state)
+	resolver := p.reader.manager.DeviceClassResolver()
 	if demand.IsShare() || !cycle.gpuMapped || resolver == nil {
 		return
 	}
@@ -119,8 +116,8 @@ func (p *GPUPlacement) chooseForDeferred(ctx context.Context, state fwk.CycleSta
 // policy chose. Nodes where the policy finds no fit get no order: DRA
 // decides there alone, first fit. base is the pod's demand without GPUs
 // (its CPU and memory); only, when set, limits the nodes chosen on.
-func (p *GPUPlacement) chooseDRADevices(ctx context.Context, state fwk.CycleState, cycle *draCycle, nodes []fwk.NodeInfo, ask *gpu.ClaimAsk, base gpu.Demand, only func(fwk.NodeInfo) bool) {
-	var host gpu.Host // the maxima Score's request has (PreScore, hostOf)
+func (p *Placer) chooseDRADevices(ctx context.Context, state fwk.CycleState, cycle *Cycle, nodes []fwk.NodeInfo, ask *gpu.ClaimAsk, base gpu.Demand, only func(fwk.NodeInfo) bool) {
+	var host gpu.Host // the maxima Score's request has (the plugin's PreScore)
 	if p.policy.Info().HostAware {
 		host = p.clusterHost(nodes, cycle)
 	}
@@ -130,9 +127,9 @@ func (p *GPUPlacement) chooseDRADevices(ctx context.Context, state fwk.CycleStat
 		order  []gpudra.DeviceName
 	}
 	results := make([]*result, len(nodes))
-	selector := p.dra.selectorOf(ask)
-	selections := p.dra.selectionsOf(cycle, selector)
-	models, _ := p.dra.modelsOf(ctx, cycle, selector)
+	selector := p.reader.selectorOf(ask)
+	selections := p.reader.selectionsOf(cycle, selector)
+	models, _ := p.reader.modelsOf(ctx, cycle, selector)
 	p.handle.Parallelizer().Until(ctx, len(nodes), func(i int) {
 		nodeInfo := nodes[i]
 		name := nodeInfo.Node().Name
@@ -140,7 +137,7 @@ func (p *GPUPlacement) chooseDRADevices(ctx context.Context, state fwk.CycleStat
 		if d == nil || (only != nil && !only(nodeInfo)) {
 			return
 		}
-		sel := selections.at(ctx, p.dra, cycle, name, d)
+		sel := selections.at(ctx, p.reader, cycle, name, d)
 		if !sel.ok || sel.partitions || sel.gpus == 0 {
 			return // the allocator decides alone: first fit
 		}
@@ -154,13 +151,13 @@ func (p *GPUPlacement) chooseDRADevices(ctx context.Context, state fwk.CycleStat
 			eligible &= sel.shareable // a share needs a device that allows several allocations
 		}
 		view := cycle.viewOf(name, d)
-		req := gpu.Request{Demand: &demand, Host: nodeHost(host, nodeInfo), Exclude: onlyAmong(eligible)}
+		req := gpu.Request{Demand: &demand, Host: nodehost.Of(host, nodeInfo), Exclude: onlyAmong(eligible)}
 		chosen, fit := p.policy.Place(view, &req)
 		if !fit.OK() {
 			return
 		}
 		results[i] = &result{node: name, choice: nodeChoice{demand: demand, chosen: chosen}, order: cycle.devicesAt(name, chosen)}
-	}, Name)
+	}, p.reader.owner)
 	choice := &draChoice{nodes: make(map[string]nodeChoice, len(cycle.nodes))}
 	order := make(gpudra.Order, len(cycle.nodes))
 	for _, r := range results {
@@ -187,7 +184,7 @@ func (s onlyAmong) Excluded(_ string, inv *gpu.Inventory) (gpu.DeviceSet, string
 
 // devicesAt names the driver's devices at the chosen positions of a node,
 // in published order: each chosen GPU and its partitions.
-func (c *draCycle) devicesAt(node string, chosen gpu.DeviceSet) []gpudra.DeviceName {
+func (c *Cycle) devicesAt(node string, chosen gpu.DeviceSet) []gpudra.DeviceName {
 	var out []gpudra.DeviceName
 	for _, dev := range c.devices[node] {
 		if dev.pos >= 0 && chosen.Has(dev.pos) {
@@ -206,7 +203,7 @@ func (c *draCycle) devicesAt(node string, chosen gpu.DeviceSet) []gpudra.DeviceN
 // when a selection cannot be evaluated (selectsGPUs true). It is computed
 // once per listing of the slices and selector, from the selections the
 // device choice reads anyway.
-func (r *draReader) modelsOf(ctx context.Context, cycle *draCycle, sel *askSelector) (models []string, selectsGPUs bool) {
+func (r *Reader) modelsOf(ctx context.Context, cycle *Cycle, sel *askSelector) (models []string, selectsGPUs bool) {
 	if sel == nil {
 		return nil, true
 	}
@@ -257,12 +254,12 @@ type askModels struct {
 // claimsToAllocate is the pod's claims that DRA has yet to allocate
 // (neither allocated nor pending for another pod), in the pod's order; ok
 // is false when a claim cannot be read (it may not exist yet).
-func (p *GPUPlacement) claimsToAllocate(ctx context.Context, pod *v1.Pod) (claims []*resourceapi.ResourceClaim, ok bool) {
-	all, ok := p.dra.claimsOf(ctx, pod)
+func (p *Placer) claimsToAllocate(ctx context.Context, pod *v1.Pod) (claims []*resourceapi.ResourceClaim, ok bool) {
+	all, ok := p.reader.claimsOf(ctx, pod)
 	if !ok {
 		return nil, false
 	}
-	tracker := p.dra.manager.ResourceClaims()
+	tracker := p.reader.manager.ResourceClaims()
 	for _, claim := range all {
 		if claim.Status.Allocation == nil && tracker.GetPendingAllocation(claim.UID) == nil {
 			claims = append(claims, claim)

@@ -1,4 +1,4 @@
-package gpuplacement
+package dra
 
 import (
 	"context"
@@ -63,7 +63,7 @@ type classDevices struct {
 // selects another driver's devices is seen to (and not predicted); when
 // some slice is not local to one node (nodeSelector, allNodes), no class
 // is predicted, since its devices could come first anywhere.
-func (r *draReader) classDevicesOf(ctx context.Context, cycle *draCycle, node *v1.Node, d *gpu.DRAInventory, class string) (gpu.DeviceSet, bool) {
+func (r *Reader) classDevicesOf(ctx context.Context, cycle *Cycle, node *v1.Node, d *gpu.DRAInventory, class string) (gpu.DeviceSet, bool) {
 	if cycle.nonLocalSlices {
 		return 0, false
 	}
@@ -86,7 +86,7 @@ func (r *draReader) classDevicesOf(ctx context.Context, cycle *draCycle, node *v
 
 // selectAll asks the allocator for every device of class on the node, with
 // nothing allocated: the devices the class selects there.
-func (r *draReader) selectAll(ctx context.Context, node *v1.Node, d *gpu.DRAInventory, nodeSlices []*resourceapi.ResourceSlice, class string) (gpu.DeviceSet, bool) {
+func (r *Reader) selectAll(ctx context.Context, node *v1.Node, d *gpu.DRAInventory, nodeSlices []*resourceapi.ResourceSlice, class string) (gpu.DeviceSet, bool) {
 	for _, s := range nodeSlices {
 		for i := range s.Spec.Devices {
 			if ptr.Deref(s.Spec.Devices[i].AllowMultipleAllocations, false) {

@@ -1,4 +1,4 @@
-package gpuplacement
+package dra
 
 import (
 	"slices"
@@ -19,7 +19,7 @@ import (
 // GPUPlacement leaves them to DRA.
 type draFleet struct {
 	ledger   *gpu.Ledger
-	dra      *draReader
+	dra      *Reader
 	last     atomic.Pointer[fleetCount]
 	lastRoom atomic.Pointer[roomSum]
 }
@@ -31,8 +31,8 @@ type fleetCount struct {
 	sum    gpu.ModelGPUs
 }
 
-// fleetOf is the policy's fleet: the ledger alone without DRA.
-func fleetOf(ledger *gpu.Ledger, dra *draReader) gpu.Fleet {
+// FleetOf is the policy's fleet: the ledger alone without DRA.
+func FleetOf(ledger *gpu.Ledger, dra *Reader) gpu.Fleet {
 	if dra == nil {
 		return ledger
 	}
@@ -114,6 +114,6 @@ func (f *draFleet) RoomByModel() *gpu.FreeRoom {
 // roomSum is a room draFleet summed and what it summed.
 type roomSum struct {
 	own   *gpu.FreeRoom
-	cycle *draCycle
+	cycle *Cycle
 	sum   *gpu.FreeRoom
 }

@@ -1,4 +1,4 @@
-package gpuplacement
+package dra
 
 import (
 	"context"
@@ -18,6 +18,7 @@ import (
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/dynamic-resource-allocation/cel"
 	"k8s.io/dynamic-resource-allocation/structured"
+	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/dynamicresources"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
@@ -27,18 +28,18 @@ import (
 	"github.com/gpusched/gpusched/pkg/plugins/internal/dragpus"
 )
 
-// draKey is where PreFilter leaves the cycle's view of DRA, for this
-// plugin and the profile's other gpusched plugins (dragpus).
+// draKey is where Placer.Read leaves the cycle's view of DRA, for the
+// placement plugin and the profile's other gpusched plugins (dragpus).
 const draKey = dragpus.StateKey
 
-// draCycle is what DRA looks like to one scheduling cycle: the GPUs the
+// Cycle is what DRA looks like to one scheduling cycle: the GPUs the
 // configured driver publishes, per node, and what DRA has allocated
 // (allocated claims and claims in flight). It is read once per cycle,
 // because both listings are cluster-wide, and not modified but for the
 // views it remembers (viewOf). allocated is what the DRA manager handed
 // out, which a manager may change in place in Reserve (the simulator's
 // does); the views are read in PreFilter, Filter and Score, before it.
-type draCycle struct {
+type Cycle struct {
 	nodes map[string]*gpu.DRAInventory
 	// devices are the driver's devices on each node (see allocatedOn).
 	devices map[string][]draDevice
@@ -68,17 +69,21 @@ type draCycle struct {
 	pub   *publishedGPUs
 	views []atomic.Pointer[gpu.NodeGPUs]
 	// reader is what read the cycle, for the claims ClaimDemand reads.
-	reader *draReader
+	reader *Reader
 }
 
-// Clone implements fwk.StateData; draCycle is never modified (but for the
+// Clone implements fwk.StateData; Cycle is never modified (but for the
 // views it remembers).
-func (s *draCycle) Clone() fwk.StateData { return s }
+func (s *Cycle) Clone() fwk.StateData { return s }
 
-// draReader reads the configured driver's GPUs and allocations through the
+// Reader reads the configured driver's GPUs and allocations through the
 // scheduler's shared DRA manager: the objects the DynamicResources plugin
 // allocates from, including its claims in flight, and no informer of our own.
-type draReader struct {
+type Reader struct {
+	// owner is the name of the placement plugin it reads for: where that
+	// plugin sits in the profile decides whether DRA allocates its choice
+	// (choosesDRADevices), and its logs and parallel work are named by it.
+	owner   string
 	manager fwk.SharedDRAManager
 	src     gpu.DRASource
 	// inventories maps a node name to its last *memoInventory.
@@ -88,11 +93,11 @@ type draReader struct {
 	// the first and once a read finds no GPUs of the driver; a read that
 	// fails leaves the one before.
 	last      atomic.Pointer[publishedGPUs]
-	lastCycle atomic.Pointer[draCycle]
+	lastCycle atomic.Pointer[Cycle]
 	// classes maps "node/class" to the node's last *classDevices.
 	classes sync.Map
 	// selections maps an askSelector's key to its last *selectionSet
-	// (draselect.go); selectionCount bounds the selections they hold.
+	// (select.go); selectionCount bounds the selections they hold.
 	selections     sync.Map
 	selectionCount atomic.Int64
 	// models maps an askSelector's key to its last *askModels;
@@ -124,15 +129,16 @@ type draDevice struct {
 	pos int
 }
 
-// newDRAReader returns nil when DRA is disabled in args or the scheduler
-// has no DRA manager (a framework built without one): the plugin then
-// behaves as it does without DRA.
-func newDRAReader(args config.DRA, h fwk.Handle) *draReader {
+// NewReader is the reader for the placement plugin named owner; nil when
+// DRA is disabled in args or the scheduler has no DRA manager (a framework
+// built without one): the plugin then behaves as it does without DRA.
+func NewReader(args config.DRA, h fwk.Handle, owner string) *Reader {
 	if !args.Enabled || h.SharedDRAManager() == nil {
 		return nil
 	}
 	fts := feature.NewSchedulerFeaturesFromGates(utilfeature.DefaultFeatureGate)
-	r := &draReader{
+	r := &Reader{
+		owner:    owner,
 		manager:  h.SharedDRAManager(),
 		src:      gpu.DRASource{Driver: args.Driver},
 		features: dynamicresources.AllocatorFeatures(fts),
@@ -152,7 +158,7 @@ func newDRAReader(args config.DRA, h fwk.Handle) *draReader {
 // read is the cycle's view of DRA; nil when no node publishes GPUs of the
 // driver (and, withHeld, no claim holds GPUs of the driver on any node), so
 // that clusters without them pay one listing (two withHeld) per GPU pod.
-func (r *draReader) read(ctx context.Context, withHeld bool) (*draCycle, error) {
+func (r *Reader) read(ctx context.Context, withHeld bool) (*Cycle, error) {
 	all, err := r.manager.ResourceSlices().ListWithDeviceTaintRules()
 	if err != nil {
 		return nil, fmt.Errorf("listing ResourceSlices: %w", err)
@@ -168,7 +174,7 @@ func (r *draReader) read(ctx context.Context, withHeld bool) (*draCycle, error) 
 		r.lastCycle.Store(nil)
 		return nil, nil
 	}
-	cycle := &draCycle{nodes: pub.nodes, devices: pub.devices, onNode: pub.onNode, nonLocalSlices: pub.nonLocalSlices, slices: all, held: held,
+	cycle := &Cycle{nodes: pub.nodes, devices: pub.devices, onNode: pub.onNode, nonLocalSlices: pub.nonLocalSlices, slices: all, held: held,
 		pub: pub, views: make([]atomic.Pointer[gpu.NodeGPUs], len(pub.index)), reader: r}
 	if cycle.allocated, err = r.gather(ctx); err != nil {
 		return nil, err
@@ -218,7 +224,7 @@ type deviceAt struct{ node, device int }
 // published groups a listing of the slices by node and reads each node's
 // inventory, or returns the last grouping when the listing holds the same
 // slice objects: slices rarely change, and every GPU pod's cycle lists them.
-func (r *draReader) published(ctx context.Context, all []*resourceapi.ResourceSlice) *publishedGPUs {
+func (r *Reader) published(ctx context.Context, all []*resourceapi.ResourceSlice) *publishedGPUs {
 	if last := r.last.Load(); last != nil && slices.Equal(last.slices, all) {
 		return last
 	}
@@ -270,7 +276,7 @@ func (r *draReader) published(ctx context.Context, all []*resourceapi.ResourceSl
 // inventory reads a node's GPUs from its slices, again only when the slices
 // changed. Each problem is logged, and reported once per slice version in a
 // Warning event on the slice.
-func (r *draReader) inventory(ctx context.Context, node string, nodeSlices []*resourceapi.ResourceSlice) *memoInventory {
+func (r *Reader) inventory(ctx context.Context, node string, nodeSlices []*resourceapi.ResourceSlice) *memoInventory {
 	if m, ok := r.inventories.Load(node); ok && slices.Equal(m.(*memoInventory).slices, nodeSlices) {
 		return m.(*memoInventory)
 	}
@@ -293,7 +299,7 @@ func (r *draReader) inventory(ctx context.Context, node string, nodeSlices []*re
 	r.inventories.Store(node, m)
 	bySlice := map[string][]string{}
 	for _, p := range problems {
-		logger(ctx).Info("Skipped a GPU device attribute", "node", node, "resourceSlice", p.Slice, "field", p.Field, "reason", p.Reason)
+		r.logger(ctx).Info("Skipped a GPU device attribute", "node", node, "resourceSlice", p.Slice, "field", p.Field, "reason", p.Reason)
 		bySlice[p.Slice] = append(bySlice[p.Slice], p.Field+": "+p.Reason)
 	}
 	for _, s := range nodeSlices {
@@ -307,7 +313,7 @@ func (r *draReader) inventory(ctx context.Context, node string, nodeSlices []*re
 // gather is DRA's allocated state. The tracker may report a concurrent
 // modification of its claims; it is asked again, as the DynamicResources
 // plugin does, for up to 5 seconds.
-func (r *draReader) gather(ctx context.Context) (*structured.AllocatedState, error) {
+func (r *Reader) gather(ctx context.Context) (*structured.AllocatedState, error) {
 	var st *structured.AllocatedState
 	err := wait.PollUntilContextTimeout(ctx, time.Microsecond, 5*time.Second, true, func(context.Context) (bool, error) {
 		var err error
@@ -353,7 +359,7 @@ var allocationSeed = maphash.MakeSeed()
 // is hashed by its interned name, which the listing keeps alive; a share
 // by its share ID's text as well, since the interned ID of a share that is
 // gone may be reused for a new one.
-func (c *draCycle) readAllocations() {
+func (c *Cycle) readAllocations() {
 	c.shared = make([]bool, c.pub.offsets[len(c.pub.offsets)-1])
 	c.signatures = make([]uint64, len(c.pub.index))
 	for id := range c.allocated.AllocatedDevices {
@@ -371,7 +377,7 @@ func (c *draCycle) readAllocations() {
 
 // takenOn is DRA's allocated state on each of the devices of the driver
 // on the node the listing numbers i, in the node's device order.
-func (c *draCycle) takenOn(node string, i int) []deviceTaken {
+func (c *Cycle) takenOn(node string, i int) []deviceTaken {
 	shared := c.shared[c.pub.offsets[i]:c.pub.offsets[i+1]]
 	devices := c.devices[node]
 	out := make([]deviceTaken, len(devices))
@@ -394,7 +400,7 @@ func memoryTaken(capacity map[resourceapi.QualifiedName]*resource.Quantity) int6
 // allocatedOn is DRA's allocated state on a node's devices of the driver
 // as the engine counts it (gpu.NodeGPUs.WithDRA): devices allocated whole,
 // and shared devices with the memory their allocations consume together.
-func (c *draCycle) allocatedOn(node string, taken []deviceTaken) *gpu.DRAAllocated {
+func (c *Cycle) allocatedOn(node string, taken []deviceTaken) *gpu.DRAAllocated {
 	out := &gpu.DRAAllocated{Exclusive: map[gpu.DRADeviceID]bool{}, SharedMemoryMiB: map[gpu.DRADeviceID]int64{}}
 	for i, dev := range c.devices[node] {
 		if taken[i].exclusive {
@@ -421,7 +427,7 @@ type draView struct {
 // allocations on its devices are the same, and with it the answers its
 // memo holds: most nodes do not change between two cycles, and views are
 // never modified.
-func (c *draCycle) viewOf(node string, d *gpu.DRAInventory) *gpu.NodeGPUs {
+func (c *Cycle) viewOf(node string, d *gpu.DRAInventory) *gpu.NodeGPUs {
 	i, ok := c.pub.index[node]
 	if !ok {
 		return gpu.EmptyDRANodeGPUs(node, d) // the listing publishes no device of the driver there
@@ -441,20 +447,20 @@ func (c *draCycle) viewOf(node string, d *gpu.DRAInventory) *gpu.NodeGPUs {
 	return view
 }
 
-// draCycleOf is the cycle's view of DRA, or nil.
-func draCycleOf(state fwk.CycleState) *draCycle {
+// CycleOf is the cycle's view of DRA, or nil.
+func CycleOf(state fwk.CycleState) *Cycle {
 	data, err := state.Read(draKey)
 	if err != nil {
 		return nil
 	}
-	return data.(*draCycle)
+	return data.(*Cycle)
 }
 
-// draNode is the cycle's view of DRA and the node's DRA-published GPUs,
+// NodeOf is the cycle's view of DRA and the node's DRA-published GPUs,
 // when the node publishes GPUs of the driver ("DRA-managed"); else nil.
 // cycle.viewOf counts DRA's allocations on them.
-func draNode(state fwk.CycleState, name string) (*draCycle, *gpu.DRAInventory) {
-	cycle := draCycleOf(state)
+func NodeOf(state fwk.CycleState, name string) (*Cycle, *gpu.DRAInventory) {
+	cycle := CycleOf(state)
 	if cycle == nil {
 		return nil, nil
 	}
@@ -468,11 +474,11 @@ func draNode(state fwk.CycleState, name string) (*draCycle, *gpu.DRAInventory) {
 // servesGPUsByDRA is the rule NodeResourcesFit and DynamicResources apply
 // (KEP-5004): a node serves nvidia.com/gpu through DRA when a DeviceClass
 // maps the resource and the node has none of it allocatable.
-func (c *draCycle) servesGPUsByDRA(nodeInfo fwk.NodeInfo) bool {
+func (c *Cycle) servesGPUsByDRA(nodeInfo fwk.NodeInfo) bool {
 	return c.gpuMapped && nodeInfo.GetAllocatable().GetScalarResources()[gpu.ResourceGPU] == 0
 }
 
-// filterDRA decides a demand on a DRA-managed node. gpusched gives none of
+// filterNode decides a demand on a DRA-managed node. gpusched gives none of
 // its GPUs by annotation: they belong to DRA, and an annotation would book
 // a GPU that DRA also hands out. Whole GPUs requested through
 // nvidia.com/gpu on a node that serves it through DRA are deferred to the
@@ -481,7 +487,7 @@ func (c *draCycle) servesGPUsByDRA(nodeInfo fwk.NodeInfo) bool {
 // when every GPU of the node meets it, since DRA picks any. Everything else
 // — shares, memory-only requests, or a node whose device plugin also
 // serves nvidia.com/gpu — is unschedulable there.
-func filterDRA(cycle *draCycle, d *gpu.DRAInventory, demand *gpu.Demand, nodeInfo fwk.NodeInfo) *fwk.Status {
+func filterNode(cycle *Cycle, d *gpu.DRAInventory, demand *gpu.Demand, nodeInfo fwk.NodeInfo) *fwk.Status {
 	if demand.IsShare() || !cycle.servesGPUsByDRA(nodeInfo) {
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, gpu.ReasonDRAManaged.String())
 	}
@@ -495,15 +501,14 @@ func filterDRA(cycle *draCycle, d *gpu.DRAInventory, demand *gpu.Demand, nodeInf
 // structured allocator cannot predict it (preScoreDeferred): the policy's
 // score of the GPUs a first-fit allocator takes, the lowest free devices in
 // the allocator's order. 0 when none are free: the DynamicResources
-// plugin's Filter rejects the node then.
-func (p *GPUPlacement) scoreDRA(state fwk.CycleState, nodeInfo fwk.NodeInfo, demand *gpu.Demand, view *gpu.NodeGPUs) int64 {
+// plugin's Filter rejects the node then. The request excludes no GPU: DRA
+// does not know the telemetry's view.
+func (p *Placer) scoreDRA(demand *gpu.Demand, view *gpu.NodeGPUs, host gpu.Host) int64 {
 	chosen, fit := gpu.PredictFirstFit(view, demand)
 	if !fit.OK() {
 		return 0
 	}
-	req := requestOf(state, nodeInfo, demand)
-	req.Exclude = nil // DRA does not know the telemetry's view
-	return p.policy.Score(view, &req, chosen)
+	return p.policy.Score(view, &gpu.Request{Demand: demand, Host: host}, chosen)
 }
 
 // reportPublishedTwice records a Warning event on a node whose GPUs are
@@ -512,7 +517,7 @@ func (p *GPUPlacement) scoreDRA(state fwk.CycleState, nodeInfo fwk.NodeInfo, dem
 // shares or memory by annotation do not go there, and the device plugin
 // and the driver can each hand out the same GPU. Each version of the node
 // is reported once.
-func (p *GPUPlacement) reportPublishedTwice(node *v1.Node) {
+func (p *Placer) reportPublishedTwice(node *v1.Node) {
 	if last, ok := p.twiceReported.Load(node.Name); ok && last == node.ResourceVersion {
 		return
 	}
@@ -520,6 +525,20 @@ func (p *GPUPlacement) reportPublishedTwice(node *v1.Node) {
 	if recorder := p.handle.EventRecorder(); recorder != nil {
 		recorder.Eventf(node, nil, v1.EventTypeWarning, "GPUsPublishedTwice", "Scheduling",
 			"this node has allocatable %s from a device plugin and publishes GPUs of DRA driver %s: gpusched leaves them to DRA and places no %s pods here; run one of the two (docs/dra.md)",
-			gpu.ResourceGPU, p.dra.src.Driver, gpu.AnnotationAssigned)
+			gpu.ResourceGPU, p.reader.src.Driver, gpu.AnnotationAssigned)
 	}
+}
+
+// MaxGPUs is the most GPUs any node of the cycle publishes.
+func (c *Cycle) MaxGPUs() int {
+	out := 0
+	for _, d := range c.nodes {
+		out = max(out, d.Inventory.Len())
+	}
+	return out
+}
+
+// logger is the context's logger with the owner plugin's name.
+func (r *Reader) logger(ctx context.Context) klog.Logger {
+	return klog.FromContext(ctx).WithValues("plugin", r.owner)
 }

@@ -1,4 +1,4 @@
-package gpuplacement
+package dra
 
 import (
 	"context"
@@ -48,7 +48,7 @@ type askSelector struct {
 
 // selectorOf reads the ask's class and selectors; nil when the class
 // cannot be read: the allocator then decides alone.
-func (r *draReader) selectorOf(ask *gpu.ClaimAsk) *askSelector {
+func (r *Reader) selectorOf(ask *gpu.ClaimAsk) *askSelector {
 	class, err := r.manager.DeviceClasses().Get(ask.Class)
 	if err != nil {
 		return nil
@@ -78,7 +78,7 @@ type selectionSet struct {
 // sets are kept by selector; maxSelections bounds the selections they
 // hold together. sel nil (the class cannot be read) gives a set whose
 // selections are never ok.
-func (r *draReader) selectionsOf(cycle *draCycle, sel *askSelector) *selectionSet {
+func (r *Reader) selectionsOf(cycle *Cycle, sel *askSelector) *selectionSet {
 	if sel == nil {
 		return &selectionSet{}
 	}
@@ -107,7 +107,7 @@ func (r *draReader) selectionsOf(cycle *draCycle, sel *askSelector) *selectionSe
 // selects, evaluated with DRA's CEL library and the scheduler's CEL
 // features. It is not ok when a selector does not compile or the class
 // could not be read: the allocator then decides alone.
-func (s *selectionSet) at(ctx context.Context, r *draReader, cycle *draCycle, node string, d *gpu.DRAInventory) *selectedDevices {
+func (s *selectionSet) at(ctx context.Context, r *Reader, cycle *Cycle, node string, d *gpu.DRAInventory) *selectedDevices {
 	if s.sel == nil {
 		return &selectedDevices{}
 	}
@@ -133,16 +133,16 @@ func (s *selectionSet) at(ctx context.Context, r *draReader, cycle *draCycle, no
 
 // selected is the node's selection by sel (selectionSet.at), for a caller
 // that asks of one node.
-func (r *draReader) selected(ctx context.Context, cycle *draCycle, node string, d *gpu.DRAInventory, sel *askSelector) *selectedDevices {
+func (r *Reader) selected(ctx context.Context, cycle *Cycle, node string, d *gpu.DRAInventory, sel *askSelector) *selectedDevices {
 	return r.selectionsOf(cycle, sel).at(ctx, r, cycle, node, d)
 }
 
 // evaluate runs the selectors on each device of the driver on the node.
-func (r *draReader) evaluate(ctx context.Context, node string, d *gpu.DRAInventory, nodeSlices []*resourceapi.ResourceSlice, exprs []string) *selectedDevices {
+func (r *Reader) evaluate(ctx context.Context, node string, d *gpu.DRAInventory, nodeSlices []*resourceapi.ResourceSlice, exprs []string) *selectedDevices {
 	programs := make([]cel.CompilationResult, len(exprs))
 	for i, expr := range exprs {
 		if programs[i] = r.celCache.GetOrCompile(expr); programs[i].Error != nil {
-			logger(ctx).V(4).Info("Not choosing DRA devices: a selector does not compile", "node", node, "expression", expr, "err", programs[i].Error)
+			r.logger(ctx).V(4).Info("Not choosing DRA devices: a selector does not compile", "node", node, "expression", expr, "err", programs[i].Error)
 			return &selectedDevices{}
 		}
 	}
