@@ -342,18 +342,17 @@ func setFeasible(result *extenderv1.ExtenderFilterResult, args *extenderv1.Exten
 // node's CPU and memory, rescaled over the nodes (gpu.Policy.Rescale),
 // exactly as the plugin's Score and NormalizeScore do. A node the demand no
 // longer fits scores 0 and, as in the plugin, takes part in the rescaling;
-// an unknown node scores 0 and does not. A pod without GPU demand is scored
-// as the plugin scores it: by a policy that weighs the node's CPU
-// (HostAware: PairFit keeps CPU for GPU pods), and not at all by the
-// others. A pod without GPU demand under the others, or with a malformed
-// demand, gets 0 everywhere, so that the scheduler's own scores decide.
+// an unknown node scores 0 and does not. A pod the policy does not score
+// (gpu.Policy.Scores: one without GPU demand under a policy that weighs
+// GPUs alone), or with a malformed demand, gets 0 everywhere, so that the
+// scheduler's own scores decide.
 func (e *Extender) Prioritize(ctx context.Context, args *extenderv1.ExtenderArgs) extenderv1.HostPriorityList {
 	out := getPriorities(nodeCount(args))
 	for name := range nodeNames(args) {
 		out = append(out, extenderv1.HostPriority{Host: name})
 	}
 	demand, err := e.policy.Demand(args.Pod)
-	if err != nil || (demand.IsZero() && !e.policy.Info().HostAware) {
+	if err != nil || !e.policy.Scores(&demand) {
 		return out
 	}
 	list := e.candidates(args)

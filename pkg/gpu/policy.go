@@ -83,6 +83,14 @@ func (p *Policy) Type() PolicyType { return p.info.Type }
 // Info is the policy's registry entry.
 func (p *Policy) Info() PolicyInfo { return *p.info }
 
+// Scores reports whether the policy scores a pod with demand d: every pod
+// that asks for GPUs, and a pod without GPU demand only under a host-aware
+// policy, which weighs the node's CPU and memory for every pod (PairFit
+// keeps CPU for GPU pods). Where it does not, a front end leaves the pod to
+// the scheduler's other scores: the plugin skips it, the extender scores
+// every node 0. The one rule every front end decides it by.
+func (p *Policy) Scores(d *Demand) bool { return !d.IsZero() || p.info.HostAware }
+
 // Shapes is the distribution of typical pods a fragmentation-aware policy
 // measures against; nil for other policies.
 func (p *Policy) Shapes() Shapes { return p.shapes }

@@ -175,3 +175,32 @@ func TestPolicyRescale(t *testing.T) {
 		}
 	}
 }
+
+// TestPolicyScores: a pod that asks for GPUs is scored by every policy; a
+// pod without GPU demand only by the policies that weigh the node's CPU and
+// memory (PairFit, the default, among them), and the policies that weigh
+// GPUs alone leave it to the scheduler's other scores.
+func TestPolicyScores(t *testing.T) {
+	cpuOnly := &gpu.Demand{MilliCPU: 4000, HostMemoryMiB: 8192}
+	whole := &gpu.Demand{Count: 1, Milli: gpu.MilliPerGPU}
+	for _, tc := range []struct {
+		policy      gpu.PolicyType
+		scoresNoGPU bool
+	}{
+		{gpu.PolicyPairFit, true},
+		{gpu.PolicyFragFit, true},
+		{gpu.PolicyFGD, true},
+		{gpu.PolicyBestFitCPUGPU, true},
+		{gpu.PolicyBestFit, false},
+		{gpu.PolicySpread, false},
+		{gpu.PolicyPacking, false},
+	} {
+		p := gpu.MustPolicy(tc.policy, gpu.PolicyConfig{Shapes: gpu.StaticShapes{}})
+		if got := p.Scores(cpuOnly); got != tc.scoresNoGPU {
+			t.Errorf("%s scores a pod without GPUs: %v, want %v", tc.policy, got, tc.scoresNoGPU)
+		}
+		if !p.Scores(whole) {
+			t.Errorf("%s does not score a pod that asks for a GPU", tc.policy)
+		}
+	}
+}

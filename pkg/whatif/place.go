@@ -173,7 +173,7 @@ func (p *placer) place(np *newPod) Placement {
 func (p *placer) choose(d *gpu.Demand) int {
 	p.scores = slices.Grow(p.scores[:0], len(p.feasible))[:len(p.feasible)]
 	clear(p.scores)
-	if !d.IsZero() || p.hostAware {
+	if p.policy.Scores(d) {
 		for j, i := range p.feasible {
 			n := &p.nodes[i]
 			req := gpu.Request{Demand: d, Host: p.host(n, p.hostAware)}

@@ -204,7 +204,7 @@ func (p *GPUPlacement) PreFilter(ctx context.Context, state fwk.CycleState, pod 
 		// weighs CPU, or when its own ResourceClaims may take DRA GPUs.
 		// A host-aware policy scores every pod with the node's GPUs, which
 		// on a DRA node are the DRA inventory and allocations.
-		scored, filtered := scoresWithoutGPUs(p.policy), false
+		scored, filtered := p.policy.Scores(&demand), false
 		if p.dra != nil && (scored || dra.HasClaims(pod)) {
 			found, status := p.dra.Read(ctx, state, false)
 			if status != nil {
@@ -279,11 +279,6 @@ func (p *GPUPlacement) observe(ctx context.Context, state fwk.CycleState, pod *v
 // preemption's what-if evaluation re-reads the node's pods through its
 // NodeInfo, whose generation changes with them.
 func (p *GPUPlacement) PreFilterExtensions() fwk.PreFilterExtensions { return nil }
-
-// scoresWithoutGPUs reports whether the plugin scores a pod without GPU
-// demand under pol (DRA claims aside): a host-aware policy scores every
-// pod with the node's CPU and memory beside its GPUs.
-func scoresWithoutGPUs(pol *gpu.Policy) bool { return pol.Info().HostAware }
 
 func demandOf(state fwk.CycleState) (*gpu.Demand, *fwk.Status) {
 	s, status := podStateOf(state)

@@ -81,7 +81,7 @@ func (s *Scorers) Scores(state fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo
 			return nil, fmt.Errorf("%s: %w", pol.Type(), err)
 		}
 		out[k] = make([]float64, len(nodes))
-		if demand.IsZero() && !scoresWithoutGPUs(pol) {
+		if !pol.Scores(&demand) {
 			continue // that policy's GPUPlacement would not score the pod
 		}
 		for i := range reqs {
