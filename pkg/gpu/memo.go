@@ -63,14 +63,12 @@ type viewMemo struct {
 	mu  sync.Mutex
 	key memoKey
 	// byPolicy holds each policy's answers, oldest first, at most
-	// maxMemoPolicies. A scheduler asks with one policy, which the first
-	// entry holds without a second allocation; the simulator's environment
-	// and the plugin's score features ask with a few more. Policies
-	// measuring against other typical pods or another census drop each
-	// other's answers (typical and census are the view's); a policy whose
-	// prices changed drops only its own.
+	// maxMemoPolicies. A scheduler asks with one policy; the simulator's
+	// environment and the plugin's score features ask with a few more.
+	// Policies measuring against other typical pods or another census drop
+	// each other's answers (typical and census are the view's); a policy
+	// whose prices changed drops only its own.
 	byPolicy []policyMemo
-	first    [1]policyMemo
 }
 
 // policyMemo is one policy's answers about a view, and the prices they
@@ -91,9 +89,9 @@ type pricedBy struct {
 }
 
 // memoResult is one remembered answer. Answers to requests that exclude
-// GPUs are never remembered, so a remembered Fit has no Excluded text and
-// the answer holds no pointer: a table of them costs the garbage
-// collector nothing to scan.
+// GPUs are never remembered, so a remembered Fit has no Excluded text, and
+// the slot that keeps it (memoSlot) holds no pointer: a table of them
+// costs the garbage collector nothing to scan.
 type memoResult struct {
 	chosen DeviceSet
 	fit    Fit
@@ -147,11 +145,16 @@ func (t *memoTable) get(id demandID, h Host) (memoResult, bool) {
 }
 
 func (t *memoTable) put(id demandID, h Host, r memoResult) {
-	if (t.used+1)*4 > len(t.slots)*3 {
+	if len(t.slots) == 0 {
 		t.grow()
 	}
 	s := t.slot(id)
 	if s.id == 0 {
+		// A new answer; one that replaces another never grows the table.
+		if (t.used+1)*4 > len(t.slots)*3 {
+			t.grow()
+			s = t.slot(id)
+		}
 		t.used++
 	}
 	*s = memoSlot{id: uint32(id) + 1, reasons: r.fit.Reasons, chosen: r.chosen, free: r.fit.Free, score: r.score, host: h}
@@ -228,9 +231,6 @@ func (m *viewMemo) put(p *Policy, id demandID, h Host, key memoKey, priced price
 		copy(m.byPolicy, m.byPolicy[1:])
 		m.byPolicy[len(m.byPolicy)-1] = policyMemo{}
 		m.byPolicy = m.byPolicy[:len(m.byPolicy)-1]
-	}
-	if m.byPolicy == nil {
-		m.byPolicy = m.first[:0]
 	}
 	m.byPolicy = append(m.byPolicy, policyMemo{policy: p, priced: priced})
 	m.byPolicy[len(m.byPolicy)-1].answers.put(id, h, r)

@@ -31,6 +31,21 @@ func TestMemoTable(t *testing.T) {
 	if len(tab.slots) != 8192 || tab.used*4 > len(tab.slots)*3 {
 		t.Errorf("%d answers in %d slots, want 8192 slots (the least power of two at most 3/4 full)", tab.used, len(tab.slots))
 	}
+	// A look-up mostly reads the slot its ID hashes to: over all answers,
+	// the slots probed past their own are fewer than the answers (linear
+	// probing with an even hash at 61 % load probes about 0.8 slots past on
+	// average; hashing into part of the table probes far more).
+	mask := len(tab.slots) - 1
+	past := 0
+	for i, s := range tab.slots {
+		if s.id != 0 {
+			home := int((uint32(s.id-1) * 0x9E3779B1) >> tab.shift)
+			past += (i - home) & mask
+		}
+	}
+	if past >= n {
+		t.Errorf("look-ups probe %d slots past their own over %d answers, want fewer than %d", past, n, n)
+	}
 	for id := range n {
 		r, ok := tab.get(demandID(id), host(id))
 		if !ok || r != answer(id) {
@@ -46,6 +61,15 @@ func TestMemoTable(t *testing.T) {
 	tab.put(42, host(7), answer(7))
 	if r, ok := tab.get(42, host(7)); !ok || r != answer(7) || tab.used != n {
 		t.Errorf("replaced answer: (%+v, %v) with %d counted, want %+v with %d", r, ok, tab.used, answer(7), n)
+	}
+	// A table exactly 3/4 full does not grow to replace an answer.
+	var full memoTable
+	for id := range 6 {
+		full.put(demandID(id), host(id), answer(id))
+	}
+	full.put(3, host(9), answer(9))
+	if len(full.slots) != 8 || full.used != 6 {
+		t.Errorf("6 answers, one replaced: %d slots, %d counted; want 8 and 6", len(full.slots), full.used)
 	}
 	if _, ok := tab.get(42, host(42)); ok {
 		t.Error("the replaced answer's host still answered")

@@ -88,8 +88,9 @@ func (p *Policy) Info() PolicyInfo { return *p.info }
 // policy, which weighs the node's CPU and memory for every pod (PairFit
 // keeps CPU for GPU pods). Where it does not, a front end leaves the pod to
 // the scheduler's other scores: the plugin skips it, the extender scores
-// every node 0. The one rule every front end decides it by.
-func (p *Policy) Scores(d *Demand) bool { return !d.IsZero() || p.info.HostAware }
+// every node 0. The one rule every front end decides it by; a nil d is no
+// demand.
+func (p *Policy) Scores(d *Demand) bool { return (d != nil && !d.IsZero()) || p.info.HostAware }
 
 // Shapes is the distribution of typical pods a fragmentation-aware policy
 // measures against; nil for other policies.
@@ -133,7 +134,7 @@ func (p *Policy) Score(n *NodeGPUs, req *Request, chosen DeviceSet) int64 {
 	if d == nil {
 		d = &noDemand
 	}
-	if d.IsZero() && !p.info.HostAware {
+	if !p.Scores(d) {
 		return 0
 	}
 	return p.strategy.Score(n, d, req.Host, chosen)

@@ -183,24 +183,27 @@ func TestPolicyRescale(t *testing.T) {
 func TestPolicyScores(t *testing.T) {
 	cpuOnly := &gpu.Demand{MilliCPU: 4000, HostMemoryMiB: 8192}
 	whole := &gpu.Demand{Count: 1, Milli: gpu.MilliPerGPU}
-	for _, tc := range []struct {
-		policy      gpu.PolicyType
-		scoresNoGPU bool
-	}{
-		{gpu.PolicyPairFit, true},
-		{gpu.PolicyFragFit, true},
-		{gpu.PolicyFGD, true},
-		{gpu.PolicyBestFitCPUGPU, true},
-		{gpu.PolicyBestFit, false},
-		{gpu.PolicySpread, false},
-		{gpu.PolicyPacking, false},
-	} {
-		p := gpu.MustPolicy(tc.policy, gpu.PolicyConfig{Shapes: gpu.StaticShapes{}})
-		if got := p.Scores(cpuOnly); got != tc.scoresNoGPU {
-			t.Errorf("%s scores a pod without GPUs: %v, want %v", tc.policy, got, tc.scoresNoGPU)
+	scoresNoGPU := map[gpu.PolicyType]bool{
+		gpu.PolicyPairFit: true, gpu.PolicyFragFit: true, gpu.PolicyFGD: true, gpu.PolicyBestFitCPUGPU: true,
+		gpu.PolicyRandom: true, gpu.PolicyDotProd: true,
+		gpu.PolicyBestFit: false, gpu.PolicySpread: false, gpu.PolicyPacking: false,
+		gpu.PolicyGpuClustering: false, gpu.PolicyGpuPacking: false,
+	}
+	for _, name := range gpu.PolicyNames() {
+		want, listed := scoresNoGPU[gpu.PolicyType(name)]
+		if !listed {
+			t.Errorf("policy %s is not in the table: say whether it scores pods without GPUs", name)
+			continue
+		}
+		p := gpu.MustPolicy(gpu.PolicyType(name), gpu.PolicyConfig{Shapes: gpu.StaticShapes{}})
+		if got := p.Scores(cpuOnly); got != want {
+			t.Errorf("%s scores a pod without GPUs: %v, want %v", name, got, want)
+		}
+		if got := p.Scores(nil); got != want {
+			t.Errorf("%s scores a request without a demand: %v, want %v", name, got, want)
 		}
 		if !p.Scores(whole) {
-			t.Errorf("%s does not score a pod that asks for a GPU", tc.policy)
+			t.Errorf("%s does not score a pod that asks for a GPU", name)
 		}
 	}
 }
