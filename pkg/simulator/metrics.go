@@ -98,9 +98,14 @@ type fragTracker struct {
 	total float64
 	// reasons holds the screen's rejection reasons as strings (reasonStrings).
 	reasons map[gpu.Reasons][]string
+	// atPosition is the node the screen last found at each position of the
+	// list it screens (nodeAt): the scheduler lists the nodes in the same
+	// order cycle after cycle, so most look-ups need no hashing of a name.
+	atPosition []*trackedNode
 }
 
 type trackedNode struct {
+	name          string
 	freeCPU       int64
 	freeMemoryMiB int64
 	frag          float64
@@ -110,7 +115,7 @@ type trackedNode struct {
 func newFragTracker(nodes []*v1.Node, typical []gpu.TypicalPod) *fragTracker {
 	t := &fragTracker{typical: typical, nodes: map[string]*trackedNode{}}
 	for _, n := range nodes {
-		tn := &trackedNode{freeCPU: n.Status.Allocatable.Cpu().MilliValue(),
+		tn := &trackedNode{name: n.Name, freeCPU: n.Status.Allocatable.Cpu().MilliValue(),
 			freeMemoryMiB: n.Status.Allocatable.Memory().Value() >> 20, view: gpu.EmptyNodeGPUs(n)}
 		t.nodes[n.Name] = tn
 		t.order = append(t.order, n.Name)
@@ -195,7 +200,7 @@ func (t *fragTracker) byModel() []ModelAllocation {
 // annotations, and no pod is in flight between cycles), so a node it
 // rejects is one the Filter plugins would reject too. On a full cluster most
 // nodes are rejected here, at a fraction of the cost of the Filter plugins.
-func (t *fragTracker) screen(pod *v1.Pod) func(node string) (bool, []string) {
+func (t *fragTracker) screen(pod *v1.Pod) screenCheck {
 	d, err := gpu.DemandFromPod(pod)
 	if err != nil || d.IsZero() {
 		return nil // PreFilter rejects or skips it; nothing to screen
@@ -203,10 +208,29 @@ func (t *fragTracker) screen(pod *v1.Pod) func(node string) (bool, []string) {
 	return t.screenDemand(d)
 }
 
+// screenCheck is a screen's check of the node named node at position i of
+// the list screened: whether it may take the pod, and if not, why.
+type screenCheck func(i int, node string) (ok bool, reasons []string)
+
+// nodeAt is the tracked node named name, which the screen finds at position
+// i of its list; nil for a node the tracker does not know.
+func (t *fragTracker) nodeAt(i int, name string) *trackedNode {
+	if i < len(t.atPosition) {
+		if tn := t.atPosition[i]; tn != nil && tn.name == name {
+			return tn
+		}
+	} else {
+		t.atPosition = append(t.atPosition, make([]*trackedNode, i+1-len(t.atPosition))...)
+	}
+	tn := t.nodes[name]
+	t.atPosition[i] = tn
+	return tn
+}
+
 // screenDemand is the GPU fit check for a demand (see screen).
-func (t *fragTracker) screenDemand(d gpu.Demand) func(node string) (bool, []string) {
-	return func(node string) (bool, []string) {
-		tn := t.nodes[node]
+func (t *fragTracker) screenDemand(d gpu.Demand) screenCheck {
+	return func(i int, node string) (bool, []string) {
+		tn := t.nodeAt(i, node)
 		if tn == nil {
 			return true, nil
 		}
@@ -230,8 +254,8 @@ func (t *fragTracker) screenDemand(d gpu.Demand) func(node string) (bool, []stri
 // Filter gives a node without the devices; a node that another plugin
 // would reject first is counted there too, as the annotation path's screen
 // counts it under its GPU reason.
-func (t *fragTracker) screenClaims(traceOf map[*v1.Pod]*v1.Pod) func(*v1.Pod) func(node string) (bool, []string) {
-	return func(pod *v1.Pod) func(node string) (bool, []string) {
+func (t *fragTracker) screenClaims(traceOf map[*v1.Pod]*v1.Pod) func(*v1.Pod) screenCheck {
+	return func(pod *v1.Pod) screenCheck {
 		trace := traceOf[pod]
 		if trace == nil {
 			return nil
@@ -242,8 +266,8 @@ func (t *fragTracker) screenClaims(traceOf map[*v1.Pod]*v1.Pod) func(*v1.Pod) fu
 		}
 		d.MemoryMiB = 0
 		check := t.screenDemand(d)
-		return func(node string) (bool, []string) {
-			if ok, _ := check(node); !ok {
+		return func(i int, node string) (bool, []string) {
+			if ok, _ := check(i, node); !ok {
 				return false, draUnallocatable
 			}
 			return true, nil

@@ -110,7 +110,7 @@ type scheduler struct {
 	nextNode int
 	// screen, when set, is an exact GPU fit check that runs before the
 	// Filter plugins (see fragTracker.screen); nodes it rejects are not filtered.
-	screen func(pod *v1.Pod) func(node string) (ok bool, reasons []string)
+	screen func(pod *v1.Pod) screenCheck
 	bound  map[string]*v1.Pod // by pod UID
 	// dra is the run's DRA state on the DRA path; nil otherwise.
 	dra *draManager
@@ -396,14 +396,14 @@ func (s *scheduler) measured(uid string) *v1.Pod {
 
 // screenNodes keeps the nodes the check accepts and counts the reasons of
 // those it rejects.
-func screenNodes(nodes []fwk.NodeInfo, check func(node string) (bool, []string)) ([]fwk.NodeInfo, map[string]int) {
+func screenNodes(nodes []fwk.NodeInfo, check screenCheck) ([]fwk.NodeInfo, map[string]int) {
 	if check == nil {
 		return nodes, nil
 	}
 	kept := make([]fwk.NodeInfo, 0, len(nodes))
 	var rejected map[string]int
-	for _, n := range nodes {
-		ok, reasons := check(n.Node().Name)
+	for i, n := range nodes {
+		ok, reasons := check(i, n.Node().Name)
 		if ok {
 			kept = append(kept, n)
 			continue
