@@ -104,12 +104,14 @@ func TestDRAPredictedAllocationRanksNodes(t *testing.T) {
 // first fit would not give it there (GPU 0).
 func TestDRADevicesArePolicyChoice(t *testing.T) {
 	if os.Getenv("GPUSCHED_DRA_CHOICE_E2E") == "" {
-		// It passes alone and with -run 'DRA|Claim', but failed in 2 of 3
-		// runs of the whole package ("share pod on b with gpu-0"): state left
-		// by an earlier test is suspected and not yet found. The mechanism is
-		// covered by pkg/plugins/gpudra (the compiled allocators) and
-		// TestDRAPathPlacesAsTheAnnotationPath (the plugins end to end).
-		t.Skip("set GPUSCHED_DRA_CHOICE_E2E=1 to run; fails in the whole-package run for a reason not yet found")
+		// It is flaky on its own: run alone it failed once in 8 runs
+		// (-count=8), and in 2 of 3 runs of the whole package, always as
+		// "share pod on b with gpu-0", which is what the share gets where
+		// GPUPlacement's choice is not used for node "a". The cause is not
+		// found. The mechanism is covered by pkg/plugins/gpudra (the
+		// compiled allocators) and TestDRAPathPlacesAsTheAnnotationPath (the
+		// plugins end to end).
+		t.Skip("set GPUSCHED_DRA_CHOICE_E2E=1 to run; flaky (about 1 run in 8 alone) for a reason not yet found")
 	}
 	got := runPredictionCluster(t, chooseConfig)
 	if got.node != "a" || got.device != "gpu-1" {
