@@ -51,15 +51,25 @@ type GPUFeatures struct {
 // built-in score already rescaled to 0..1. The allocatable CPU and memory
 // are the node's.
 func (p *Policy) Features(n *NodeGPUs, req *Request, fits bool, chosen DeviceSet, builtin float64, allocMilliCPU, allocMemoryMiB int64) NodeFeatures {
+	f, _ := p.AppendFeatures(nil, n, req, fits, chosen, builtin, allocMilliCPU, allocMemoryMiB)
+	return f
+}
+
+// AppendFeatures is Features with the node's GPUs appended to slab, which
+// it returns grown: a front end that describes many nodes passes one slab
+// for all of them (one allocation, not one per node). The features' GPUs
+// are the slab's last n.Len() entries.
+func (p *Policy) AppendFeatures(slab []GPUFeatures, n *NodeGPUs, req *Request, fits bool, chosen DeviceSet, builtin float64, allocMilliCPU, allocMemoryMiB int64) (NodeFeatures, []GPUFeatures) {
+	start := len(slab)
+	for i := range n.Used {
+		dev := &n.Inventory.Devices[i]
+		slab = append(slab, GPUFeatures{Index: dev.Index, Model: dev.Model, FreeMilli: n.FreeMilli(i),
+			MemoryMiB: dev.MemoryMiB, FreeMemoryMiB: n.FreeMemoryMiB(i), Group: dev.Group})
+	}
 	f := NodeFeatures{
 		Name: n.Name, Fits: fits, Host: req.Host,
 		AllocatableMilliCPU: allocMilliCPU, AllocatableMemoryMiB: allocMemoryMiB,
-		GPUs: make([]GPUFeatures, n.Len()),
-	}
-	for i := range n.Used {
-		dev := &n.Inventory.Devices[i]
-		f.GPUs[i] = GPUFeatures{Index: dev.Index, Model: dev.Model, FreeMilli: n.FreeMilli(i),
-			MemoryMiB: dev.MemoryMiB, FreeMemoryMiB: n.FreeMemoryMiB(i), Group: dev.Group}
+		GPUs: slab[start:len(slab):len(slab)],
 	}
 	d := req.Demand
 	if d == nil {
@@ -82,7 +92,7 @@ func (p *Policy) Features(n *NodeGPUs, req *Request, fits bool, chosen DeviceSet
 	if fits {
 		f.Chosen, f.BuiltinScore = chosen, builtin
 	}
-	return f
+	return f, slab
 }
 
 // featureColumns are the columns of a node's matrix row (AppendRow), in
@@ -95,7 +105,7 @@ var featureColumns = [numFeatures]struct {
 	name   string
 	perPod bool
 }{
-	{"builtin_score", true},      // the built-in policy's rescaled score, 0..1
+	{BuiltinScoreColumn, true},   // the built-in policy's rescaled score, 0..1
 	{"fits", false},              // 1 where the pod fits
 	{"free_cpu", false},          // free CPU
 	{"free_cpu_after", true},     //
@@ -114,6 +124,10 @@ var featureColumns = [numFeatures]struct {
 	{"fragment_after", true},     //
 	{"fragment_delta", true},     // fragment_after − fragment, of one GPU
 }
+
+// BuiltinScoreColumn names the column of the built-in policy's score,
+// rescaled over the pod's feasible nodes (NodeFeatures.BuiltinScore).
+const BuiltinScoreColumn = "builtin_score"
 
 // numFeatures is the number of columns; the arrays of featureColumns and of
 // AppendRow's values have this length, so a column added to one but not the

@@ -61,6 +61,7 @@ type Scorer struct {
 	// model, when the configuration names one, scores in-process: no call,
 	// no deadline, no breaker.
 	model   *Model
+	session *session
 	conn    *grpc.ClientConn
 	client  pb.PolicyServiceClient
 	breaker breaker
@@ -93,7 +94,7 @@ func New(cfg config.ExternalPolicy) (*Scorer, error) {
 		return nil, fmt.Errorf("policy service %s: %w", cfg.Endpoint, err)
 	}
 	registerMetrics()
-	return &Scorer{cfg: cfg, conn: conn, client: pb.NewPolicyServiceClient(conn),
+	return &Scorer{cfg: cfg, session: newSession(), conn: conn, client: pb.NewPolicyServiceClient(conn),
 		breaker: breaker{limit: int(cfg.CircuitBreaker.Failures), openFor: cfg.CircuitBreaker.OpenFor}}, nil
 }
 
@@ -123,12 +124,13 @@ func tlsConfig(t *config.ExternalTLS) (*tls.Config, error) {
 func (s *Scorer) Config() config.ExternalPolicy { return s.cfg }
 
 // ScoreNodes scores a pod's nodes, described by nodes: a service is sent
-// the whole ScoreRequest; a model scores their feature rows
-// in-process. The scores are in nodes' order; or, when they cannot be
-// used, why (and counts it).
+// a ScoreRequest, incremental when it keeps the session's last one; a
+// model scores their feature rows in-process. The scores are in nodes'
+// order; or, when they cannot be used, why (and counts it). It keeps
+// nothing of nodes once it returns: the caller may reuse their memory.
 func (s *Scorer) ScoreNodes(ctx context.Context, pod *v1.Pod, d *gpu.Demand, nodes []gpu.NodeFeatures, fallback gpu.PolicyType) ([]float64, *Fallback) {
 	if s.model == nil {
-		return s.call(ctx, ScoreRequest(pod, d, nodes, fallback))
+		return s.call(ctx, s.session.request(pod, d, nodes, fallback), nodes)
 	}
 	start := time.Now()
 	scores := s.model.ScoreFeatures(nodes, d)
@@ -156,17 +158,36 @@ func (s *Scorer) Close() error {
 	return s.conn.Close()
 }
 
-// call asks the service to score req's nodes and returns their scores in
-// req's order; or, when the answer cannot be used, why (and counts it).
-func (s *Scorer) call(ctx context.Context, req *pb.ScoreRequest) ([]float64, *Fallback) {
+// call sends out's request and returns the scores of nodes, the nodes it
+// was built from, in their order; or, when the answer cannot be used, why
+// (and counts it). An incremental request whose table the service no
+// longer holds, or that the service answers for its sent nodes only (a
+// service that keeps no table), is sent again whole within the same
+// deadline; the call's duration covers both.
+func (s *Scorer) call(ctx context.Context, out *outgoing, nodes []gpu.NodeFeatures) ([]float64, *Fallback) {
 	if !s.breaker.allow(time.Now()) {
+		s.session.answered(out, false)
 		fallbacks.WithLabelValues(string(CauseCircuitOpen)).Inc()
 		return nil, &Fallback{Cause: CauseCircuitOpen, Err: fmt.Errorf("%d calls in a row failed; the next try is within %v", s.cfg.CircuitBreaker.Failures, s.cfg.CircuitBreaker.OpenFor)}
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
 	start := time.Now()
-	reply, err := s.client.Score(ctx, req)
+	requests.WithLabelValues(requestKind(out.req)).Inc()
+	reply, err := s.client.Score(ctx, out.req)
+	var inOrder []float64
+	var checkErr error
+	if err == nil {
+		inOrder, checkErr = checkReply(wholeNames(out, nodes), reply)
+	}
+	if out.req.Base != 0 && (status.Code(err) == codes.FailedPrecondition || err == nil && checkErr != nil && !reply.GetKept()) {
+		s.session.resend(out)
+		requests.WithLabelValues(kindResent).Inc()
+		reply, err = s.client.Score(ctx, out.req)
+		if err == nil {
+			inOrder, checkErr = checkReply(wholeNames(out, nodes), reply)
+		}
+	}
 	callDuration.Observe(time.Since(start).Seconds())
 	var scores []float64
 	var fb *Fallback
@@ -175,11 +196,15 @@ func (s *Scorer) call(ctx context.Context, req *pb.ScoreRequest) ([]float64, *Fa
 		fb = &Fallback{Cause: CauseTimeout, Err: fmt.Errorf("no answer within %v", s.cfg.Timeout)}
 	case err != nil:
 		fb = &Fallback{Cause: CauseError, Err: err}
+	case checkErr != nil:
+		fb = &Fallback{Cause: CauseMalformed, Err: checkErr}
 	default:
-		if scores, err = checkReply(req, reply); err != nil {
-			fb = &Fallback{Cause: CauseMalformed, Err: err}
+		scores = make([]float64, len(nodes))
+		for k, i := range out.order {
+			scores[i] = inOrder[k]
 		}
 	}
+	s.session.answered(out, fb == nil && reply.GetKept())
 	result := "ok"
 	if fb != nil {
 		result = string(fb.Cause)
@@ -211,19 +236,41 @@ func (s *Scorer) checkModel(scores []float64, name func(int) string) ([]float64,
 	return scores, nil
 }
 
-// checkReply returns the reply's scores in the request's node order, or
-// what is wrong with it: a count that is not the request's, a node the
-// request did not name or named twice, a score that is not finite.
-func checkReply(req *pb.ScoreRequest, reply *pb.ScoreReply) ([]float64, error) {
-	if len(reply.GetScores()) != len(req.Nodes) {
-		return nil, fmt.Errorf("%d scores for %d nodes: want one per node", len(reply.GetScores()), len(req.Nodes))
+// wholeNames are the names of out's whole node list, in its order.
+func wholeNames(out *outgoing, nodes []gpu.NodeFeatures) []string {
+	names := make([]string, len(out.order))
+	for k, i := range out.order {
+		names[k] = nodes[i].Name
 	}
-	index := make(map[string]int, len(req.Nodes))
-	for i, n := range req.Nodes {
-		index[n.Name] = i
+	return names
+}
+
+// checkReply returns the reply's scores in the order of names, the
+// request's whole node list, or what is wrong with it: a count that is not
+// the request's, a node the request did not name or named twice, a score
+// that is not finite, both forms of scores.
+func checkReply(names []string, reply *pb.ScoreReply) ([]float64, error) {
+	if values := reply.GetValues(); len(values) > 0 {
+		switch {
+		case len(reply.GetScores()) > 0:
+			return nil, fmt.Errorf("%d scores and %d values: want one or the other", len(reply.GetScores()), len(values))
+		case len(values) != len(names):
+			return nil, fmt.Errorf("%d values for %d nodes: want one per node, in the request's order", len(values), len(names))
+		}
+		if i := slices.IndexFunc(values, notFinite); i >= 0 {
+			return nil, fmt.Errorf("value %v for node %q: want a finite number", values[i], names[i])
+		}
+		return values, nil
 	}
-	out := make([]float64, len(req.Nodes))
-	seen := make([]bool, len(req.Nodes))
+	if len(reply.GetScores()) != len(names) {
+		return nil, fmt.Errorf("%d scores for %d nodes: want one per node", len(reply.GetScores()), len(names))
+	}
+	index := make(map[string]int, len(names))
+	for i, n := range names {
+		index[n] = i
+	}
+	out := make([]float64, len(names))
+	seen := make([]bool, len(names))
 	for _, s := range reply.Scores {
 		i, ok := index[s.Node]
 		switch {

@@ -48,9 +48,10 @@ func TestExternalBreaker(t *testing.T) {
 }
 
 // TestExternalReplyChecks: a reply is used only with one finite score per
-// node of the request, in any order.
+// node of the request: named, in any order, or as values in the request's
+// order.
 func TestExternalReplyChecks(t *testing.T) {
-	req := &pb.ScoreRequest{Nodes: []*pb.Node{{Name: "a"}, {Name: "b"}}}
+	names := []string{"a", "b"}
 	score := func(pairs ...any) *pb.ScoreReply {
 		r := &pb.ScoreReply{}
 		for i := 0; i < len(pairs); i += 2 {
@@ -71,10 +72,14 @@ func TestExternalReplyChecks(t *testing.T) {
 		{"infinite", score("a", math.Inf(1), "b", 0.0), nil, `score +Inf for node "a": want a finite number`},
 		{"unknown", score("a", 1.0, "c", 0.0), nil, `score for node "c", which is not one of the request's nodes`},
 		{"twice", score("a", 1.0, "a", 0.0), nil, `two scores for node "a"`},
+		{"values", &pb.ScoreReply{Values: []float64{3, -1}}, []float64{3, -1}, ""},
+		{"too few values", &pb.ScoreReply{Values: []float64{3}}, nil, "1 values for 2 nodes"},
+		{"an infinite value", &pb.ScoreReply{Values: []float64{0, math.Inf(-1)}}, nil, `value -Inf for node "b": want a finite number`},
+		{"both forms", &pb.ScoreReply{Values: []float64{0, 1}, Scores: score("a", 1.0, "b", 0.0).Scores}, nil, "2 scores and 2 values: want one or the other"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := checkReply(req, tt.reply)
+			got, err := checkReply(names, tt.reply)
 			if tt.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.err) {
 					t.Fatalf("error %v, want %q", err, tt.err)

@@ -7,9 +7,6 @@
 package policyservice
 
 import (
-	"encoding/binary"
-	"math"
-
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/gpusched/gpusched/pkg/gpu"
@@ -98,9 +95,7 @@ func Matrix(nodes []gpu.NodeFeatures, d *gpu.Demand, buf []byte) *pb.FeatureMatr
 	buf = buf[:0]
 	for i := range nodes {
 		row = nodes[i].AppendRow(row[:0], d)
-		for _, v := range row {
-			buf = binary.LittleEndian.AppendUint32(buf, math.Float32bits(v))
-		}
+		buf = appendRow(buf, row)
 	}
 	return &pb.FeatureMatrix{Columns: columns, Rows: int32(len(nodes)), Values: buf}
 }

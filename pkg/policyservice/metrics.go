@@ -5,6 +5,8 @@ import (
 
 	"k8s.io/component-base/metrics"
 	"k8s.io/component-base/metrics/legacyregistry"
+
+	pb "github.com/gpusched/gpusched/pkg/policyservice/v1alpha1"
 )
 
 // The policy service's metrics, on the scheduler's (or the extender's)
@@ -15,6 +17,11 @@ var (
 		Help:           "Calls to the policy service, by result: ok, timeout, error or malformed.",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"result"})
+	requests = metrics.NewCounterVec(&metrics.CounterOpts{
+		Name:           "gpusched_external_policy_requests_total",
+		Help:           "Requests sent to the policy service, by kind: whole, incremental (only the nodes changed since the request the service keeps) or resent (whole again, after the service answered that it no longer keeps the base).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"kind"})
 	callDuration = metrics.NewHistogram(&metrics.HistogramOpts{
 		Name:           "gpusched_external_policy_call_duration_seconds",
 		Help:           "Duration of one call to the policy service, answered or not.",
@@ -47,9 +54,26 @@ var registerOnce sync.Once
 
 func registerMetrics() {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(calls, callDuration, fallbacks, disagreements, compared, circuitOpen)
+		legacyregistry.MustRegister(calls, requests, callDuration, fallbacks, disagreements, compared, circuitOpen)
 		for _, c := range causes {
 			fallbacks.WithLabelValues(string(c))
 		}
+		for _, k := range []string{kindWhole, kindIncremental, kindResent} {
+			requests.WithLabelValues(k)
+		}
 	})
+}
+
+// The kinds of request the requests metric counts.
+const (
+	kindWhole       = "whole"
+	kindIncremental = "incremental"
+	kindResent      = "resent"
+)
+
+func requestKind(req *pb.ScoreRequest) string {
+	if req.Base != 0 {
+		return kindIncremental
+	}
+	return kindWhole
 }

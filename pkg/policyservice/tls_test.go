@@ -18,8 +18,10 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	v1 "k8s.io/api/core/v1"
 
 	"github.com/gpusched/gpusched/pkg/apis/config"
+	"github.com/gpusched/gpusched/pkg/gpu"
 	"github.com/gpusched/gpusched/pkg/policyservice/policyservicetest"
 	pb "github.com/gpusched/gpusched/pkg/policyservice/v1alpha1"
 )
@@ -48,14 +50,17 @@ func TestExternalPolicyMutualTLS(t *testing.T) {
 	cfg := config.ExternalPolicy{Endpoint: addr, Timeout: 5 * time.Second, Mode: config.ExternalEnforce,
 		CircuitBreaker: config.CircuitBreaker{Failures: 100, OpenFor: time.Second},
 		TLS:            &config.ExternalTLS{CAFile: filepath.Join(dir, "ca.crt"), CertFile: clientCertFile, KeyFile: clientKeyFile, ServerName: "127.0.0.1"}}
-	req := &pb.ScoreRequest{Nodes: []*pb.Node{{Name: "a"}, {Name: "b"}}}
+	nodes := []gpu.NodeFeatures{{Name: "a"}, {Name: "b"}}
+	score := func(s *Scorer) ([]float64, *Fallback) {
+		return s.ScoreNodes(context.Background(), &v1.Pod{}, &gpu.Demand{Count: 1, Milli: gpu.MilliPerGPU}, nodes, gpu.PolicyFragFit)
+	}
 
 	s, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if scores, fb := s.call(context.Background(), req); fb != nil || scores[1] != 1 {
+	if scores, fb := score(s); fb != nil || scores[1] != 1 {
 		t.Fatalf("mutual TLS: scores %v, fallback %v", scores, fb)
 	}
 
@@ -69,7 +74,7 @@ func TestExternalPolicyMutualTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s2.Close()
-	if _, fb := s2.call(context.Background(), req); fb == nil || fb.Cause != CauseError {
+	if _, fb := score(s2); fb == nil || fb.Cause != CauseError {
 		t.Errorf("an untrusted service: fallback %v, want cause error", fb)
 	}
 

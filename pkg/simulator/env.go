@@ -172,7 +172,7 @@ func NewEnv(opts EnvOptions) (*Env, error) {
 	}
 	e := &Env{opts: sim, reward: opts.Reward, capacity: trace.CapacityMilli(opts.Nodes), typical: typicalPods(opts.Pods),
 		index: map[string]int{}, columns: gpu.FeatureColumns(), rows: make([]cachedRow, len(opts.Nodes)), nextSeed: 42}
-	e.fitsColumn, e.builtinColumn = slices.Index(e.columns, "fits"), slices.Index(e.columns, "builtin_score")
+	e.fitsColumn, e.builtinColumn = slices.Index(e.columns, "fits"), slices.Index(e.columns, gpu.BuiltinScoreColumn)
 	if len(opts.ScoreColumns) > 0 && findGPUPlacementArgs(opts.Profile.Profile) == nil {
 		return nil, fmt.Errorf("score columns %v: profile %s has no %s plugin to score with", opts.ScoreColumns, opts.Profile.Name, gpuplacement.Name)
 	}

@@ -37,11 +37,14 @@ def main():
         lock = threading.Lock()
 
         def on_reply(request, reply):
-            scores = {s.node: s.score for s in reply.scores}
+            if reply.values:
+                scores = {n.name: v for n, v in zip(request.nodes, reply.values)}
+            else:
+                scores = {s.node: s.score for s in reply.scores}
             top = max(scores.values()) if scores else 0.0
-            best = [s.node for s in reply.scores if s.score >= top - 1e-9]
+            best = [name for name, v in scores.items() if v >= top - 1e-9]
             line = {"namespace": request.pod.namespace, "pod": request.pod.name,
-                    "node": best[0] if best else "", "best": best, "scores": scores, "nodes": len(reply.scores)}
+                    "node": best[0] if best else "", "best": best, "scores": scores, "nodes": len(scores)}
             with lock:
                 out.write(json.dumps(line) + "\n")
                 out.flush()

@@ -2,8 +2,9 @@
 
 serve(score_fn, address) answers the scheduler's Score calls: score_fn gets
 the pod, the request's feature matrix as a float32 array (one row per node
-of the request, in order), the column names and the request itself, and
-returns one score per node, higher is better.
+of the request, in order), the column names and the request itself (whole:
+an incremental request is expanded first), and returns one score per node,
+higher is better.
 """
 
 from concurrent import futures
@@ -12,15 +13,26 @@ import grpc
 import numpy as np
 
 from . import policy_pb2 as pb
+from .bases import Bases, RequestError
 from .matrix import to_array
 
 SERVICE = "gpusched.policy.v1alpha1.PolicyService"
 
 
-def score_handler(score_fn, on_reply=None):
-    """The Score method: the request scored by score_fn, each node named."""
+def score_handler(score_fn, on_reply=None, bases=None):
+    """The Score method: the request scored by score_fn, the scores as
+    values in the request's node order (by name to a request without a
+    session). With bases (a Bases), each session's table is kept and
+    incremental requests expanded, so that score_fn and on_reply see every
+    request whole (and must not modify it)."""
 
     def score(request, context):
+        kept = False
+        if bases is not None:
+            try:
+                request, kept = bases.expand(request)
+            except RequestError as e:
+                context.abort(e.code, str(e))
         matrix = to_array(request.features)
         if matrix.shape[0] != len(request.nodes):
             context.abort(grpc.StatusCode.INVALID_ARGUMENT,
@@ -29,7 +41,11 @@ def score_handler(score_fn, on_reply=None):
         if scores.shape != (len(request.nodes),):
             context.abort(grpc.StatusCode.INTERNAL,
                           f"the score function answered {scores.shape} scores for {len(request.nodes)} nodes")
-        reply = pb.ScoreReply(scores=[pb.NodeScore(node=n.name, score=float(s)) for n, s in zip(request.nodes, scores)])
+        if request.session:
+            reply = pb.ScoreReply(values=scores.tolist(), kept=kept)
+        else:  # a scheduler that sends no session reads scores by name only
+            reply = pb.ScoreReply(scores=[pb.NodeScore(node=n.name, score=float(v))
+                                          for n, v in zip(request.nodes, scores)])
         if on_reply is not None:
             on_reply(request, reply)
         return reply
@@ -37,13 +53,16 @@ def score_handler(score_fn, on_reply=None):
     return score
 
 
-def serve(score_fn, address="127.0.0.1:50051", *, max_workers=4, on_reply=None):
+def serve(score_fn, address="127.0.0.1:50051", *, max_workers=4, on_reply=None, keep_requests=True):
     """Starts a gRPC server answering PolicyService.Score on address (host:port;
     port 0 picks a free one) and returns (server, port); server.stop(None)
-    ends it, server.wait_for_termination() waits for that."""
+    ends it, server.wait_for_termination() waits for that. It keeps each
+    scheduler's last request so that the next may send only the nodes that
+    changed (bases.Bases); keep_requests=False makes it answer whole
+    requests only, as a service that does not keep them."""
     handler = grpc.method_handlers_generic_handler(SERVICE, {
         "Score": grpc.unary_unary_rpc_method_handler(
-            score_handler(score_fn, on_reply),
+            score_handler(score_fn, on_reply, Bases() if keep_requests else None),
             request_deserializer=pb.ScoreRequest.FromString,
             response_serializer=pb.ScoreReply.SerializeToString),
     })

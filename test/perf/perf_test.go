@@ -25,6 +25,7 @@ import (
 
 	_ "github.com/gpusched/gpusched/pkg/apis/config/scheme"
 	"github.com/gpusched/gpusched/pkg/plugins"
+	"github.com/gpusched/gpusched/pkg/policyservice/bases"
 	pb "github.com/gpusched/gpusched/pkg/policyservice/v1alpha1"
 )
 
@@ -43,30 +44,51 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	code := m.Run()
-	fmt.Fprintf(os.Stderr, "policy service: %d requests answered\n", answered.Load())
+	fmt.Fprintf(os.Stderr, "policy service: %d requests answered, %d of them incremental, %d nodes sent, %d scored\n",
+		answered.Load(), incremental.Load(), nodesSent.Load(), nodesScored.Load())
 	stop()
 	os.Exit(code)
 }
 
-// answered counts the policy service's answers.
-var answered atomic.Int64
+// answered counts the policy service's answers; incremental those to
+// incremental requests; nodesSent and nodesScored the nodes the requests
+// sent and the nodes scored (sent and reused).
+var answered, incremental, nodesSent, nodesScored atomic.Int64
 
-// instantPolicy is a policy service with no think time: it decodes the
+// instantPolicy is a policy service with no think time: it keeps each
+// session's table and expands incremental requests (package bases), decodes the whole
 // request's feature matrix, as a real scorer does, and answers each node's
-// builtin_score column.
+// builtin_score column as values in the request's order (by name to a
+// request without a session).
 type instantPolicy struct {
 	pb.UnimplementedPolicyServiceServer
+	bases *bases.Store
 }
 
-func (instantPolicy) Score(_ context.Context, req *pb.ScoreRequest) (*pb.ScoreReply, error) {
+func (p instantPolicy) Score(_ context.Context, req *pb.ScoreRequest) (*pb.ScoreReply, error) {
+	sent := req
+	req, kept, err := p.bases.Expand(req)
+	if err != nil {
+		return nil, err
+	}
+	if sent.Base != 0 {
+		incremental.Add(1)
+	}
+	nodesSent.Add(int64(len(sent.Nodes)))
+	nodesScored.Add(int64(len(req.Nodes)))
 	m := req.GetFeatures()
 	cols := len(m.GetColumns())
 	col := slices.Index(m.GetColumns(), "builtin_score")
-	reply := &pb.ScoreReply{Scores: make([]*pb.NodeScore, len(req.Nodes))}
+	reply := &pb.ScoreReply{}
 	for i, n := range req.Nodes {
-		off := 4 * (i*cols + col)
-		reply.Scores[i] = &pb.NodeScore{Node: n.Name, Score: float64(math.Float32frombits(binary.LittleEndian.Uint32(m.Values[off:])))}
+		v := float64(math.Float32frombits(binary.LittleEndian.Uint32(m.Values[4*(i*cols+col):])))
+		if req.Session == "" { // a scheduler that may not read values
+			reply.Scores = append(reply.Scores, &pb.NodeScore{Node: n.Name, Score: v})
+		} else {
+			reply.Values = append(reply.Values, v)
+		}
 	}
+	reply.Kept = kept
 	answered.Add(1)
 	return reply, nil
 }
@@ -77,7 +99,7 @@ func servePolicy(addr string) (stop func(), err error) {
 		return nil, err
 	}
 	g := grpc.NewServer()
-	pb.RegisterPolicyServiceServer(g, instantPolicy{})
+	pb.RegisterPolicyServiceServer(g, instantPolicy{bases: &bases.Store{}})
 	go func() { _ = g.Serve(lis) }()
 	return g.Stop, nil
 }

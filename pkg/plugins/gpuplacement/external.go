@@ -42,7 +42,9 @@ func (p *GPUPlacement) preScoreExternal(ctx context.Context, state fwk.CycleStat
 	if status != nil {
 		return
 	}
-	feats, err := p.features(state, nodes, nil)
+	buf := featureBuffers.Get().(*featureBuffer)
+	defer featureBuffers.Put(buf)
+	feats, err := p.featuresInto(buf, state, nodes, nil)
 	if err != nil {
 		p.reportFallback(pod, &policyservice.Fallback{Cause: policyservice.CauseError, Err: err})
 		return

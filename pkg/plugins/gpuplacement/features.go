@@ -2,6 +2,8 @@ package gpuplacement
 
 import (
 	"fmt"
+	"slices"
+	"sync"
 
 	fwk "k8s.io/kube-scheduler/framework"
 
@@ -34,6 +36,24 @@ func Features(state fwk.CycleState, nodes []fwk.NodeInfo, feasible []bool) ([]gp
 // inventory, which is empty: the policy service scores them by their CPU
 // and memory.
 func (p *GPUPlacement) features(state fwk.CycleState, nodes []fwk.NodeInfo, feasible []bool) ([]gpu.NodeFeatures, error) {
+	return p.featuresInto(&featureBuffer{}, state, nodes, feasible)
+}
+
+// featureBuffer is the memory of one cycle's features, for the next
+// cycle's once the last is done with them (featureBuffers).
+type featureBuffer struct {
+	feats []gpu.NodeFeatures
+	gpus  []gpu.GPUFeatures
+}
+
+// featureBuffers holds the feature buffers of finished cycles: the policy
+// service's requests describe every node each cycle, and allocating that
+// anew each time is most of what a cycle allocates.
+var featureBuffers = sync.Pool{New: func() any { return &featureBuffer{} }}
+
+// featuresInto is features written into buf's memory; the result is valid
+// until buf is used again.
+func (p *GPUPlacement) featuresInto(buf *featureBuffer, state fwk.CycleState, nodes []fwk.NodeInfo, feasible []bool) ([]gpu.NodeFeatures, error) {
 	demand, status := demandOf(state)
 	if status != nil {
 		return nil, status.AsError()
@@ -53,15 +73,21 @@ func (p *GPUPlacement) features(state fwk.CycleState, nodes []fwk.NodeInfo, feas
 		}
 	}
 	p.policy.Rescale(scores, fwk.MaxNodeScore)
-	out := make([]gpu.NodeFeatures, len(nodes))
+	out := slices.Grow(buf.feats[:0], len(nodes))[:len(nodes)]
+	gpus := 0
+	for _, v := range views {
+		gpus += v.Len()
+	}
+	slab := slices.Grow(buf.gpus[:0], gpus)
 	for i, ni := range nodes {
 		var builtin float64
 		if fits[i] {
 			builtin, scores = float64(scores[0])/float64(fwk.MaxNodeScore), scores[1:]
 		}
 		alloc := ni.GetAllocatable()
-		out[i] = p.policy.Features(views[i], &reqs[i], fits[i], chosen[i], builtin, alloc.GetMilliCPU(), alloc.GetMemory()>>20)
+		out[i], slab = p.policy.AppendFeatures(slab, views[i], &reqs[i], fits[i], chosen[i], builtin, alloc.GetMilliCPU(), alloc.GetMemory()>>20)
 	}
+	buf.feats, buf.gpus = out, slab
 	return out, nil
 }
 

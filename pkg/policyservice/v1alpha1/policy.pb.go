@@ -388,8 +388,40 @@ type ScoreRequest struct {
 	FallbackPolicy string `protobuf:"bytes,4,opt,name=fallback_policy,json=fallbackPolicy,proto3" json:"fallback_policy,omitempty"`
 	// models and groups are the GPU models and interconnect groups that
 	// Node.gpu_model and Node.gpu_group index.
-	Models        []string `protobuf:"bytes,5,rep,name=models,proto3" json:"models,omitempty"`
-	Groups        []string `protobuf:"bytes,6,rep,name=groups,proto3" json:"groups,omitempty"`
+	Models []string `protobuf:"bytes,5,rep,name=models,proto3" json:"models,omitempty"`
+	Groups []string `protobuf:"bytes,6,rep,name=groups,proto3" json:"groups,omitempty"`
+	// Incremental requests (docs/policy-service.md#incremental-requests).
+	// Between two pods most nodes are unchanged, so once a service keeps a
+	// table of the nodes a scheduler sent, a request sends only the nodes
+	// that changed and names the others by their slot in the table.
+	//
+	// session names one scheduler's series of requests (one per scoring
+	// profile); sequence numbers them, increasing. A service that keeps
+	// tables keeps one per session: a request with a session and base 0
+	// replaces it with the request's nodes, each at its slot; a request with
+	// base equal to the sequence of the last request applied to the table
+	// writes its nodes at their slots, and is scored over them and the
+	// reused slots. Either way the table is then as of this request, and the
+	// reply says so with kept. A request whose base is not the table's is
+	// answered with FAILED_PRECONDITION and changes nothing; the scheduler
+	// sends it again whole. A service that keeps no tables ignores these
+	// fields and always gets whole requests. A request without a session is
+	// whole and leaves the table alone.
+	Session  string `protobuf:"bytes,7,opt,name=session,proto3" json:"session,omitempty"`
+	Sequence uint64 `protobuf:"varint,8,opt,name=sequence,proto3" json:"sequence,omitempty"`
+	Base     uint64 `protobuf:"varint,9,opt,name=base,proto3" json:"base,omitempty"`
+	// slots is the slot of each node sent, in the order of nodes (with a
+	// session only); 0 <= slot < 1048576.
+	Slots []int32 `protobuf:"varint,12,rep,packed,name=slots,proto3" json:"slots,omitempty"`
+	// reused are the slots of the nodes not sent. The request's nodes are its
+	// nodes followed by the reused ones, in this order.
+	Reused []int32 `protobuf:"varint,10,rep,packed,name=reused,proto3" json:"reused,omitempty"`
+	// builtin_scores, in an incremental request, is the builtin_score of
+	// every reused node, in the order of reused: the fallback policy's
+	// scores are rescaled over each request's nodes, so they change on every
+	// node whenever the best or worst score does. Each replaces its node's
+	// Node.builtin_score and, as a float32, its builtin_score column.
+	BuiltinScores []float64 `protobuf:"fixed64,11,rep,packed,name=builtin_scores,json=builtinScores,proto3" json:"builtin_scores,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -466,10 +498,60 @@ func (x *ScoreRequest) GetGroups() []string {
 	return nil
 }
 
-// ScoreReply holds one score per node of the request.
+func (x *ScoreRequest) GetSession() string {
+	if x != nil {
+		return x.Session
+	}
+	return ""
+}
+
+func (x *ScoreRequest) GetSequence() uint64 {
+	if x != nil {
+		return x.Sequence
+	}
+	return 0
+}
+
+func (x *ScoreRequest) GetBase() uint64 {
+	if x != nil {
+		return x.Base
+	}
+	return 0
+}
+
+func (x *ScoreRequest) GetSlots() []int32 {
+	if x != nil {
+		return x.Slots
+	}
+	return nil
+}
+
+func (x *ScoreRequest) GetReused() []int32 {
+	if x != nil {
+		return x.Reused
+	}
+	return nil
+}
+
+func (x *ScoreRequest) GetBuiltinScores() []float64 {
+	if x != nil {
+		return x.BuiltinScores
+	}
+	return nil
+}
+
+// ScoreReply holds one score per node of the request, in one of two
+// forms: scores, each naming its node, in any order; or values, in the
+// order of the request's nodes (an incremental request's nodes, then its
+// reused ones), which costs far less to encode and decode. values only
+// answer a request with a session: a scheduler that sends none may not
+// read them. A reply with both is malformed.
 type ScoreReply struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Scores        []*NodeScore           `protobuf:"bytes,1,rep,name=scores,proto3" json:"scores,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Scores []*NodeScore           `protobuf:"bytes,1,rep,name=scores,proto3" json:"scores,omitempty"`
+	// kept: the session's table is as of this request.
+	Kept          bool      `protobuf:"varint,2,opt,name=kept,proto3" json:"kept,omitempty"`
+	Values        []float64 `protobuf:"fixed64,3,rep,packed,name=values,proto3" json:"values,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -507,6 +589,20 @@ func (*ScoreReply) Descriptor() ([]byte, []int) {
 func (x *ScoreReply) GetScores() []*NodeScore {
 	if x != nil {
 		return x.Scores
+	}
+	return nil
+}
+
+func (x *ScoreReply) GetKept() bool {
+	if x != nil {
+		return x.Kept
+	}
+	return false
+}
+
+func (x *ScoreReply) GetValues() []float64 {
+	if x != nil {
+		return x.Values
 	}
 	return nil
 }
@@ -1274,17 +1370,26 @@ const file_gpusched_policy_v1alpha1_policy_proto_rawDesc = "" +
 	"\rFeatureMatrix\x12\x18\n" +
 	"\acolumns\x18\x01 \x03(\tR\acolumns\x12\x12\n" +
 	"\x04rows\x18\x02 \x01(\x05R\x04rows\x12\x16\n" +
-	"\x06values\x18\x03 \x01(\fR\x06values\"\x93\x02\n" +
+	"\x06values\x18\x03 \x01(\fR\x06values\"\xb2\x03\n" +
 	"\fScoreRequest\x12/\n" +
 	"\x03pod\x18\x01 \x01(\v2\x1d.gpusched.policy.v1alpha1.PodR\x03pod\x124\n" +
 	"\x05nodes\x18\x02 \x03(\v2\x1e.gpusched.policy.v1alpha1.NodeR\x05nodes\x12C\n" +
 	"\bfeatures\x18\x03 \x01(\v2'.gpusched.policy.v1alpha1.FeatureMatrixR\bfeatures\x12'\n" +
 	"\x0ffallback_policy\x18\x04 \x01(\tR\x0efallbackPolicy\x12\x16\n" +
 	"\x06models\x18\x05 \x03(\tR\x06models\x12\x16\n" +
-	"\x06groups\x18\x06 \x03(\tR\x06groups\"I\n" +
+	"\x06groups\x18\x06 \x03(\tR\x06groups\x12\x18\n" +
+	"\asession\x18\a \x01(\tR\asession\x12\x1a\n" +
+	"\bsequence\x18\b \x01(\x04R\bsequence\x12\x12\n" +
+	"\x04base\x18\t \x01(\x04R\x04base\x12\x14\n" +
+	"\x05slots\x18\f \x03(\x05R\x05slots\x12\x16\n" +
+	"\x06reused\x18\n" +
+	" \x03(\x05R\x06reused\x12%\n" +
+	"\x0ebuiltin_scores\x18\v \x03(\x01R\rbuiltinScores\"u\n" +
 	"\n" +
 	"ScoreReply\x12;\n" +
-	"\x06scores\x18\x01 \x03(\v2#.gpusched.policy.v1alpha1.NodeScoreR\x06scores\"5\n" +
+	"\x06scores\x18\x01 \x03(\v2#.gpusched.policy.v1alpha1.NodeScoreR\x06scores\x12\x12\n" +
+	"\x04kept\x18\x02 \x01(\bR\x04kept\x12\x16\n" +
+	"\x06values\x18\x03 \x03(\x01R\x06values\"5\n" +
 	"\tNodeScore\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x14\n" +
 	"\x05score\x18\x02 \x01(\x01R\x05score\"\xd4\x01\n" +

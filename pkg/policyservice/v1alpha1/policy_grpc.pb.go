@@ -46,7 +46,9 @@ type PolicyServiceClient interface {
 	// Score answers one score per node of the request, higher is better.
 	// A reply that names a node the request did not, misses one, repeats one
 	// or holds a score that is not a finite number is rejected, and the
-	// scheduler's fallback policy decides.
+	// scheduler's fallback policy decides. A request that builds on a table
+	// the service does not have (ScoreRequest.base) is answered with the
+	// status FAILED_PRECONDITION; the scheduler then sends it whole.
 	Score(ctx context.Context, in *ScoreRequest, opts ...grpc.CallOption) (*ScoreReply, error)
 }
 
@@ -77,7 +79,9 @@ type PolicyServiceServer interface {
 	// Score answers one score per node of the request, higher is better.
 	// A reply that names a node the request did not, misses one, repeats one
 	// or holds a score that is not a finite number is rejected, and the
-	// scheduler's fallback policy decides.
+	// scheduler's fallback policy decides. A request that builds on a table
+	// the service does not have (ScoreRequest.base) is answered with the
+	// status FAILED_PRECONDITION; the scheduler then sends it whole.
 	Score(context.Context, *ScoreRequest) (*ScoreReply, error)
 	mustEmbedUnimplementedPolicyServiceServer()
 }
