@@ -125,7 +125,7 @@ func TestIncrementalRequests(t *testing.T) {
 		if fb != nil {
 			t.Fatalf("%s: fallback %v", name, fb)
 		}
-		wholeReq := ScoreRequest(pod, d, nodes, gpu.PolicyFragFit)
+		wholeReq := wholeRequest(pod, d, nodes, gpu.PolicyFragFit)
 		wholeReq.Sequence = 1 // scores by name, in the nodes' order
 		reply, _ := byContent(context.Background(), wholeReq)
 		for i, sc := range reply.Scores {
@@ -247,7 +247,7 @@ func TestIncrementalConcurrentCalls(t *testing.T) {
 					t.Errorf("caller %d round %d: fallback %v", g, round, fb)
 					return
 				}
-				wholeReq := ScoreRequest(pod, d, nodes, gpu.PolicyFragFit)
+				wholeReq := wholeRequest(pod, d, nodes, gpu.PolicyFragFit)
 				wholeReq.Sequence = 1
 				want, _ := byContent(context.Background(), wholeReq)
 				for i, sc := range want.Scores {
@@ -300,4 +300,17 @@ func TestSameNodeSeesEveryField(t *testing.T) {
 	if !sameNode(&base, &base) {
 		t.Error("a node differs from itself")
 	}
+}
+
+// wholeRequest is the request for a pod with every node sent, as a service
+// that keeps no table gets it: what an incremental request must expand to.
+func wholeRequest(pod *v1.Pod, d *gpu.Demand, nodes []gpu.NodeFeatures, fallback gpu.PolicyType) *pb.ScoreRequest {
+	req := &pb.ScoreRequest{Pod: PodMessage(pod, d), Nodes: make([]*pb.Node, len(nodes)),
+		Features: Matrix(nodes, d, nil), FallbackPolicy: string(fallback)}
+	var t Tables
+	for i := range nodes {
+		req.Nodes[i] = NodeMessage(&nodes[i], &t)
+	}
+	req.Models, req.Groups = t.Models, t.Groups
+	return req
 }

@@ -99,15 +99,3 @@ func Matrix(nodes []gpu.NodeFeatures, d *gpu.Demand, buf []byte) *pb.FeatureMatr
 	}
 	return &pb.FeatureMatrix{Columns: columns, Rows: int32(len(nodes)), Values: buf}
 }
-
-// ScoreRequest is the request for one pod over its feasible nodes.
-func ScoreRequest(pod *v1.Pod, d *gpu.Demand, nodes []gpu.NodeFeatures, fallback gpu.PolicyType) *pb.ScoreRequest {
-	req := &pb.ScoreRequest{Pod: PodMessage(pod, d), Nodes: make([]*pb.Node, len(nodes)),
-		Features: Matrix(nodes, d, nil), FallbackPolicy: string(fallback)}
-	var t Tables
-	for i := range nodes {
-		req.Nodes[i] = NodeMessage(&nodes[i], &t)
-	}
-	req.Models, req.Groups = t.Models, t.Groups
-	return req
-}

@@ -84,20 +84,20 @@ class Bases:
                 if len(request.reused) or len(request.builtin_scores):
                     raise RequestError(grpc.StatusCode.INVALID_ARGUMENT,
                                        "reused, builtin_scores: set without a base: want a base")
-                self._tables.pop(request.session, None)
-                while len(self._tables) >= self._limit:
-                    oldest = min(self._tables, key=lambda s: self._tables[s].used)
-                    del self._tables[oldest]
                 table = _Table(features.columns)
             elif table is None or table.version != request.base:
                 held = "none" if table is None else str(table.version)
                 raise RequestError(grpc.StatusCode.FAILED_PRECONDITION,
                                    f'base {request.base} of session "{request.session}": the table is as of {held}; '
                                    "send the request whole")
-            table.used = self._clock
             self._check(table, request)
             if request.base == 0:
+                self._tables.pop(request.session, None)
+                while len(self._tables) >= self._limit:
+                    oldest = min(self._tables, key=lambda s: self._tables[s].used)
+                    del self._tables[oldest]
                 self._tables[request.session] = table
+            table.used = self._clock
             return self._apply(table, request, width), True
 
     @staticmethod
