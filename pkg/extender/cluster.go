@@ -81,11 +81,11 @@ type NodeState struct {
 	// load. The memos are the only mutable fields, each a cache set at most
 	// once per value.
 	gpus atomic.Pointer[gpu.NodeGPUs]
-	// requested memoizes the sum of the pods' requests (requestedOf).
-	requested atomic.Pointer[requested]
-	// capacity is Node's, read once per Node object (maxima reads every
-	// node's after any node changes).
-	capacity capacity
+	// free memoizes what is free on Node (freeOf).
+	free atomic.Pointer[gpu.Free]
+	// capacity is Node's alone as the cluster's maxima count it, read once
+	// per Node object (maxima reads every node's after any node changes).
+	capacity gpu.Maxima
 }
 
 // PodSeq yields the node's pods, as gpu.Ledger.Node wants them. A nil state
@@ -234,7 +234,8 @@ func (c *Cluster) onNode(obj any) {
 	if !ok {
 		return
 	}
-	capacity := capacityOf(node)
+	var capacity gpu.Maxima
+	capacity.IncludeNode(node)
 	c.reservations.Set(node)
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -252,7 +253,7 @@ func (c *Cluster) onNodeDelete(obj any) {
 	c.reservations.Remove(node.Name)
 	c.mu.Lock()
 	next := c.copyState(node.Name)
-	next.Node, next.capacity = nil, capacity{}
+	next.Node, next.capacity = nil, gpu.Maxima{}
 	c.store(node.Name, next)
 	c.nodeChanges.Add(1)
 	c.mu.Unlock()

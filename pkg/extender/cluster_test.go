@@ -115,8 +115,8 @@ func TestClusterMaxima(t *testing.T) {
 		{"the big node is deleted", func() { c.onNodeDelete(gt.MakeGPUNode("big").Obj()) }, 16000, 2},
 	} {
 		step.do()
-		if m := c.maxima(); m.milliCPU != step.wantCPU || m.gpus != step.wantGPUs {
-			t.Errorf("%s: maxima %d milli-CPU, %d GPUs; want %d, %d", step.name, m.milliCPU, m.gpus, step.wantCPU, step.wantGPUs)
+		if m := c.maxima(); m.MilliCPU != step.wantCPU || m.GPUs != step.wantGPUs {
+			t.Errorf("%s: maxima %d milli-CPU, %d GPUs; want %d, %d", step.name, m.MilliCPU, m.GPUs, step.wantCPU, step.wantGPUs)
 		}
 	}
 }

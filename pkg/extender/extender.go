@@ -505,24 +505,14 @@ func (e *Extender) gpuVictims(state *NodeState, pod *v1.Pod, req *gpu.Request, p
 // hostHolds reports whether the node's CPU and memory hold pod once the
 // pods in gone are gone.
 func hostHolds(state *NodeState, pod *v1.Pod, gone map[types.UID]bool) bool {
-	freeCPU, freeMemory := freeHost(state)
+	free := state.freeOf()
 	for _, p := range state.Pods {
-		if gone[p.UID] {
-			cpu, mem := gpu.PodRequests(p)
-			freeCPU += cpu
-			freeMemory += mem
+		if gone[p.UID] && gpu.HoldsNode(p) {
+			free.Give(p)
 		}
 	}
 	cpu, mem := gpu.PodRequests(pod)
-	return cpu <= freeCPU && mem <= freeMemory
-}
-
-// freeHost is the node's allocatable CPU (milli) and memory (bytes) less its
-// pods' requests.
-func freeHost(state *NodeState) (milliCPU, memoryBytes int64) {
-	alloc := state.Node.Status.Allocatable
-	r := state.requestedOf()
-	return alloc.Cpu().MilliValue() - r.milliCPU, alloc.Memory().Value() - r.memoryBytes
+	return cpu <= free.MilliCPU && mem <= free.MemoryBytes
 }
 
 // withoutVictims is the node's GPUs once the pods in gone are gone: the

@@ -16,12 +16,6 @@ import (
 // policy reads it (gpu.PlanDemand) and movable's verdict. Pods whose demand
 // cannot be read are left out: they stay where they are.
 func (s *Snapshot) PlanNodes(policy *gpu.Policy, movable func(*v1.Pod) bool) []gpu.PlanNode {
-	var maxCPU int64
-	var maxGPUs int
-	for i := range s.Nodes {
-		maxCPU = max(maxCPU, s.Nodes[i].AllocatableMilliCPU)
-		maxGPUs = max(maxGPUs, s.Nodes[i].GPUCount)
-	}
 	byNode := map[string]int{}
 	var out []gpu.PlanNode
 	for i := range s.Nodes {
@@ -30,8 +24,7 @@ func (s *Snapshot) PlanNodes(policy *gpu.Policy, movable func(*v1.Pod) bool) []g
 			continue
 		}
 		byNode[node.Name] = len(out)
-		out = append(out, gpu.PlanNode{GPUs: s.views[i], Host: gpu.Host{Known: true,
-			FreeMilliCPU: node.FreeMilliCPU, FreeMemoryMiB: node.FreeMemoryMiB, MaxMilliCPU: maxCPU, MaxGPUs: maxGPUs}})
+		out = append(out, gpu.PlanNode{GPUs: s.views[i], Host: s.maxima.Host(s.free[i])})
 	}
 	for _, p := range s.pods {
 		k, on := byNode[p.Spec.NodeName]

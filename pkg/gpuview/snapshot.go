@@ -41,6 +41,12 @@ type Snapshot struct {
 	views  []*gpu.NodeGPUs
 	nodes  []*v1.Node
 	pods   []*v1.Pod
+	// free is what is free on each of Nodes, in the engine's units
+	// (FreeMilliCPU and FreeMemoryMiB show it).
+	free []gpu.Free
+	// maxima are the largest capacities of every node listed, those
+	// without GPUs too, as the scheduler normalizes by (gpu.Maxima).
+	maxima gpu.Maxima
 	// dra is what Build read of DRA (nil without Options.DRA), and
 	// draNodes marks the nodes whose GPUs a DRA driver publishes, by
 	// index in Nodes.
@@ -257,10 +263,12 @@ func Build(nodes []*v1.Node, pods []*v1.Pod, opts Options) *Snapshot {
 		if !onDRA {
 			view = ledger.Node(n, 1, slices.Values(onNode[n.Name]))
 		}
+		s.maxima.Include(n.Status.Allocatable.Cpu().MilliValue(), view.Len())
 		if view.Err == nil && view.Len() == 0 {
 			continue
 		}
-		node := nodeOf(n, view, onNode[n.Name], opts.PoolLabel)
+		free := gpu.FreeOn(n, onNode[n.Name])
+		node := nodeOf(n, view, onNode[n.Name], free, opts.PoolLabel)
 		if onDRA {
 			s.dra.addHolders(&node, onNode[n.Name])
 		}
@@ -272,6 +280,7 @@ func Build(nodes []*v1.Node, pods []*v1.Pod, opts Options) *Snapshot {
 		s.views = append(s.views, view)
 		s.nodes = append(s.nodes, n)
 		s.draNodes = append(s.draNodes, onDRA)
+		s.free = append(s.free, free)
 		s.Cluster.GPUCount += node.GPUCount
 		s.Cluster.CapacityMilli += node.CapacityMilli
 		s.Cluster.AllocatedMilli += node.AllocatedMilli
@@ -314,17 +323,13 @@ func (s *Snapshot) Node(name string) (*Node, bool) {
 	return &s.Nodes[i], true
 }
 
-// nodeOf reads one node's GPUs, holders and host resources.
-func nodeOf(n *v1.Node, view *gpu.NodeGPUs, pods []*v1.Pod, poolLabel string) Node {
+// nodeOf reads one node's GPUs and the pods that hold them, with free what
+// is free of its CPU and memory (gpu.FreeOn).
+func nodeOf(n *v1.Node, view *gpu.NodeGPUs, pods []*v1.Pod, free gpu.Free, poolLabel string) Node {
 	out := Node{Name: n.Name, Pool: poolOf(n, poolLabel), Clique: n.Labels[gpu.LabelClique], Unschedulable: n.Spec.Unschedulable}
-	out.AllocatableMilliCPU = n.Status.Allocatable.Cpu().MilliValue()
-	out.AllocatableMemoryMiB = n.Status.Allocatable.Memory().Value() >> 20
-	out.FreeMilliCPU, out.FreeMemoryMiB = out.AllocatableMilliCPU, out.AllocatableMemoryMiB
-	for _, p := range pods {
-		cpu, mem := gpu.PodRequests(p)
-		out.FreeMilliCPU -= cpu
-		out.FreeMemoryMiB -= mem >> 20
-	}
+	alloc := gpu.AllocatableOf(n)
+	out.AllocatableMilliCPU, out.AllocatableMemoryMiB = alloc.MilliCPU, alloc.MemoryMiB()
+	out.FreeMilliCPU, out.FreeMemoryMiB = free.MilliCPU, free.MemoryMiB()
 	if view.Err != nil {
 		out.InventoryError = view.Err.Error()
 		return out

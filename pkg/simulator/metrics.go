@@ -105,18 +105,16 @@ type fragTracker struct {
 }
 
 type trackedNode struct {
-	name          string
-	freeCPU       int64
-	freeMemoryMiB int64
-	frag          float64
-	view          *gpu.NodeGPUs
+	name string
+	free gpu.Free
+	frag float64
+	view *gpu.NodeGPUs
 }
 
 func newFragTracker(nodes []*v1.Node, typical []gpu.TypicalPod) *fragTracker {
 	t := &fragTracker{typical: typical, nodes: map[string]*trackedNode{}}
 	for _, n := range nodes {
-		tn := &trackedNode{name: n.Name, freeCPU: n.Status.Allocatable.Cpu().MilliValue(),
-			freeMemoryMiB: n.Status.Allocatable.Memory().Value() >> 20, view: gpu.EmptyNodeGPUs(n)}
+		tn := &trackedNode{name: n.Name, free: gpu.AllocatableOf(n), view: gpu.EmptyNodeGPUs(n)}
 		t.nodes[n.Name] = tn
 		t.order = append(t.order, n.Name)
 		t.refresh(tn)
@@ -142,14 +140,10 @@ func (t *fragTracker) move(pod *v1.Pod, on bool) {
 	case hasGPUs:
 		tn.view = tn.view.Without(&a)
 	}
-	cpu, memoryBytes := gpu.PodRequests(pod)
-	memory := memoryBytes >> 20
 	if on {
-		tn.freeCPU -= cpu
-		tn.freeMemoryMiB -= memory
+		tn.free.Take(pod)
 	} else {
-		tn.freeCPU += cpu
-		tn.freeMemoryMiB += memory
+		tn.free.Give(pod)
 	}
 	t.refresh(tn)
 }
@@ -159,7 +153,7 @@ func (t *fragTracker) refresh(tn *trackedNode) {
 	t.total -= tn.frag
 	tn.frag = 0
 	if tn.view.Inventory != nil {
-		tn.frag = tn.view.Fragment(tn.freeCPU, t.typical)
+		tn.frag = tn.view.Fragment(tn.free.MilliCPU, t.typical)
 	}
 	t.total += tn.frag
 }

@@ -120,9 +120,9 @@ type migrator struct {
 	// demands are the bound pods' demands (gpu.PlanDemand) by UID, read once:
 	// a pod's spec never changes, and a moved pod's replacement has a UID
 	// of its own.
-	demands  map[string]gpu.Demand
-	maxCPU   int64
-	maxGPUs  int
+	demands map[string]gpu.Demand
+	// maxima are the nodes' largest capacities (gpu.Maxima).
+	maxima   gpu.Maxima
 	firstSec int64
 	stats    MigrationStats
 	// fleet is the planner's fleet, whose room planNodes sets; nil for a
@@ -174,10 +174,7 @@ func newMigrator(budget MigrationBudget, policy *gpu.Policy, nodes []*v1.Node) *
 		placement: map[int]int{}, demands: map[string]gpu.Demand{}, firstSec: -1}
 	m.stats.Budget = budget.String()
 	for _, n := range nodes {
-		m.maxCPU = max(m.maxCPU, n.Status.Allocatable.Cpu().MilliValue())
-		if inv, err := gpu.InventoryFromNode(n); err == nil {
-			m.maxGPUs = max(m.maxGPUs, inv.Len())
-		}
+		m.maxima.IncludeNode(n)
 	}
 	return m
 }
@@ -280,8 +277,7 @@ func (m *migrator) planNodes(e *episode) []gpu.PlanNode {
 	for _, name := range e.frag.order {
 		tn := e.frag.nodes[name]
 		byNode[name] = len(nodes)
-		nodes = append(nodes, gpu.PlanNode{GPUs: tn.view, Host: gpu.Host{Known: true, FreeMilliCPU: tn.freeCPU,
-			FreeMemoryMiB: tn.freeMemoryMiB, MaxMilliCPU: m.maxCPU, MaxGPUs: m.maxGPUs}})
+		nodes = append(nodes, gpu.PlanNode{GPUs: tn.view, Host: m.maxima.Host(tn.free)})
 	}
 	if m.fleet != nil {
 		views := make([]*gpu.NodeGPUs, len(nodes))

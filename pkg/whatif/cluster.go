@@ -19,10 +19,9 @@ type cluster struct {
 	nodes []nodeState
 	// rank[i] is nodes[i]'s place in the tie-break order.
 	rank []int
-	// maxMilliCPU and maxGPUs are the largest allocatable CPU and GPU
-	// count of any node: what a host-aware policy normalizes by.
-	maxMilliCPU int64
-	maxGPUs     int
+	// maxima are the largest allocatable CPU and GPU count of any node:
+	// what a host-aware policy normalizes by.
+	maxima gpu.Maxima
 	// capacityMilli is the GPU capacity of the nodes with a readable inventory.
 	capacityMilli int64
 	// typical are the typical pods of every pod, bound and new (gpu.TypicalPods).
@@ -233,8 +232,7 @@ func (c *cluster) bind(pods []*v1.Pod, index map[string]int, isNew map[string]bo
 	for i := range c.nodes {
 		n := &c.nodes[i]
 		n.view = ledger.Node(n.node, 0, slices.Values(onNode[i]))
-		c.maxMilliCPU = max(c.maxMilliCPU, n.alloc.milliCPU)
-		c.maxGPUs = max(c.maxGPUs, n.view.Len())
+		c.maxima.Include(n.alloc.milliCPU, n.view.Len())
 		if n.view.Err == nil {
 			c.capacityMilli += int64(n.view.Len()) * gpu.MilliPerGPU
 		}

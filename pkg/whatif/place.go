@@ -198,15 +198,11 @@ func (p *placer) choose(d *gpu.Demand) int {
 // capacities the cluster's largest CPU and GPU count, which PreScore
 // records for host-aware policies.
 func (p *placer) host(n *nodeState, capacities bool) gpu.Host {
-	h := gpu.Host{
-		Known:         true,
-		FreeMilliCPU:  n.alloc.milliCPU - n.used.milliCPU,
-		FreeMemoryMiB: (n.alloc.memory - n.used.memory) >> 20,
-	}
+	var maxima gpu.Maxima
 	if capacities {
-		h.MaxMilliCPU, h.MaxGPUs = p.c.maxMilliCPU, p.c.maxGPUs
+		maxima = p.c.maxima
 	}
-	return h
+	return maxima.Host(gpu.Free{MilliCPU: n.alloc.milliCPU - n.used.milliCPU, MemoryBytes: n.alloc.memory - n.used.memory})
 }
 
 // measure is the cluster's allocated milli-GPU and fragmented free

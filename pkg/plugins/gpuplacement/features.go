@@ -95,9 +95,9 @@ func (p *GPUPlacement) featuresInto(buf *featureBuffer, state fwk.CycleState, no
 // node's GPUs as the ledger sees them: what the engine is asked about the
 // node.
 func (p *GPUPlacement) requests(state fwk.CycleState, nodes []fwk.NodeInfo, demand *gpu.Demand) ([]*gpu.NodeGPUs, []gpu.Request, error) {
-	var maxima gpu.Host
+	var maxima gpu.Maxima
 	if data, err := state.Read(hostKey); err == nil {
-		maxima = data.(*hostState).host
+		maxima = data.(*hostState).maxima
 	} else {
 		all, err := p.handle.SnapshotSharedLister().NodeInfos().List()
 		if err != nil {

@@ -126,7 +126,7 @@ func newPlugin(ctx context.Context, obj runtime.Object, h fwk.Handle, shapes gpu
 	fleet := dra.FleetOf(ledger, reader)
 	p := &GPUPlacement{handle: h, ledger: ledger, policy: policy.WithFleet(fleet), fleet: fleet, external: external,
 		settleAfter: cmp.Or(args.BindSettleAfter, gpu.DefaultBindSettleAfter)}
-	p.dra = dra.NewPlacer(reader, p.policy, h, p.clusterHost)
+	p.dra = dra.NewPlacer(reader, p.policy, h, p.clusterMaxima)
 	conflictLog := klog.FromContext(ctx)
 	p.ledger.ReportConflicts(func(node string, conflicts []string) {
 		conflictLog.Info(gpu.ConflictsMessage(conflicts), "node", node, "conflicts", conflicts)
@@ -391,7 +391,7 @@ func (p *GPUPlacement) PreScore(ctx context.Context, state fwk.CycleState, pod *
 		if err != nil {
 			return fwk.AsStatus(fmt.Errorf("%s: listing nodes: %w", Name, err))
 		}
-		state.Write(hostKey, &hostState{host: p.clusterHost(nodes, dra.CycleOf(state))})
+		state.Write(hostKey, &hostState{maxima: p.clusterMaxima(nodes, dra.CycleOf(state))})
 	}
 	if p.external != nil {
 		p.preScoreExternal(ctx, state, pod, feasible)
@@ -399,21 +399,21 @@ func (p *GPUPlacement) PreScore(ctx context.Context, state fwk.CycleState, pod *
 	return nil
 }
 
-// clusterHost is the cluster's largest capacities as host-aware policies
-// normalize by: the nodes' maxima, with the GPUs DRA nodes publish.
-func (p *GPUPlacement) clusterHost(nodes []fwk.NodeInfo, cycle *dra.Cycle) gpu.Host {
-	host := p.maxima(nodes)
+// clusterMaxima is the cluster's largest capacities as host-aware policies
+// normalize by (gpu.Maxima): the nodes', with the GPUs DRA nodes publish.
+func (p *GPUPlacement) clusterMaxima(nodes []fwk.NodeInfo, cycle *dra.Cycle) gpu.Maxima {
+	m := p.maxima(nodes)
 	if cycle != nil {
-		host.MaxGPUs = max(host.MaxGPUs, cycle.MaxGPUs())
+		m.Include(0, cycle.MaxGPUs())
 	}
-	return host
+	return m
 }
 
-// maxima is the largest allocatable CPU and GPU inventory of the nodes. They
+// maxima is the nodes' largest allocatable CPU and GPU inventory. They
 // change only with the Node objects, so the last result is kept with the
 // objects it was computed from and reused while the snapshot lists the same
 // ones.
-func (p *GPUPlacement) maxima(nodes []fwk.NodeInfo) gpu.Host {
+func (p *GPUPlacement) maxima(nodes []fwk.NodeInfo) gpu.Maxima {
 	if last := p.lastMaxima.Load(); last != nil && len(last.nodes) == len(nodes) {
 		same := true
 		for i, ni := range nodes {
@@ -423,30 +423,29 @@ func (p *GPUPlacement) maxima(nodes []fwk.NodeInfo) gpu.Host {
 			}
 		}
 		if same {
-			return last.host
+			return last.maxima
 		}
 	}
 	m := &nodeMaxima{nodes: make([]*v1.Node, len(nodes))}
 	for i, ni := range nodes {
 		m.nodes[i] = ni.Node()
-		m.host.MaxMilliCPU = max(m.host.MaxMilliCPU, ni.GetAllocatable().GetMilliCPU())
-		m.host.MaxGPUs = max(m.host.MaxGPUs, p.nodeGPUs(ni).Len())
+		m.maxima.Include(ni.GetAllocatable().GetMilliCPU(), p.nodeGPUs(ni).Len())
 	}
 	p.lastMaxima.Store(m)
-	return m.host
+	return m.maxima
 }
 
 // nodeMaxima is maxima's result and the Node objects it was computed from.
 type nodeMaxima struct {
-	nodes []*v1.Node
-	host  gpu.Host
+	nodes  []*v1.Node
+	maxima gpu.Maxima
 }
 
 // hostKey is where PreScore leaves the cluster's largest capacities.
 const hostKey fwk.StateKey = "PreScore" + Name
 
 // hostState holds the normalizing capacities of a host-aware policy.
-type hostState struct{ host gpu.Host }
+type hostState struct{ maxima gpu.Maxima }
 
 // Clone implements fwk.StateData; hostState is never modified after PreScore.
 func (s *hostState) Clone() fwk.StateData { return s }
@@ -485,9 +484,9 @@ func requestOf(state fwk.CycleState, nodeInfo fwk.NodeInfo, demand *gpu.Demand) 
 // PreScore recorded them (none when PreScore did not run: a single feasible
 // node is not scored).
 func hostOf(state fwk.CycleState, nodeInfo fwk.NodeInfo) gpu.Host {
-	var maxima gpu.Host
+	var maxima gpu.Maxima
 	if data, err := state.Read(hostKey); err == nil {
-		maxima = data.(*hostState).host
+		maxima = data.(*hostState).maxima
 	}
 	return nodehost.Of(maxima, nodeInfo)
 }

@@ -9,12 +9,12 @@ import (
 	"github.com/gpusched/gpusched/pkg/gpu"
 )
 
-// Of is the node's free CPU and memory (its allocatable minus what the
-// scheduler's NodeInfo counts as requested) with the cluster's maxima.
-func Of(maxima gpu.Host, ni fwk.NodeInfo) gpu.Host {
-	host := maxima
-	host.FreeMilliCPU = ni.GetAllocatable().GetMilliCPU() - ni.GetRequested().GetMilliCPU()
-	host.FreeMemoryMiB = (ni.GetAllocatable().GetMemory() - ni.GetRequested().GetMemory()) >> 20
-	host.Known = true
-	return host
+// Of is the node's Host under the cluster's maxima: what is free there is
+// its allocatable minus what the scheduler's NodeInfo counts as requested
+// (the sum gpu.Free makes for the front ends that count pods themselves).
+func Of(maxima gpu.Maxima, ni fwk.NodeInfo) gpu.Host {
+	return maxima.Host(gpu.Free{
+		MilliCPU:    ni.GetAllocatable().GetMilliCPU() - ni.GetRequested().GetMilliCPU(),
+		MemoryBytes: ni.GetAllocatable().GetMemory() - ni.GetRequested().GetMemory(),
+	})
 }

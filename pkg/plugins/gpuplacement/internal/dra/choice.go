@@ -117,9 +117,9 @@ func (p *Placer) ChooseForDeferred(ctx context.Context, state fwk.CycleState, no
 // decides there alone, first fit. base is the pod's demand without GPUs
 // (its CPU and memory); only, when set, limits the nodes chosen on.
 func (p *Placer) chooseDRADevices(ctx context.Context, state fwk.CycleState, cycle *Cycle, nodes []fwk.NodeInfo, ask *gpu.ClaimAsk, base gpu.Demand, only func(fwk.NodeInfo) bool) {
-	var host gpu.Host // the maxima Score's request has (the plugin's PreScore)
+	var maxima gpu.Maxima // those Score's request has (the plugin's PreScore)
 	if p.policy.Info().HostAware {
-		host = p.clusterHost(nodes, cycle)
+		maxima = p.clusterMaxima(nodes, cycle)
 	}
 	type result struct {
 		node   string
@@ -151,7 +151,7 @@ func (p *Placer) chooseDRADevices(ctx context.Context, state fwk.CycleState, cyc
 			eligible &= sel.shareable // a share needs a device that allows several allocations
 		}
 		view := cycle.viewOf(name, d)
-		req := gpu.Request{Demand: &demand, Host: nodehost.Of(host, nodeInfo), Exclude: onlyAmong(eligible)}
+		req := gpu.Request{Demand: &demand, Host: nodehost.Of(maxima, nodeInfo), Exclude: onlyAmong(eligible)}
 		chosen, fit := p.policy.Place(view, &req)
 		if !fit.OK() {
 			return

@@ -41,10 +41,10 @@ type Placer struct {
 	reader *Reader
 	policy *gpu.Policy
 	handle fwk.Handle
-	// clusterHost is the cluster's largest capacities as host-aware
+	// clusterMaxima is the cluster's largest capacities as host-aware
 	// policies normalize by, the plugin's PreScore rule, so that a device
 	// choice in PreFilter is made with the request Score makes.
-	clusterHost func(nodes []fwk.NodeInfo, cycle *Cycle) gpu.Host
+	clusterMaxima func(nodes []fwk.NodeInfo, cycle *Cycle) gpu.Maxima
 
 	// draOrder guards ordersDRA: whether GPUDynamicResources follows the
 	// owner at PreFilter, read once the framework is complete.
@@ -57,11 +57,11 @@ type Placer struct {
 
 // NewPlacer is the DRA half of the plugin that r reads for, placing with
 // policy; nil when r is (DRA disabled).
-func NewPlacer(r *Reader, policy *gpu.Policy, h fwk.Handle, clusterHost func([]fwk.NodeInfo, *Cycle) gpu.Host) *Placer {
+func NewPlacer(r *Reader, policy *gpu.Policy, h fwk.Handle, clusterMaxima func([]fwk.NodeInfo, *Cycle) gpu.Maxima) *Placer {
 	if r == nil {
 		return nil
 	}
-	return &Placer{reader: r, policy: policy, handle: h, clusterHost: clusterHost}
+	return &Placer{reader: r, policy: policy, handle: h, clusterMaxima: clusterMaxima}
 }
 
 // Read leaves the cycle's view of DRA in the state (CycleOf); found is
