@@ -15,6 +15,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/gpusched/gpusched/pkg/gpu"
+	"github.com/gpusched/gpusched/pkg/simulator/report"
 	"github.com/gpusched/gpusched/pkg/trace"
 )
 
@@ -86,7 +87,7 @@ write. See docs/simulator.md.`,
 	fs.StringVar(&f.migrations, "migrations", "", "also run each policy moving pods to make room for pods that fit nowhere, once per budget: comma-separated fractions of placed pods (\"0.5%,2%\") or, with --arrival replay, moves per hour (\"30/h\"); docs/defragmentation.md")
 	fs.BoolVar(&f.placements, "placements", false, "record every submitted pod's outcome (its node and GPUs, or why it was refused) in each run of the JSON report")
 	fs.BoolVar(&f.noTimings, "no-timings", false, "report every wall time as 0, so that reports of the same sweep are equal byte for byte")
-	fs.IntVar(&f.shards, "shards", 0, "run one of N shards of the sweep, the one "+ShardIndexEnv+" names (as an Indexed Job sets it); needs --out")
+	fs.IntVar(&f.shards, "shards", 0, "run one of N shards of the sweep, the one "+report.ShardIndexEnv+" names (as an Indexed Job sets it); needs --out")
 	fs.StringVar(&f.shard, "shard", "", "run shard I of N (I/N, 0 ≤ I < N) of the sweep; needs --out")
 	fs.StringVar(&f.out, "out", "", "directory a shard writes its runs to (shard-I-of-N.json), for \"gpusched simulate merge\"")
 	// The scheduler command's help prints its own flag sections, and a
@@ -129,10 +130,10 @@ func runCommand(ctx context.Context, f flags, stdout, stderr io.Writer) error {
 		bar = newProgressBar(stderr)
 	}
 	if sharded {
-		spec := sweepSpec{Cluster: syntheticName, Policies: profileNames(opts.Profiles), Seeds: opts.Seeds,
-			Arrival: opts.Arrival, TieBreak: cmp.Or(opts.TieBreak, DefaultTieBreak(opts.Arrival))}
+		spec := report.SweepSpec{Cluster: syntheticName, Policies: profileNames(opts.Profiles), Seeds: opts.Seeds,
+			Arrival: opts.Arrival, TieBreak: cmp.Or(opts.TieBreak, report.DefaultTieBreak(opts.Arrival))}
 		if f.nodes != "" {
-			spec.Cluster = WorkloadName(f.nodes)
+			spec.Cluster = report.WorkloadName(f.nodes)
 		}
 		for _, w := range workloads {
 			spec.Workloads = append(spec.Workloads, w.name)
@@ -140,7 +141,7 @@ func runCommand(ctx context.Context, f flags, stdout, stderr io.Writer) error {
 		return runShard(ctx, opts, workloads, &spec, shard, f.out, bar, stdout)
 	}
 	start := time.Now()
-	var reports []*Report
+	var reports []*report.Report
 	for _, w := range workloads {
 		o := opts
 		if o.Workload, o.Pods, err = w.load(); err != nil {
@@ -155,7 +156,7 @@ func runCommand(ctx context.Context, f flags, stdout, stderr io.Writer) error {
 		}
 		reports = append(reports, NewReport(o, runs, time.Since(t0).Seconds()))
 	}
-	sweep := newSweep(reports, time.Since(start).Seconds())
+	sweep := report.NewSweep(reports, time.Since(start).Seconds())
 	if f.noTimings {
 		sweep.ClearTimings()
 	}
@@ -164,7 +165,7 @@ func runCommand(ctx context.Context, f flags, stdout, stderr io.Writer) error {
 
 // writeSweep prints the sweep's table and writes its JSON and HTML reports
 // where asked.
-func writeSweep(sweep *Sweep, stdout io.Writer, jsonOut, htmlOut string) error {
+func writeSweep(sweep *report.Sweep, stdout io.Writer, jsonOut, htmlOut string) error {
 	if err := sweep.WriteTable(stdout); err != nil {
 		return err
 	}
@@ -222,9 +223,9 @@ func optionsFromFlags(f flags) (Options, []workload, error) {
 	if arrival != trace.ArrivalFGD && arrival != trace.ArrivalReplay {
 		return opts, nil, fmt.Errorf("--arrival %q: want %s or %s", f.arrival, trace.ArrivalFGD, trace.ArrivalReplay)
 	}
-	tieBreak := TieBreak(f.tieBreak)
-	if tieBreak != "" && tieBreak != TieBreakRandom && tieBreak != TieBreakNodeOrder {
-		return opts, nil, fmt.Errorf("--tie-break %q: want %s or %s", f.tieBreak, TieBreakNodeOrder, TieBreakRandom)
+	tieBreak := report.TieBreak(f.tieBreak)
+	if tieBreak != "" && tieBreak != report.TieBreakRandom && tieBreak != report.TieBreakNodeOrder {
+		return opts, nil, fmt.Errorf("--tie-break %q: want %s or %s", f.tieBreak, report.TieBreakNodeOrder, report.TieBreakRandom)
 	}
 	seeds, err := ParseSeeds(f.seeds)
 	if err != nil {
@@ -251,7 +252,7 @@ func optionsFromFlags(f flags) (Options, []workload, error) {
 			return opts, nil, err
 		}
 		for _, p := range paths {
-			workloads = append(workloads, workload{name: WorkloadName(p), path: p, sharesAsResources: asResources})
+			workloads = append(workloads, workload{name: report.WorkloadName(p), path: p, sharesAsResources: asResources})
 		}
 		if nodes, err = trace.LoadNodes(f.nodes); err != nil {
 			return opts, nil, err

@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"github.com/spf13/cobra"
+
+	"github.com/gpusched/gpusched/pkg/simulator/report"
 )
 
 func TestParseSeeds(t *testing.T) {
@@ -149,7 +151,7 @@ func TestPlacementsFlag(t *testing.T) {
 			t.Fatal(err)
 		}
 		var report struct {
-			Runs []Run `json:"runs"`
+			Runs []report.Run `json:"runs"`
 		}
 		if err := json.Unmarshal(data, &report); err != nil {
 			t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/gpusched/gpusched/pkg/gpu"
+	"github.com/gpusched/gpusched/pkg/simulator/report"
 	"github.com/gpusched/gpusched/pkg/trace"
 )
 
@@ -237,7 +238,7 @@ func TestDRAPathPlacesAsTheAnnotationPath(t *testing.T) {
 		pod.Annotations[gpu.AnnotationModels] = map[bool]string{true: "T4,P100", false: "G2"}[d.Count <= 2]
 		limited[i].Pod = pod
 	}
-	run := func(pods []trace.Pod, dra, firstFit bool) Run {
+	run := func(pods []trace.Pod, dra, firstFit bool) report.Run {
 		opts := Options{Nodes: nodes, Pods: pods, Profiles: defaultProfiles(t, "PairFit"), Seeds: []int64{3},
 			Arrival: trace.ArrivalFGD, RecordPlacements: true, DRA: dra, DRAFirstFit: firstFit}
 		runs, err := Simulate(context.Background(), opts)
@@ -246,7 +247,7 @@ func TestDRAPathPlacesAsTheAnnotationPath(t *testing.T) {
 		}
 		return runs[0]
 	}
-	differ := func(a, b Run) (n int, first string) {
+	differ := func(a, b report.Run) (n int, first string) {
 		for i := range a.Placements {
 			pa, pb := a.Placements[i], b.Placements[i]
 			if pa.Pod != pb.Pod {

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/gpusched/gpusched/internal/chromiumtest"
+	"github.com/gpusched/gpusched/pkg/simulator/report"
 	"github.com/gpusched/gpusched/pkg/trace"
 )
 
@@ -58,7 +59,7 @@ func TestTraceSlice(t *testing.T) {
 	}
 }
 
-func reflectEqualCurves(a, b Run) bool {
+func reflectEqualCurves(a, b report.Run) bool {
 	if len(a.Curve) != len(b.Curve) {
 		return false
 	}
@@ -99,12 +100,12 @@ func TestCommandSynthetic(t *testing.T) {
 		t.Errorf("no progress on stderr: %q", stderr.String())
 	}
 
-	var report struct {
+	var got struct {
 		Summary []struct {
 			Policy              string
 			UnallocatedPctAt100 struct{ Mean, SD float64 } `json:"unallocated_pct_at_100"`
 			Seeds               int
-			Curve               []Point
+			Curve               []report.Point
 		}
 		Runs []struct {
 			Policy              string
@@ -117,20 +118,20 @@ func TestCommandSynthetic(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := json.Unmarshal(data, &report); err != nil {
+	if err := json.Unmarshal(data, &got); err != nil {
 		t.Fatal(err)
 	}
-	if len(report.Summary) != 3 || len(report.Runs) != 9 {
-		t.Fatalf("JSON has %d summaries and %d runs, want 3 and 9", len(report.Summary), len(report.Runs))
+	if len(got.Summary) != 3 || len(got.Runs) != 9 {
+		t.Fatalf("JSON has %d summaries and %d runs, want 3 and 9", len(got.Summary), len(got.Runs))
 	}
-	for _, s := range report.Summary {
+	for _, s := range got.Summary {
 		var vals []float64
-		for _, r := range report.Runs {
+		for _, r := range got.Runs {
 			if r.Policy == s.Policy {
 				vals = append(vals, *r.UnallocatedPctAt100)
 			}
 		}
-		if st := stat(vals); math.Abs(st.Mean-s.UnallocatedPctAt100.Mean) > 0.01 || s.Seeds != 3 || len(s.Curve) == 0 {
+		if mean := meanOf(vals); math.Abs(mean-s.UnallocatedPctAt100.Mean) > 0.01 || s.Seeds != 3 || len(s.Curve) == 0 {
 			t.Errorf("%s: summary %+v does not match its runs %v", s.Policy, s, vals)
 		}
 	}
@@ -161,4 +162,13 @@ func renderHTML(t *testing.T, path string) string {
 	t.Helper()
 	abs, _ := filepath.Abs(path)
 	return chromiumtest.Run(context.Background(), t, chromiumtest.Path(t), "--dump-dom", "file://"+abs)
+}
+
+// meanOf is the mean of xs.
+func meanOf(xs []float64) float64 {
+	sum := 0.0
+	for _, x := range xs {
+		sum += x
+	}
+	return sum / float64(len(xs))
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/gpusched/gpusched/pkg/plugins/gpuplacement"
 	"github.com/gpusched/gpusched/pkg/policyservice"
 	pb "github.com/gpusched/gpusched/pkg/policyservice/v1alpha1"
+	"github.com/gpusched/gpusched/pkg/simulator/report"
 	"github.com/gpusched/gpusched/pkg/trace"
 )
 
@@ -50,7 +51,7 @@ type EnvOptions struct {
 	Pods     []trace.Pod
 	Profile  Profile
 	Arrival  trace.Arrival
-	TieBreak TieBreak
+	TieBreak report.TieBreak
 	NoScreen bool
 	Reward   Reward
 	// ScoreColumns are policies whose scores the observation adds as

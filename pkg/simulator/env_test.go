@@ -13,12 +13,13 @@ import (
 
 	"github.com/gpusched/gpusched/pkg/gpu"
 	pb "github.com/gpusched/gpusched/pkg/policyservice/v1alpha1"
+	"github.com/gpusched/gpusched/pkg/simulator/report"
 	"github.com/gpusched/gpusched/pkg/trace"
 )
 
 // newTestEnv is an environment over the synthetic cluster of 24 nodes and
 // its workload, with the policy's profile.
-func newTestEnv(t *testing.T, policy string, arrival trace.Arrival, tieBreak TieBreak) (*Env, Options) {
+func newTestEnv(t *testing.T, policy string, arrival trace.Arrival, tieBreak report.TieBreak) (*Env, Options) {
 	t.Helper()
 	nodes, pods := trace.Synthetic(trace.SyntheticOptions{Nodes: 24})
 	profile := defaultProfiles(t, policy)[0]
@@ -39,12 +40,12 @@ func TestEnvironmentBuiltinReproducesSimulate(t *testing.T) {
 	for _, tc := range []struct {
 		policy   string
 		arrival  trace.Arrival
-		tieBreak TieBreak
+		tieBreak report.TieBreak
 	}{
-		{"FragFit", trace.ArrivalFGD, TieBreakNodeOrder},
-		{"FragFit", trace.ArrivalFGD, TieBreakRandom},
-		{"BestFit", trace.ArrivalFGD, TieBreakRandom},
-		{"BestFit", trace.ArrivalReplay, TieBreakRandom},
+		{"FragFit", trace.ArrivalFGD, report.TieBreakNodeOrder},
+		{"FragFit", trace.ArrivalFGD, report.TieBreakRandom},
+		{"BestFit", trace.ArrivalFGD, report.TieBreakRandom},
+		{"BestFit", trace.ArrivalReplay, report.TieBreakRandom},
 	} {
 		t.Run(fmt.Sprintf("%s/%s/%s", tc.policy, tc.arrival, tc.tieBreak), func(t *testing.T) {
 			env, opts := newTestEnv(t, tc.policy, tc.arrival, tc.tieBreak)
@@ -101,7 +102,7 @@ func runBuiltin(t *testing.T, env *Env, seed int64) (*pb.Info, int) {
 // Filter plugin accepts the pod, run here on every node, and that the rows
 // have one row per node with fits = the mask.
 func TestEnvironmentMaskMatchesFilter(t *testing.T) {
-	env, _ := newTestEnv(t, "FragFit", trace.ArrivalFGD, TieBreakNodeOrder)
+	env, _ := newTestEnv(t, "FragFit", trace.ArrivalFGD, report.TieBreakNodeOrder)
 	ctx := context.Background()
 	seed := int64(3)
 	reset, err := env.Reset(ctx, &seed)
@@ -163,7 +164,7 @@ func TestEnvironmentMaskMatchesFilter(t *testing.T) {
 // range is refused with the action and what is allowed, and the episode is
 // as it was: the same pod is still pending.
 func TestEnvironmentRejectsMaskedAction(t *testing.T) {
-	env, _ := newTestEnv(t, "BestFit", trace.ArrivalFGD, TieBreakNodeOrder)
+	env, _ := newTestEnv(t, "BestFit", trace.ArrivalFGD, report.TieBreakNodeOrder)
 	ctx := context.Background()
 	if _, err := env.Step(ctx, 0); err == nil || !strings.Contains(err.Error(), "reset") {
 		t.Errorf("step before reset: %v, want an error saying to reset", err)
@@ -228,8 +229,8 @@ func featureValue(m *pb.FeatureMatrix, i, j int) float32 {
 func TestEnvironmentCachedRowsMatchFeatures(t *testing.T) {
 	for _, policy := range []string{"FragFit", "BestFit"} {
 		t.Run(policy, func(t *testing.T) {
-			cached, _ := newTestEnv(t, policy, trace.ArrivalFGD, TieBreakRandom)
-			fresh, _ := newTestEnv(t, policy, trace.ArrivalFGD, TieBreakRandom)
+			cached, _ := newTestEnv(t, policy, trace.ArrivalFGD, report.TieBreakRandom)
+			fresh, _ := newTestEnv(t, policy, trace.ArrivalFGD, report.TieBreakRandom)
 			fresh.noCache = true
 			ctx := context.Background()
 			// Two episodes: the second reuses the demands' numbers of the
@@ -308,7 +309,7 @@ func BenchmarkEnvironmentTrace(b *testing.B) {
 // builtin_action to the end ends; and a replayed action the mask refuses
 // fails the reset, naming its position.
 func TestEnvironmentReplayAndFinish(t *testing.T) {
-	env, opts := newTestEnv(t, "FragFit", trace.ArrivalFGD, TieBreakNodeOrder)
+	env, opts := newTestEnv(t, "FragFit", trace.ArrivalFGD, report.TieBreakNodeOrder)
 	ctx := context.Background()
 	seed := int64(5)
 	// An episode that takes the last allowed node, to reach states the
@@ -451,7 +452,7 @@ func TestEnvironmentScoreColumns(t *testing.T) {
 	for _, own := range columns {
 		t.Run(string(own), func(t *testing.T) {
 			env, err := NewEnv(EnvOptions{Nodes: nodes, Pods: pods, Profile: defaultProfiles(t, string(own))[0],
-				Arrival: trace.ArrivalFGD, TieBreak: TieBreakNodeOrder, ScoreColumns: columns})
+				Arrival: trace.ArrivalFGD, TieBreak: report.TieBreakNodeOrder, ScoreColumns: columns})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/gpusched/gpusched/pkg/policyservice/policyservicetest"
 	pb "github.com/gpusched/gpusched/pkg/policyservice/v1alpha1"
+	"github.com/gpusched/gpusched/pkg/simulator/report"
 	"github.com/gpusched/gpusched/pkg/trace"
 )
 
@@ -58,7 +59,7 @@ func TestExternalPolicyInSimulator(t *testing.T) {
 		}
 		return path
 	}
-	run := func(path string) Run {
+	run := func(path string) report.Run {
 		t.Helper()
 		cfg, err := LoadConfig(path)
 		if err != nil {

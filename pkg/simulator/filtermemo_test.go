@@ -7,6 +7,7 @@ import (
 
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
+	"github.com/gpusched/gpusched/pkg/simulator/report"
 	"github.com/gpusched/gpusched/pkg/trace"
 )
 
@@ -57,7 +58,7 @@ func TestFilterMemoServesDefaultProfile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := newScheduler(ctx, registry, defaultProfiles(t, "PairFit")[0], nodes, 1, 1, TieBreakRandom, nil)
+	s, err := newScheduler(ctx, registry, defaultProfiles(t, "PairFit")[0], nodes, 1, 1, report.TieBreakRandom, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/gpusched/gpusched/pkg/floor"
 	"github.com/gpusched/gpusched/pkg/gpu"
 	"github.com/gpusched/gpusched/pkg/packing"
+	"github.com/gpusched/gpusched/pkg/simulator/report"
 	"github.com/gpusched/gpusched/pkg/trace"
 )
 
@@ -129,7 +130,7 @@ func seed42Floor(t *testing.T, podList string) (opts Options, capacity int64, f 
 
 // runAboveFloors runs policy on opts' one seed and fails the test if it
 // leaves less unallocated than either bound of the seed's floor.
-func runAboveFloors(t *testing.T, opts Options, policy string, f floor.Floor) []Run {
+func runAboveFloors(t *testing.T, opts Options, policy string, f floor.Floor) []report.Run {
 	t.Helper()
 	cfg, err := LoadConfig("")
 	if err != nil {

@@ -9,6 +9,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/gpusched/gpusched/pkg/simulator/report"
 )
 
 // sweepArgs is the small sweep of the merge tests: 2 pod lists × 2
@@ -25,7 +27,7 @@ func runShards(t *testing.T, args []string, n int) string {
 	t.Helper()
 	out := filepath.Join(t.TempDir(), "results")
 	for i := range n {
-		stdout, stderr, err := simulateProcess(t, []string{fmt.Sprintf("%s=%d", ShardIndexEnv, i)},
+		stdout, stderr, err := simulateProcess(t, []string{fmt.Sprintf("%s=%d", report.ShardIndexEnv, i)},
 			append(args, "--shards", fmt.Sprint(n), "--out", out)...)
 		if err != nil {
 			t.Fatalf("shard %d: %v\n%s%s", i, err, stdout, stderr)
@@ -52,8 +54,8 @@ func TestShardedSweepMergesToOneProcess(t *testing.T) {
 	out := runShards(t, args, 5)
 	var runs int
 	for i := range 5 {
-		var f shardFile
-		if err := json.Unmarshal([]byte(mustRead(t, filepath.Join(out, Shard{i, 5}.FileName()))), &f); err != nil {
+		var f report.ShardFile
+		if err := json.Unmarshal([]byte(mustRead(t, filepath.Join(out, report.Shard{Index: i, Count: 5}.FileName()))), &f); err != nil {
 			t.Fatal(err)
 		}
 		for _, w := range f.Workloads {
@@ -80,7 +82,7 @@ func TestShardedSweepMergesToOneProcess(t *testing.T) {
 
 	// The reports hold the whole sweep: a report per pod list, a summary per
 	// policy over the 3 seeds.
-	var sweep Sweep
+	var sweep report.Sweep
 	if err := json.Unmarshal([]byte(mustRead(t, merged+".json")), &sweep); err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +115,7 @@ func TestShardedSweepMergesToOneProcess(t *testing.T) {
 func TestMergeNamesBrokenShards(t *testing.T) {
 	args := sweepArgs(t, t.TempDir())
 	good := runShards(t, args, 3)
-	f0, f1, f2 := Shard{0, 3}.FileName(), Shard{1, 3}.FileName(), Shard{2, 3}.FileName()
+	f0, f1, f2 := report.Shard{Index: 0, Count: 3}.FileName(), report.Shard{Index: 1, Count: 3}.FileName(), report.Shard{Index: 2, Count: 3}.FileName()
 
 	// edit rewrites a shard file's JSON.
 	edit := func(name string, change func(f map[string]any)) func(t *testing.T, dir string) {
@@ -161,8 +163,8 @@ func TestMergeNamesBrokenShards(t *testing.T) {
 			dir := t.TempDir()
 			copyDir(t, good, dir)
 			tt.break_(t, dir)
-			_, err := Merge([]string{dir})
-			var inc *IncompleteError
+			_, err := report.Merge([]string{dir})
+			var inc *report.IncompleteError
 			if !errors.As(err, &inc) {
 				t.Fatalf("Merge error = %v, want an *IncompleteError", err)
 			}
@@ -190,7 +192,7 @@ func TestMergeNamesBrokenShards(t *testing.T) {
 	if _, err := os.Stat(jsonOut); err == nil {
 		t.Error("merge wrote a report of an incomplete sweep")
 	}
-	if _, err := Merge([]string{t.TempDir()}); err == nil || !strings.Contains(err.Error(), "no shard files (shard-I-of-N.json) in") {
+	if _, err := report.Merge([]string{t.TempDir()}); err == nil || !strings.Contains(err.Error(), "no shard files (shard-I-of-N.json) in") {
 		t.Errorf("Merge of an empty directory: %v, want no shard files named", err)
 	}
 }
@@ -204,14 +206,14 @@ func TestFailedShardWritesItsError(t *testing.T) {
 	mustWrite(t, bad, "name,cpu_milli,memory_mib,num_gpu,gpu_milli\np,1000,1024,1,1500\n")
 	out := filepath.Join(dir, "results")
 	for i := range 2 {
-		_, stderr, err := simulateProcess(t, []string{fmt.Sprintf("%s=%d", ShardIndexEnv, i)}, append(args, "--shards", "2", "--out", out)...)
+		_, stderr, err := simulateProcess(t, []string{fmt.Sprintf("%s=%d", report.ShardIndexEnv, i)}, append(args, "--shards", "2", "--out", out)...)
 		if err == nil || !strings.Contains(stderr, "pods-1.csv:2:") {
 			t.Errorf("shard %d: error %v, stderr %q; want a failure naming pods-1.csv:2", i, err, stderr)
 		}
 	}
-	_, err := Merge([]string{out})
+	_, err := report.Merge([]string{out})
 	for i := range 2 {
-		if want := fmt.Sprintf("shard %d failed (%s): workload", i, filepath.Join(out, Shard{i, 2}.FileName())); err == nil || !strings.Contains(err.Error(), want) {
+		if want := fmt.Sprintf("shard %d failed (%s): workload", i, filepath.Join(out, report.Shard{Index: i, Count: 2}.FileName())); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Merge error = %v, want %q", err, want)
 		}
 	}
@@ -228,69 +230,3 @@ func copyDir(t *testing.T, from, to string) {
 	}
 }
 
-// TestClearTimings: --no-timings leaves no wall or CPU time anywhere in a
-// sweep's JSON — every field named *_seconds, including any added later —
-// and changes nothing else.
-func TestClearTimings(t *testing.T) {
-	u := 7.5
-	run := Run{Policy: "BestFit", Seed: 1, UnallocatedPctAt100: &u, Placed: 3, WallSeconds: 1.5, SchedulingSeconds: 1.2, MetricsSeconds: 0.1}
-	r := &Report{Workload: "w", Nodes: 2}
-	r.fill([]string{"BestFit"}, []Run{run, run}, nil)
-	sweep := newSweep([]*Report{r, {Workload: "v"}}, 9.25)
-	before, _ := json.Marshal(sweep)
-	if n := countSeconds(t, before, false); n == 0 {
-		t.Fatalf("the fixture has no non-zero *_seconds field: %s", before)
-	}
-	sweep.ClearTimings()
-	after, _ := json.Marshal(sweep)
-	if n := countSeconds(t, after, false); n != 0 {
-		t.Errorf("%d *_seconds fields left non-zero: %s", n, after)
-	}
-	if countSeconds(t, before, true) != countSeconds(t, after, true) || !strings.Contains(string(after), `"unallocated_pct_at_100":7.5`) {
-		t.Errorf("ClearTimings changed more than times:\n%s\n%s", before, after)
-	}
-}
-
-// countSeconds counts the *_seconds fields of a JSON document: all of them
-// with all set, else those holding a non-zero number (or a Stat with one).
-func countSeconds(t *testing.T, data []byte, all bool) int {
-	t.Helper()
-	var v any
-	if err := json.Unmarshal(data, &v); err != nil {
-		t.Fatal(err)
-	}
-	var nonZero func(any) bool
-	nonZero = func(x any) bool {
-		switch x := x.(type) {
-		case float64:
-			return x != 0
-		case map[string]any:
-			for _, y := range x {
-				if nonZero(y) {
-					return true
-				}
-			}
-			return false
-		}
-		return true
-	}
-	n := 0
-	var walk func(any)
-	walk = func(v any) {
-		switch v := v.(type) {
-		case map[string]any:
-			for k, x := range v {
-				if strings.HasSuffix(k, "_seconds") && (all || nonZero(x)) {
-					n++
-				}
-				walk(x)
-			}
-		case []any:
-			for _, x := range v {
-				walk(x)
-			}
-		}
-	}
-	walk(v)
-	return n
-}

@@ -6,23 +6,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/gpusched/gpusched/pkg/gpu"
+	"github.com/gpusched/gpusched/pkg/simulator/report"
 )
-
-// Point is the allocation curve at one bucket of arrived workload.
-type Point struct {
-	// ArrivedPct is the bucket: the GPU request submitted so far (placed or
-	// not) as a percentage of the cluster's GPU capacity, rounded to an
-	// integer, half to even.
-	ArrivedPct int `json:"arrived_pct"`
-	// AllocatedPct is the mean over the bucket's events of the allocated GPU
-	// milli as a percentage of capacity (each event rounded to 2 decimals,
-	// the mean too, as the FGD paper's analysis does).
-	AllocatedPct float64 `json:"allocated_pct"`
-	// FragmentedPct is the mean of the cluster's fragmented GPU milli (see
-	// gpu.NodeGPUs.Fragment) as a percentage of capacity.
-	FragmentedPct float64 `json:"fragmented_pct"`
-	Events        int     `json:"events"`
-}
 
 // curve accumulates the allocation curve of one run, event by event.
 type curve struct {
@@ -43,23 +28,23 @@ func (c *curve) record(arrived, used int64, fragmented float64) {
 		return
 	}
 	k := int(math.RoundToEven(100 * float64(arrived) / float64(c.capacity)))
-	c.sumAlloc[k] += round2(100 * float64(used) / float64(c.capacity))
-	c.sumFrag[k] += round2(100 * fragmented / float64(c.capacity))
+	c.sumAlloc[k] += report.Round2(100 * float64(used) / float64(c.capacity))
+	c.sumFrag[k] += report.Round2(100 * fragmented / float64(c.capacity))
 	c.events[k]++
 }
 
 // points is the curve, one point per non-empty bucket, in order.
-func (c *curve) points() []Point {
+func (c *curve) points() []report.Point {
 	maxK := -1
 	for k := range c.events {
 		maxK = max(maxK, k)
 	}
-	var out []Point
+	var out []report.Point
 	for k := 0; k <= maxK; k++ {
 		if n := c.events[k]; n > 0 {
-			out = append(out, Point{ArrivedPct: k, Events: n,
-				AllocatedPct:  round2(c.sumAlloc[k] / float64(n)),
-				FragmentedPct: round2(c.sumFrag[k] / float64(n))})
+			out = append(out, report.Point{ArrivedPct: k, Events: n,
+				AllocatedPct:  report.Round2(c.sumAlloc[k] / float64(n)),
+				FragmentedPct: report.Round2(c.sumFrag[k] / float64(n))})
 		}
 	}
 	return out
@@ -70,7 +55,7 @@ func (c *curve) points() []Point {
 // false when those are empty too.
 func (c *curve) allocatedAt(k int) (pct float64, ok bool) {
 	if n := c.events[k]; n > 0 {
-		return round2(c.sumAlloc[k] / float64(n)), true
+		return report.Round2(c.sumAlloc[k] / float64(n)), true
 	}
 	var sum float64
 	var n int
@@ -80,10 +65,8 @@ func (c *curve) allocatedAt(k int) (pct float64, ok bool) {
 	if n == 0 {
 		return 0, false
 	}
-	return round2(sum / float64(n)), true
+	return report.Round2(sum / float64(n)), true
 }
-
-func round2(x float64) float64 { return math.RoundToEven(x*100) / 100 }
 
 // fragTracker keeps every node's GPU state and fragmentation current as pods
 // come and go, recomputing only the node that changed: each bound pod's
@@ -158,15 +141,8 @@ func (t *fragTracker) refresh(tn *trackedNode) {
 	t.total += tn.frag
 }
 
-// ModelAllocation is the GPU allocation of one GPU model.
-type ModelAllocation struct {
-	Model        string  `json:"model"`
-	GPUs         int     `json:"gpus"`
-	AllocatedPct float64 `json:"allocated_pct"`
-}
-
 // byModel is the allocation of each GPU model, in model order.
-func (t *fragTracker) byModel() []ModelAllocation {
+func (t *fragTracker) byModel() []report.ModelAllocation {
 	gpus := map[string]int{}
 	used := map[string]int64{}
 	for _, tn := range t.nodes {
@@ -180,11 +156,11 @@ func (t *fragTracker) byModel() []ModelAllocation {
 			used[m] += gpu.MilliPerGPU - v.FreeMilli(i)
 		}
 	}
-	out := make([]ModelAllocation, 0, len(gpus))
+	out := make([]report.ModelAllocation, 0, len(gpus))
 	for m, n := range gpus {
-		out = append(out, ModelAllocation{Model: m, GPUs: n, AllocatedPct: round2(100 * float64(used[m]) / float64(n*gpu.MilliPerGPU))})
+		out = append(out, report.ModelAllocation{Model: m, GPUs: n, AllocatedPct: report.Round2(100 * float64(used[m]) / float64(n*gpu.MilliPerGPU))})
 	}
-	sortBy(out, func(a ModelAllocation) string { return a.Model })
+	sortBy(out, func(a report.ModelAllocation) string { return a.Model })
 	return out
 }
 

@@ -13,6 +13,7 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
 	"github.com/gpusched/gpusched/pkg/gpu"
+	"github.com/gpusched/gpusched/pkg/simulator/report"
 	"github.com/gpusched/gpusched/pkg/trace"
 )
 
@@ -79,27 +80,6 @@ func checkMigrations(opts Options) error {
 	return nil
 }
 
-// MigrationStats is what a run's migrations did.
-type MigrationStats struct {
-	Budget string `json:"budget"`
-	// Plans is the plans carried out, Moves the pods they moved.
-	Plans int `json:"plans"`
-	Moves int `json:"moves"`
-	// MovedPct is Moves per 100 placed pods.
-	MovedPct float64 `json:"moved_pct"`
-	// GPUMilliPlaced is the GPU of the pods the plans made room for; PlacedByPlans those pods.
-	GPUMilliPlaced int64 `json:"gpu_milli_placed"`
-	PlacedByPlans  int   `json:"placed_by_plans"`
-	// MovesPerGPU is pods moved per GPU placed by plans.
-	MovesPerGPU float64 `json:"moves_per_gpu"`
-	// Returned counts moved pods that their planned node refused (the
-	// framework's Filter disagreeing with the plan) and went back where
-	// they were; Lost counts pods no node took. Both are 0 unless the
-	// planner and the Filter plugins disagree.
-	Returned int `json:"returned,omitempty"`
-	Lost     int `json:"lost,omitempty"`
-}
-
 // migrator is a run's migrations: its planner and budget, and what it did.
 type migrator struct {
 	budget  MigrationBudget
@@ -124,7 +104,7 @@ type migrator struct {
 	// maxima are the nodes' largest capacities (gpu.Maxima).
 	maxima   gpu.Maxima
 	firstSec int64
-	stats    MigrationStats
+	stats    report.MigrationStats
 	// fleet is the planner's fleet, whose room planNodes sets; nil for a
 	// migrator built on a policy of its own (tests).
 	fleet *plannerFleet
@@ -321,13 +301,13 @@ func podPriority(pod *v1.Pod) int32 {
 }
 
 // result is the run's migration statistics.
-func (m *migrator) result(placed int) *MigrationStats {
+func (m *migrator) result(placed int) *report.MigrationStats {
 	s := m.stats
 	if placed > 0 {
-		s.MovedPct = round2(100 * float64(s.Moves) / float64(placed))
+		s.MovedPct = report.Round2(100 * float64(s.Moves) / float64(placed))
 	}
 	if s.GPUMilliPlaced > 0 {
-		s.MovesPerGPU = round2(float64(s.Moves) * gpu.MilliPerGPU / float64(s.GPUMilliPlaced))
+		s.MovesPerGPU = report.Round2(float64(s.Moves) * gpu.MilliPerGPU / float64(s.GPUMilliPlaced))
 	}
 	return &s
 }

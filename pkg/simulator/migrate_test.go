@@ -9,6 +9,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/gpusched/gpusched/pkg/gpu"
+	"github.com/gpusched/gpusched/pkg/simulator/report"
 	"github.com/gpusched/gpusched/pkg/trace"
 )
 
@@ -87,13 +88,13 @@ func TestMigrationsMakeRoom(t *testing.T) {
 	}
 	// 3600/h is one move per second of trace time: at t=2, 2 allowed.
 	for _, run := range runs[1:] {
-		want := MigrationStats{Budget: strings.TrimPrefix(run.Policy, "Spread +migrations "), Plans: 1, Moves: 1,
+		want := report.MigrationStats{Budget: strings.TrimPrefix(run.Policy, "Spread +migrations "), Plans: 1, Moves: 1,
 			MovedPct: 33.33, GPUMilliPlaced: 1000, PlacedByPlans: 1, MovesPerGPU: 1}
 		if run.Failed != 0 || run.Placed != 3 || run.Migrations == nil || *run.Migrations != want {
 			t.Errorf("%s: placed %d, failed %d, migrations %+v; want 3 placed and %+v", run.Policy, run.Placed, run.Failed, run.Migrations, want)
 			continue
 		}
-		byPod := map[string]PodPlacement{}
+		byPod := map[string]report.PodPlacement{}
 		for _, p := range run.Placements {
 			byPod[p.Pod] = p
 		}

@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/gpusched/gpusched/internal/chromiumtest"
+	"github.com/gpusched/gpusched/pkg/simulator/report"
 	"github.com/gpusched/gpusched/pkg/trace"
 )
 
@@ -47,13 +48,13 @@ func TestReportScreenshot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	report := NewReport(opts, runs, 0)
-	if report.Floor == nil || report.Floor.AnyPlacementPct.Mean <= 0 {
-		t.Fatalf("the synthetic workload has no floor: %+v", report.Floor)
+	rep := NewReport(opts, runs, 0)
+	if rep.Floor == nil || rep.Floor.AnyPlacementPct.Mean <= 0 {
+		t.Fatalf("the synthetic workload has no floor: %+v", rep.Floor)
 	}
 	dir := t.TempDir()
 	page := filepath.Join(dir, "report.html")
-	if err := (&Sweep{Reports: []*Report{report}}).WriteHTML(page); err != nil {
+	if err := (&report.Sweep{Reports: []*report.Report{rep}}).WriteHTML(page); err != nil {
 		t.Fatal(err)
 	}
 	html, err := os.ReadFile(page)

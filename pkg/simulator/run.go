@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gpusched/gpusched/pkg/gpu"
+	"github.com/gpusched/gpusched/pkg/simulator/report"
 	"github.com/gpusched/gpusched/pkg/telemetry"
 	"github.com/gpusched/gpusched/pkg/trace"
 )
@@ -31,7 +32,7 @@ type Options struct {
 	Arrival  trace.Arrival
 	// TieBreak chooses among equally scored nodes; "" is the arrival
 	// mode's default (DefaultTieBreak).
-	TieBreak TieBreak
+	TieBreak report.TieBreak
 	// Parallel is how many runs execute at once; 0 means one per CPU.
 	Parallel int
 	// NoScreen turns off the GPU screen that spares the Filter plugins nodes
@@ -66,56 +67,9 @@ type Options struct {
 	DRAFirstFit bool
 }
 
-// Run is the result of one (profile, seed) run.
-type Run struct {
-	Policy string `json:"policy"`
-	Seed   int64  `json:"seed"`
-	// UnallocatedPctAt100 is 100 − the allocation at arrived 100%: the
-	// headline of the FGD paper's evaluation. It is nil when the workload
-	// never reached 100% of the cluster's GPU capacity.
-	UnallocatedPctAt100 *float64 `json:"unallocated_pct_at_100"`
-	Submitted           int      `json:"submitted_pods"`
-	Placed              int      `json:"placed_pods"`
-	Failed              int      `json:"failed_pods"`
-	// FailedGPUMilli is the GPU request of the failed pods.
-	FailedGPUMilli int64 `json:"failed_gpu_milli"`
-	// FailureReasons counts the failed pods by their FailedScheduling message.
-	FailureReasons map[string]int    `json:"failure_reasons,omitempty"`
-	Curve          []Point           `json:"curve"`
-	ByModel        []ModelAllocation `json:"allocation_by_model"`
-	WallSeconds    float64           `json:"wall_seconds"`
-	// SchedulingSeconds is the time spent in scheduling cycles (framework,
-	// plugins, engine); MetricsSeconds the time spent measuring.
-	SchedulingSeconds float64 `json:"scheduling_seconds"`
-	MetricsSeconds    float64 `json:"metrics_seconds"`
-	// StrandedAt100 is where the unallocated GPU capacity sits when the
-	// arrived workload reaches the cluster's capacity (strandedAt): free
-	// milli-GPU by the largest share on its GPU, or "idle". nil for replay
-	// arrival.
-	StrandedAt100 map[string]int64 `json:"stranded_at_100,omitempty"`
-	// Placements is every submitted pod's outcome, in submission order,
-	// when Options.RecordPlacements is set.
-	Placements []PodPlacement `json:"placements,omitempty"`
-	// Migrations is what the profile's migrations did (Profile.Migrations);
-	// nil for a profile that moves no pod.
-	Migrations *MigrationStats `json:"migrations,omitempty"`
-}
-
-// PodPlacement is where one pod went: its node and GPUs (the assignment's
-// device indices), or nowhere, with the reason.
-// A pod moved to make room for another (Profile.Migrations) is where it
-// moved last, with the number of its moves.
-type PodPlacement struct {
-	Pod    string `json:"pod"`
-	Node   string `json:"node,omitempty"`
-	GPUs   []int  `json:"gpus,omitempty"`
-	Reason string `json:"reason,omitempty"`
-	Moves  int    `json:"moves,omitempty"`
-}
-
 // Simulate runs every profile with every seed (those opts.Select selects),
 // in parallel, and returns the runs in profile then seed order.
-func Simulate(ctx context.Context, opts Options) ([]Run, error) {
+func Simulate(ctx context.Context, opts Options) ([]report.Run, error) {
 	if len(opts.Nodes) == 0 || len(opts.Pods) == 0 || len(opts.Profiles) == 0 || len(opts.Seeds) == 0 {
 		return nil, fmt.Errorf("a simulation needs nodes, pods, profiles and seeds")
 	}
@@ -152,7 +106,7 @@ func Simulate(ctx context.Context, opts Options) ([]Run, error) {
 		}
 	}
 
-	runs := make([]Run, len(jobs))
+	runs := make([]report.Run, len(jobs))
 	errs := make([]error, len(jobs))
 	next := make(chan int)
 	var wg sync.WaitGroup
@@ -213,16 +167,16 @@ type runner struct {
 
 // run drives the run's episode with the scheduler's own choice of node for
 // every pod.
-func (r *runner) run(ctx context.Context) (Run, error) {
+func (r *runner) run(ctx context.Context) (report.Run, error) {
 	e, err := r.newEpisode(ctx)
 	if err != nil {
-		return Run{}, err
+		return report.Run{}, err
 	}
 	defer e.close()
 	for {
 		d, err := e.advance()
 		if err != nil {
-			return Run{}, err
+			return report.Run{}, err
 		}
 		if d == nil {
 			return e.result(), nil
@@ -256,7 +210,7 @@ type episode struct {
 	next                  int
 	arrived, used         int64
 	placedMilli           map[int]int64
-	out                   Run
+	out                   report.Run
 	schedTime, metricTime time.Duration
 	// migrator moves pods to make room for pods that fit nowhere; nil
 	// when the profile's budget moves none.
@@ -273,7 +227,7 @@ func (r *runner) newEpisode(ctx context.Context) (*episode, error) {
 	// The framework and the cache start goroutines that hold the run's
 	// state until their context ends: end it with the episode (close).
 	e.ctx, e.cancel = context.WithCancel(ctx)
-	tieBreak := cmp.Or(r.opts.TieBreak, DefaultTieBreak(r.opts.Arrival))
+	tieBreak := cmp.Or(r.opts.TieBreak, report.DefaultTieBreak(r.opts.Arrival))
 	registry, err := runRegistry(r.opts.Telemetry, e.clock, r.typical)
 	if err != nil {
 		e.cancel()
@@ -293,7 +247,7 @@ func (r *runner) newEpisode(ctx context.Context) (*episode, error) {
 		e.cancel()
 		return nil, err
 	}
-	e.out = Run{Policy: r.profile.Name, Seed: r.seed, FailureReasons: map[string]int{}}
+	e.out = report.Run{Policy: r.profile.Name, Seed: r.seed, FailureReasons: map[string]int{}}
 	e.frag = newFragTracker(r.opts.Nodes, r.typical)
 	if !r.opts.NoScreen && filtersWithGPUPlacement(r.profile) {
 		e.sched.screen = e.frag.screen
@@ -430,7 +384,7 @@ func (e *episode) record(pod *v1.Pod, p placement, podIndex int, demand int64) {
 		if e.migrator != nil {
 			e.migrator.placement[podIndex] = len(e.out.Placements)
 		}
-		e.out.Placements = append(e.out.Placements, PodPlacement{Pod: pod.Name, Node: p.node, GPUs: p.assignment.Devices, Reason: p.reason})
+		e.out.Placements = append(e.out.Placements, report.PodPlacement{Pod: pod.Name, Node: p.node, GPUs: p.assignment.Devices, Reason: p.reason})
 	}
 	t1 := time.Now()
 	if p.node == "" {
@@ -470,7 +424,7 @@ func (e *episode) lose(podIndex int) {
 	e.out.Placed--
 	e.out.Failed++
 	if k, recorded := e.migrator.placement[podIndex]; recorded && e.r.opts.RecordPlacements {
-		e.out.Placements[k] = PodPlacement{Pod: e.out.Placements[k].Pod, Reason: "taken off its node to move and placed nowhere", Moves: e.out.Placements[k].Moves + 1}
+		e.out.Placements[k] = report.PodPlacement{Pod: e.out.Placements[k].Pod, Reason: "taken off its node to move and placed nowhere", Moves: e.out.Placements[k].Moves + 1}
 	}
 }
 
@@ -493,11 +447,11 @@ func (e *episode) bind(podIndex int, pod *v1.Pod) {
 }
 
 // result is the run's outcome, once advance has returned nil.
-func (e *episode) result() Run {
+func (e *episode) result() report.Run {
 	out := e.out
 	out.Curve = e.curve.points()
 	if a, ok := e.curve.allocatedAt(100); ok {
-		u := round2(100 - a)
+		u := report.Round2(100 - a)
 		out.UnallocatedPctAt100 = &u
 	}
 	out.ByModel = e.frag.byModel()

@@ -9,6 +9,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/gpusched/gpusched/pkg/gpu"
+	"github.com/gpusched/gpusched/pkg/simulator/report"
 	"github.com/gpusched/gpusched/pkg/trace"
 )
 
@@ -60,7 +61,7 @@ func TestCurve(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := runs[0]
-	want := []Point{
+	want := []report.Point{
 		{ArrivedPct: 50, AllocatedPct: 50, FragmentedPct: 0, Events: 1},
 		{ArrivedPct: 75, AllocatedPct: 75, FragmentedPct: 12.5, Events: 1},
 		{ArrivedPct: 125, AllocatedPct: 75, FragmentedPct: 12.5, Events: 1},

@@ -28,6 +28,7 @@ import (
 	"github.com/gpusched/gpusched/pkg/plugins/gpugang"
 	"github.com/gpusched/gpusched/pkg/plugins/gpuplacement"
 	"github.com/gpusched/gpusched/pkg/plugins/gpupreemption"
+	"github.com/gpusched/gpusched/pkg/simulator/report"
 )
 
 // Registry is the plugins a simulated profile may use: the in-tree plugins
@@ -128,7 +129,7 @@ type scheduler struct {
 
 // newScheduler builds a run's scheduler over nodes. With dra set, the
 // profile keeps DynamicResources and the framework reads DRA from dra.
-func newScheduler(ctx context.Context, registry frameworkruntime.Registry, p Profile, nodes []*v1.Node, seed int64, parallelism int, tieBreak TieBreak, dra *draManager) (*scheduler, error) {
+func newScheduler(ctx context.Context, registry frameworkruntime.Registry, p Profile, nodes []*v1.Node, seed int64, parallelism int, tieBreak report.TieBreak, dra *draManager) (*scheduler, error) {
 	metrics.Register() // the framework records into the scheduler's metrics; registers once
 	profile := p.Profile.DeepCopy()
 	unsupported := unsupportedPlugins
@@ -171,7 +172,7 @@ func newScheduler(ctx context.Context, registry frameworkruntime.Registry, p Pro
 	for _, n := range nodes {
 		s.cache.AddNode(logger, n)
 	}
-	if tieBreak == TieBreakNodeOrder {
+	if tieBreak == report.TieBreakNodeOrder {
 		s.rank = make(map[string]int, len(nodes))
 		for i, r := range gpu.NodeOrderRank(len(nodes), seed) {
 			s.rank[nodes[i].Name] = r

@@ -10,6 +10,7 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/gpusched/gpusched/pkg/plugins/gpuplacement"
+	"github.com/gpusched/gpusched/pkg/simulator/report"
 	"github.com/gpusched/gpusched/pkg/trace"
 )
 
@@ -60,7 +61,7 @@ func TestRunMeasuresAgainstTheWorkloadsTypicalPods(t *testing.T) {
 				}
 				return p, err
 			}
-			if _, err := newScheduler(ctx, registry, defaultProfiles(t, policy)[0], nodes, 1, 1, TieBreakRandom, nil); err != nil {
+			if _, err := newScheduler(ctx, registry, defaultProfiles(t, policy)[0], nodes, 1, 1, report.TieBreakRandom, nil); err != nil {
 				t.Fatal(err)
 			}
 			if placement == nil {

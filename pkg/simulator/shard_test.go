@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/gpusched/gpusched/pkg/gpu"
+	"github.com/gpusched/gpusched/pkg/simulator/report"
 	"github.com/gpusched/gpusched/pkg/trace"
 )
 
@@ -107,20 +108,20 @@ func TestParseShard(t *testing.T) {
 		shard  string
 		shards int
 		env    string
-		want   Shard
+		want   report.Shard
 		ok     bool
 		errHas string
 	}{
 		{name: "whole sweep", ok: false},
-		{name: "--shard", shard: "2/5", want: Shard{2, 5}, ok: true},
-		{name: "--shard spaces", shard: " 0 / 1 ", want: Shard{0, 1}, ok: true},
-		{name: "--shards from the Job", shards: 8, env: "7", want: Shard{7, 8}, ok: true},
+		{name: "--shard", shard: "2/5", want: report.Shard{Index: 2, Count: 5}, ok: true},
+		{name: "--shard spaces", shard: " 0 / 1 ", want: report.Shard{Index: 0, Count: 1}, ok: true},
+		{name: "--shards from the Job", shards: 8, env: "7", want: report.Shard{Index: 7, Count: 8}, ok: true},
 		{name: "both", shard: "1/2", shards: 2, errHas: "--shard 1/2 and --shards 2: give one"},
 		{name: "index past count", shard: "5/5", errHas: `--shard "5/5": want I/N, shard I of N with 0 ≤ I < N`},
 		{name: "negative", shard: "-1/4", errHas: `--shard "-1/4": want I/N`},
 		{name: "no slash", shard: "3", errHas: `--shard "3": want I/N`},
 		{name: "zero shards", shard: "0/0", errHas: `--shard "0/0": want I/N`},
-		{name: "too many", shards: maxShards + 1, env: "0", errHas: "--shards 100001: want a number of shards in 1..100000"},
+		{name: "too many", shards: report.MaxShards + 1, env: "0", errHas: "--shards 100001: want a number of shards in 1..100000"},
 		{name: "negative shards", shards: -2, env: "0", errHas: "--shards -2: want a number of shards in 1..100000"},
 		{name: "no index", shards: 4, errHas: "--shards 4: the shard's index comes from JOB_COMPLETION_INDEX, which is not set"},
 		{name: "index out of range", shards: 4, env: "4", errHas: `JOB_COMPLETION_INDEX "4": want an integer in 0..3 (--shards 4)`},
@@ -129,7 +130,7 @@ func TestParseShard(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			getenv := func(k string) string {
-				if k == ShardIndexEnv {
+				if k == report.ShardIndexEnv {
 					return tt.env
 				}
 				return ""
@@ -145,39 +146,6 @@ func TestParseShard(t *testing.T) {
 				t.Errorf("parseShard = %v, %v, %v; want %v, %v", got, ok, err, tt.want, tt.ok)
 			}
 		})
-	}
-}
-
-// TestShardsPartitionSweep: for any shard count, every combination of a
-// sweep belongs to exactly one shard, and shards differ by at most one run.
-func TestShardsPartitionSweep(t *testing.T) {
-	spec := sweepSpec{Workloads: []string{"a", "b", "c"}, Policies: []string{"x", "y"}, Seeds: []int64{1, 2, 3, 4, 5}}
-	total := spec.combinations() // 3 × 2 × 5 = 30
-	for n := 1; n <= total+2; n++ {
-		counts := make([]int, n)
-		for w := range spec.Workloads {
-			for p := range spec.Policies {
-				for s := range spec.Seeds {
-					owners := 0
-					for i := range n {
-						if (Shard{i, n}).Selects(spec.combination(w, p, s)) {
-							owners++
-							counts[i]++
-						}
-					}
-					if owners != 1 {
-						t.Fatalf("%d shards: combination (%d,%d,%d) belongs to %d shards, want 1", n, w, p, s, owners)
-					}
-				}
-			}
-		}
-		lo, hi := total, 0
-		for _, c := range counts {
-			lo, hi = min(lo, c), max(hi, c)
-		}
-		if hi-lo > 1 {
-			t.Errorf("%d shards: %d to %d runs each, want a difference of at most 1", n, lo, hi)
-		}
 	}
 }
 
@@ -208,7 +176,7 @@ func TestShardFlags(t *testing.T) {
 // TestPodListNames: --pods names each workload after its file, and two
 // lists of the same name are refused.
 func TestPodListNames(t *testing.T) {
-	if got, err := splitPodLists("a/openb_pod_list_default.csv, b/x.yaml"); err != nil || len(got) != 2 || WorkloadName(got[0]) != "openb_pod_list_default" || WorkloadName(got[1]) != "x" {
+	if got, err := splitPodLists("a/openb_pod_list_default.csv, b/x.yaml"); err != nil || len(got) != 2 || report.WorkloadName(got[0]) != "openb_pod_list_default" || report.WorkloadName(got[1]) != "x" {
 		t.Errorf("splitPodLists = %v, %v", got, err)
 	}
 	if _, err := splitPodLists("a/p.csv,b/p.csv"); err == nil || !strings.Contains(err.Error(), `a/p.csv and b/p.csv are both named "p"`) {

@@ -18,6 +18,7 @@ import (
 	"github.com/gpusched/gpusched/pkg/gpu"
 	"github.com/gpusched/gpusched/pkg/gpuview"
 	"github.com/gpusched/gpusched/pkg/simulator"
+	"github.com/gpusched/gpusched/pkg/simulator/report"
 	"github.com/gpusched/gpusched/pkg/trace"
 	"github.com/gpusched/gpusched/pkg/whatif"
 )
@@ -64,7 +65,7 @@ func TestWhatIfAgreesWithSimulate(t *testing.T) {
 
 		runs, err := simulator.Simulate(context.Background(), simulator.Options{
 			Nodes: nodes, Pods: pods, Profiles: profiles, Seeds: []int64{seed},
-			Arrival: trace.ArrivalReplay, TieBreak: simulator.TieBreakNodeOrder, RecordPlacements: true,
+			Arrival: trace.ArrivalReplay, TieBreak: report.TieBreakNodeOrder, RecordPlacements: true,
 		})
 		if err != nil {
 			t.Fatalf("case %d: %v", c, err)
@@ -103,7 +104,7 @@ func TestWhatIfAgreesWithSimulate(t *testing.T) {
 }
 
 // compare requires what-if's placements to be the simulator's.
-func compare(t *testing.T, what string, sim []simulator.PodPlacement, got []whatif.Placement) {
+func compare(t *testing.T, what string, sim []report.PodPlacement, got []whatif.Placement) {
 	t.Helper()
 	if len(sim) != len(got) {
 		t.Fatalf("%s: %d placements from the simulator, %d from what-if", what, len(sim), len(got))
@@ -120,7 +121,7 @@ func compare(t *testing.T, what string, sim []simulator.PodPlacement, got []what
 // boundPods are pods bound where the simulator placed them, with the
 // assignment annotation GPUPlacement writes; a pod it did not place stays
 // pending.
-func boundPods(t *testing.T, pods []*v1.Pod, placements []simulator.PodPlacement) []*v1.Pod {
+func boundPods(t *testing.T, pods []*v1.Pod, placements []report.PodPlacement) []*v1.Pod {
 	out := make([]*v1.Pod, len(pods))
 	for i, p := range pods {
 		b := p.DeepCopy()

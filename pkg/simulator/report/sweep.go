@@ -1,4 +1,4 @@
-package simulator
+package report
 
 import (
 	"encoding/json"
@@ -12,7 +12,7 @@ import (
 // Sweep is the result of a simulation of one or more workloads (pod lists)
 // on one cluster: a Report per workload, in the order the workloads were
 // given. One process and a merge of shards (Merge) build it alike, through
-// newSweep, so that both write the same table, JSON and HTML.
+// NewSweep, so that both write the same table, JSON and HTML.
 type Sweep struct {
 	Reports []*Report `json:"reports"`
 	// WallSeconds is the wall time of the whole sweep: the command's in one
@@ -20,11 +20,11 @@ type Sweep struct {
 	WallSeconds float64 `json:"wall_seconds"`
 }
 
-// newSweep assembles a sweep. With one workload the report's wall time is
+// NewSweep assembles a sweep. With one workload the report's wall time is
 // the sweep's; with several, each report's is the sum of its runs' wall
 // times (the time that workload took, one run at a time), since the
 // workloads of a sweep share its wall time.
-func newSweep(reports []*Report, wall float64) *Sweep {
+func NewSweep(reports []*Report, wall float64) *Sweep {
 	if len(reports) == 1 {
 		reports[0].WallSeconds = wall
 	} else {
@@ -33,7 +33,7 @@ func newSweep(reports []*Report, wall float64) *Sweep {
 			for _, run := range r.Runs {
 				sum += run.WallSeconds
 			}
-			r.WallSeconds = round2(sum)
+			r.WallSeconds = Round2(sum)
 		}
 	}
 	return &Sweep{Reports: reports, WallSeconds: wall}
@@ -85,23 +85,4 @@ func (s *Sweep) WriteJSON(path string) error {
 func WorkloadName(path string) string {
 	base := filepath.Base(path)
 	return strings.TrimSuffix(base, filepath.Ext(base))
-}
-
-// splitPodLists reads --pods: one or more files separated by commas, whose
-// workload names (WorkloadName) must differ.
-func splitPodLists(s string) ([]string, error) {
-	var paths []string
-	seen := map[string]string{}
-	for p := range strings.SplitSeq(s, ",") {
-		if p = strings.TrimSpace(p); p == "" {
-			return nil, fmt.Errorf("--pods %q: want one or more pod lists separated by commas, none empty", s)
-		}
-		name := WorkloadName(p)
-		if other, ok := seen[name]; ok {
-			return nil, fmt.Errorf("--pods: %s and %s are both named %q in reports: want pod lists whose file names differ", other, p, name)
-		}
-		seen[name] = p
-		paths = append(paths, p)
-	}
-	return paths, nil
 }

@@ -1,9 +1,10 @@
-package simulator
+package report
 
 import (
 	"cmp"
 	"fmt"
 	"io"
+	v1 "k8s.io/api/core/v1"
 	"math"
 	"slices"
 	"strings"
@@ -58,29 +59,32 @@ type Report struct {
 	WallSeconds float64       `json:"wall_seconds"`
 }
 
-// workloadFloors is the floors of opts' workload for each seed (floor.Of)
-// under the FGD arrival process; none under replay, whose departures void
-// every measure.
-func workloadFloors(opts Options) []floor.Floor {
-	if opts.Arrival == trace.ArrivalReplay {
-		return nil
-	}
-	return floor.Of(opts.Nodes, opts.Pods, opts.Seeds)
+// Workload is what a report says of the simulation it summarizes: the
+// pod list's name, the cluster, the pods and how they arrived.
+type Workload struct {
+	Name    string
+	Arrival trace.Arrival
+	// TieBreak is how the runs chose among equally scored nodes; "" is
+	// the arrival mode's default (DefaultTieBreak).
+	TieBreak TieBreak
+	Nodes    []*v1.Node
+	Pods     []trace.Pod
 }
 
-// NewReport summarizes runs per policy, in the order the policies ran.
-func NewReport(opts Options, runs []Run, wall float64) *Report {
-	r := reportHead(opts)
-	r.fill(profileNames(opts.Profiles), runs, workloadFloors(opts))
+// New summarizes runs per policy, in the order of policies, with the
+// floors of the seeds (none under replay arrival) and the wall time.
+func New(w Workload, policies []string, runs []Run, floors []floor.Floor, wall float64) *Report {
+	r := Head(w)
+	r.fill(policies, runs, floors)
 	r.WallSeconds = wall
 	return r
 }
 
-// reportHead is the part of a report that describes the cluster and the
+// Head is the part of a report that describes the cluster and the
 // workload rather than the runs.
-func reportHead(opts Options) *Report {
-	return &Report{Workload: opts.Workload, Arrival: opts.Arrival, TieBreak: cmp.Or(opts.TieBreak, DefaultTieBreak(opts.Arrival)),
-		Nodes: len(opts.Nodes), GPUs: trace.CapacityMilli(opts.Nodes) / 1000, Pods: len(opts.Pods)}
+func Head(w Workload) *Report {
+	return &Report{Workload: w.Name, Arrival: w.Arrival, TieBreak: cmp.Or(w.TieBreak, DefaultTieBreak(w.Arrival)),
+		Nodes: len(w.Nodes), GPUs: trace.CapacityMilli(w.Nodes) / 1000, Pods: len(w.Pods)}
 }
 
 // fill sets the runs, one summary per policy in the order given, and the
@@ -109,14 +113,6 @@ func (r *Report) fill(policies []string, runs []Run, floors []floor.Floor) {
 			r.Floor.ModelsCounted = r.Floor.ModelsCounted || f.ModelsCounted
 		}
 	}
-}
-
-func profileNames(profiles []Profile) []string {
-	names := make([]string, len(profiles))
-	for i, p := range profiles {
-		names[i] = p.Name
-	}
-	return names
 }
 
 // ClearTimings zeroes every wall and CPU time in the report, so that two
@@ -189,7 +185,7 @@ func stat(xs []float64) Stat {
 	if len(xs) > 1 {
 		sd = math.Sqrt(sq / float64(len(xs)-1))
 	}
-	return Stat{Mean: round2(mean), SD: round2(sd)}
+	return Stat{Mean: Round2(mean), SD: Round2(sd)}
 }
 
 // meanCurve averages the runs' curves bucket by bucket.
@@ -217,8 +213,8 @@ func meanCurve(runs []Run) []Point {
 	var out []Point
 	for k := 0; k <= maxK; k++ {
 		if a := byBucket[k]; a != nil {
-			out = append(out, Point{ArrivedPct: k, AllocatedPct: round2(a.alloc / float64(a.n)),
-				FragmentedPct: round2(a.frag / float64(a.n)), Events: a.events})
+			out = append(out, Point{ArrivedPct: k, AllocatedPct: Round2(a.alloc / float64(a.n)),
+				FragmentedPct: Round2(a.frag / float64(a.n)), Events: a.events})
 		}
 	}
 	return out
@@ -291,7 +287,7 @@ func topReasons(reasons map[string]int, n int) []string {
 	for m, c := range reasons {
 		all = append(all, kv{m, c})
 	}
-	sortBy(all, func(x kv) string { return fmt.Sprintf("%09d %s", 1e9-x.count, x.msg) })
+	slices.SortFunc(all, func(a, b kv) int { return cmp.Or(cmp.Compare(b.count, a.count), cmp.Compare(a.msg, b.msg)) })
 	var out []string
 	for i := 0; i < len(all) && i < n; i++ {
 		out = append(out, fmt.Sprintf("%d× %s", all[i].count, strings.TrimSpace(all[i].msg)))

@@ -1,60 +1,16 @@
-package simulator
+package report
 
 import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 
-	"github.com/spf13/cobra"
-
 	"github.com/gpusched/gpusched/pkg/floor"
 )
-
-// mergeFlags are the options of `gpusched simulate merge`.
-type mergeFlags struct {
-	jsonOut, htmlOut string
-	noTimings        bool
-}
-
-func newMergeCommand() *cobra.Command {
-	var f mergeFlags
-	cmd := &cobra.Command{
-		Use:   "merge DIR...",
-		Short: "Combine the shard files of a sweep into its report",
-		Long: `merge reads the shard files (shard-I-of-N.json) that the shards of a sweep
-wrote with --out, and prints and writes the report one process running the
-whole sweep would: the same table, JSON and HTML. Every shard must be there
-and have succeeded; otherwise merge names each missing, failed, corrupt or
-foreign shard file and writes nothing.`,
-		Example: `  gpusched simulate merge results/ --json sweep.json --html sweep.html`,
-		Args:    cobra.MinimumNArgs(1),
-		RunE: func(cmd *cobra.Command, dirs []string) error {
-			return runMerge(dirs, f, cmd.OutOrStdout())
-		},
-		SilenceUsage: true,
-	}
-	fs := cmd.Flags()
-	fs.StringVar(&f.jsonOut, "json", "", "write the full report as JSON to this file")
-	fs.StringVar(&f.htmlOut, "html", "", "write a self-contained HTML report with charts to this file")
-	fs.BoolVar(&f.noTimings, "no-timings", false, "report every wall time as 0, so that reports of the same sweep are equal byte for byte")
-	return cmd
-}
-
-func runMerge(dirs []string, f mergeFlags, stdout io.Writer) error {
-	sweep, err := Merge(dirs)
-	if err != nil {
-		return err
-	}
-	if f.noTimings {
-		sweep.ClearTimings()
-	}
-	return writeSweep(sweep, stdout, f.jsonOut, f.htmlOut)
-}
 
 // IncompleteError is a sweep whose shards cannot be merged: each problem
 // names a shard or a shard file and what is wrong with it.
@@ -74,7 +30,7 @@ func (e *IncompleteError) Error() string {
 // loadedShard is a shard file read from path.
 type loadedShard struct {
 	path string
-	file shardFile
+	file ShardFile
 }
 
 // Merge reads every shard file (Shard.FileName) in dirs and assembles the
@@ -189,12 +145,12 @@ func readShardFile(path string) (loadedShard, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&s.file); err != nil {
-		return s, fmt.Errorf("%s: corrupt: not a shard file (%s JSON): %v", path, shardFormat, err)
+		return s, fmt.Errorf("%s: corrupt: not a shard file (%s JSON): %v", path, ShardFormat, err)
 	}
 	f := &s.file
 	switch {
-	case f.Format != shardFormat:
-		return s, fmt.Errorf("%s: corrupt: format %q, want %q", path, f.Format, shardFormat)
+	case f.Format != ShardFormat:
+		return s, fmt.Errorf("%s: corrupt: format %q, want %q", path, f.Format, ShardFormat)
 	case f.Shards < 1 || f.Shard < 0 || f.Shard >= f.Shards:
 		return s, fmt.Errorf("%s: corrupt: shard %d of %d, want 0 ≤ shard < shards", path, f.Shard, f.Shards)
 	case filepath.Base(path) != Shard{f.Shard, f.Shards}.FileName():
@@ -222,7 +178,7 @@ func checkShardRuns(s *loadedShard) error {
 		var want []string
 		for p, policy := range spec.Policies {
 			for si, seed := range spec.Seeds {
-				if shard.Selects(spec.combination(w, p, si)) {
+				if shard.Selects(spec.Combination(w, p, si)) {
 					want = append(want, fmt.Sprintf("%s/%d", policy, seed))
 				}
 			}
@@ -236,8 +192,8 @@ func checkShardRuns(s *loadedShard) error {
 		}
 	}
 	for w := range spec.Workloads {
-		if !slices.ContainsFunc(s.file.Workloads, func(sw shardWorkload) bool { return sw.Workload == spec.Workloads[w] }) {
-			for c := spec.combination(w, 0, 0); c < spec.combination(w+1, 0, 0); c++ {
+		if !slices.ContainsFunc(s.file.Workloads, func(sw ShardWorkload) bool { return sw.Workload == spec.Workloads[w] }) {
+			for c := spec.Combination(w, 0, 0); c < spec.Combination(w+1, 0, 0); c++ {
 				if shard.Selects(c) {
 					return bad("no runs of workload %s, which has runs in this shard", spec.Workloads[w])
 				}
@@ -249,7 +205,7 @@ func checkShardRuns(s *loadedShard) error {
 
 // assemble builds the sweep's reports from complete, checked shards: each
 // workload's runs in policy then seed order, its floors in seed order.
-func assemble(spec *sweepSpec, shards map[int]loadedShard) *Sweep {
+func assemble(spec *SweepSpec, shards map[int]loadedShard) *Sweep {
 	nw, np, ns := len(spec.Workloads), len(spec.Policies), len(spec.Seeds)
 	reports := make([]*Report, nw)
 	runs := make([][]Run, nw)
@@ -269,14 +225,14 @@ func assemble(spec *sweepSpec, shards map[int]loadedShard) *Sweep {
 			k := 0 // checkShardRuns: the runs are the shard's combinations, in order
 			for p := range np {
 				for si := range ns {
-					if shard.Selects(spec.combination(w, p, si)) {
+					if shard.Selects(spec.Combination(w, p, si)) {
 						runs[w][p*ns+si] = sw.Runs[k]
 						k++
 					}
 				}
 			}
 			for si, seed := range spec.Seeds {
-				if !shard.Selects(spec.combination(w, 0, si)) {
+				if !shard.Selects(spec.Combination(w, 0, si)) {
 					continue
 				}
 				for i := range sw.Floors {
@@ -296,5 +252,5 @@ func assemble(spec *sweepSpec, shards map[int]loadedShard) *Sweep {
 		}
 		r.fill(spec.Policies, runs[w], kept)
 	}
-	return newSweep(reports, wall)
+	return NewSweep(reports, wall)
 }
