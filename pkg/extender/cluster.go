@@ -48,8 +48,9 @@ type Cluster struct {
 	// generation is the last generation handed out; every change takes the next.
 	generation int64
 
-	// nodeChanges counts changes to Node objects, and maximaMemo holds the
-	// largest node capacities as of a count (see maxima).
+	// nodeChanges counts changes to Node objects and ResourceSlices, and
+	// maximaMemo holds the largest node capacities as of a count (see
+	// maxima).
 	nodeChanges atomic.Int64
 	maximaMemo  atomic.Pointer[maxima]
 

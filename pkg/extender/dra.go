@@ -41,10 +41,68 @@ type draNodes struct {
 	claims map[types.UID]string
 	// holders counts the slices and claims of each node in them.
 	holders map[string]int
+	// published holds each node's slices of the driver by name, and gpus
+	// the GPUs they publish (gpu.InventoryFromSlices, as GPUPlacement reads
+	// them), for the cluster's maxima.
+	published map[string]map[string]*resourceapi.ResourceSlice
+	gpus      map[string]int
 }
 
 func newDRANodes(driver string) *draNodes {
-	return &draNodes{driver: driver, slices: map[string]string{}, claims: map[types.UID]string{}, holders: map[string]int{}}
+	return &draNodes{driver: driver, slices: map[string]string{}, claims: map[types.UID]string{}, holders: map[string]int{},
+		published: map[string]map[string]*resourceapi.ResourceSlice{}, gpus: map[string]int{}}
+}
+
+// maxGPUs is the most GPUs the driver publishes on any node.
+func (d *draNodes) maxGPUs() int {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	out := 0
+	for _, n := range d.gpus {
+		out = max(out, n)
+	}
+	return out
+}
+
+// publish records slice (nil: none) as the one named name, on node ("" for
+// none), and counts again the GPUs of the node it left and the node it is
+// on. Callers hold the lock.
+func (d *draNodes) publish(name, node string, slice *resourceapi.ResourceSlice) {
+	old := d.slices[name]
+	if old != "" {
+		delete(d.published[old], name)
+	}
+	if node != "" {
+		if d.published[node] == nil {
+			d.published[node] = map[string]*resourceapi.ResourceSlice{}
+		}
+		d.published[node][name] = slice
+	}
+	for _, n := range []string{old, node} {
+		if n != "" {
+			d.countGPUs(n)
+		}
+	}
+	move(d.slices, name, node, d.holders)
+}
+
+// countGPUs counts the GPUs the node's slices publish. Callers hold the
+// lock.
+func (d *draNodes) countGPUs(node string) {
+	byName := d.published[node]
+	if len(byName) == 0 {
+		delete(d.published, node)
+		delete(d.gpus, node)
+		return
+	}
+	list := make([]*resourceapi.ResourceSlice, 0, len(byName))
+	for _, s := range byName {
+		list = append(list, s)
+	}
+	d.gpus[node] = 0
+	if inv, _ := gpu.InventoryFromSlices(node, list, gpu.DRASource{Driver: d.driver}); inv != nil {
+		d.gpus[node] = inv.Inventory.Len()
+	}
 }
 
 // has reports whether the driver hands out the node's GPUs.
@@ -68,14 +126,14 @@ func (d *draNodes) onSlice(obj any) {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	move(d.slices, slice.Name, node, d.holders)
+	d.publish(slice.Name, node, slice)
 }
 
 func (d *draNodes) onSliceDelete(obj any) {
 	if slice, ok := deleted[*resourceapi.ResourceSlice](obj); ok {
 		d.mu.Lock()
 		defer d.mu.Unlock()
-		move(d.slices, slice.Name, "", d.holders)
+		d.publish(slice.Name, "", nil)
 	}
 }
 
@@ -124,10 +182,12 @@ func move[K comparable](m map[K]string, key K, node string, holders map[string]i
 // it before the factory starts.
 func (c *Cluster) WatchDRA(factory informers.SharedInformerFactory, driver string) error {
 	d := newDRANodes(driver)
+	// A slice changes the GPUs its node publishes, and so the cluster's
+	// maxima, as a Node object does.
 	sliceReg, err := factory.Resource().V1().ResourceSlices().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    d.onSlice,
-		UpdateFunc: func(_, obj any) { d.onSlice(obj) },
-		DeleteFunc: d.onSliceDelete,
+		AddFunc:    func(obj any) { d.onSlice(obj); c.nodeChanges.Add(1) },
+		UpdateFunc: func(_, obj any) { d.onSlice(obj); c.nodeChanges.Add(1) },
+		DeleteFunc: func(obj any) { d.onSliceDelete(obj); c.nodeChanges.Add(1) },
 	})
 	if err != nil {
 		return fmt.Errorf("watching ResourceSlices: %w", err)

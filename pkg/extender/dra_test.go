@@ -2,6 +2,7 @@ package extender
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -194,4 +195,62 @@ func TestDRANodesCounted(t *testing.T) {
 	check("a's last slice moved to b", map[string]bool{"a": false, "b": true})
 	d.onClaimDelete(cache.DeletedFinalStateUnknown{Key: "default/c1", Obj: allocatedOn("c1", "c", gpu.DefaultDRADriver, false)})
 	check("c's claim deleted (a missed deletion)", map[string]bool{"c": false})
+}
+
+// TestMaximaCountDRAGPUs: the cluster's most GPUs, which host-aware
+// policies normalize by, count the GPUs a DRA driver publishes on a node,
+// as GPUPlacement counts them (gpu.Maxima): a node whose slice publishes 8
+// GPUs raises the maxima over the 4-GPU annotation node, and the maxima
+// follow the slice as it shrinks and goes. Another driver's devices count
+// nothing.
+func TestMaximaCountDRAGPUs(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	gpus := func(name, node string, n int) *resourceapi.ResourceSlice {
+		w := gt.MakeNVIDIASlice(name, node)
+		for i := range n {
+			w = w.GPU(i, fmt.Sprintf("GPU-%s-%d", node, i), "NVIDIA H100 80GB HBM3", 81920, "")
+		}
+		return w.Obj()
+	}
+	nic := gpus("nic.example.com-other", "other", 16)
+	nic.Spec.Driver = "nic.example.com"
+	client := fake.NewClientset(gt.MakeGPUNode("plain").GFD(a100, 4, 81920).CPU("32").Obj(), gt.MakeGPUNode("dra").CPU("16").Obj(),
+		gpus("gpu.nvidia.com-dra", "dra", 8), nic)
+	factory := informers.NewSharedInformerFactory(client, 0)
+	cluster, err := NewCluster(factory)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cluster.WatchDRA(factory, gpu.DefaultDRADriver); err != nil {
+		t.Fatal(err)
+	}
+	factory.Start(ctx.Done())
+	defer func() { cancel(); factory.Shutdown() }()
+	if !cache.WaitForCacheSync(ctx.Done(), cluster.HasSynced) {
+		t.Fatal("informers did not sync")
+	}
+	want := func(step string, gpus int) {
+		t.Helper()
+		err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+			return cluster.maxima().GPUs == gpus, nil
+		})
+		if m := cluster.maxima(); err != nil || m.MilliCPU != 32000 {
+			t.Fatalf("%s: maxima %d milli-CPU, %d GPUs; want 32000, %d", step, m.MilliCPU, m.GPUs, gpus)
+		}
+	}
+	want("the DRA node's 8 GPUs", 8)
+	slices := client.ResourceV1().ResourceSlices()
+	if _, err := slices.Update(ctx, gpus("gpu.nvidia.com-dra", "dra", 2), metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	want("the slice shrunk to 2 GPUs: the annotation node's 4", 4)
+	if _, err := slices.Update(ctx, gpus("gpu.nvidia.com-dra", "dra", 6), metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	want("grown to 6", 6)
+	if err := slices.Delete(ctx, "gpu.nvidia.com-dra", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	want("the slice deleted", 4)
 }

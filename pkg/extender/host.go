@@ -39,8 +39,9 @@ type maxima struct {
 	nodes int64
 }
 
-// maxima returns the cluster's largest node capacities, recomputed only
-// after a Node object changed.
+// maxima returns the cluster's largest node capacities, with the GPUs a
+// DRA driver publishes (gpu.Maxima), recomputed only after a Node object
+// or a ResourceSlice changed.
 func (c *Cluster) maxima() maxima {
 	changes := c.nodeChanges.Load()
 	if m := c.maximaMemo.Load(); m != nil && m.nodes == changes {
@@ -52,6 +53,9 @@ func (c *Cluster) maxima() maxima {
 		m.Include(s.capacity.MilliCPU, s.capacity.GPUs)
 	}
 	c.mu.RUnlock()
+	if c.dra != nil {
+		m.Include(0, c.dra.maxGPUs()) // the GPUs DRA nodes publish, as GPUPlacement counts them
+	}
 	c.maximaMemo.Store(&m)
 	return m
 }

@@ -229,4 +229,3 @@ func copyDir(t *testing.T, from, to string) {
 		mustWrite(t, filepath.Join(to, e.Name()), mustRead(t, filepath.Join(from, e.Name())))
 	}
 }
-
