@@ -1,0 +1,266 @@
+package simulator
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"time"
+
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+
+	"github.com/gpusched/gpusched/pkg/gpu"
+	"github.com/gpusched/gpusched/pkg/plugins/gpuplacement"
+	"github.com/gpusched/gpusched/pkg/policyservice"
+	pb "github.com/gpusched/gpusched/pkg/policyservice/v1alpha1"
+	"github.com/gpusched/gpusched/pkg/trace"
+)
+
+// The environment's observations: the action mask of the pending pod and
+// every node's row of features (gpu.FeatureColumns, and the score columns
+// asked for), cached per node while its state stays.
+
+// observeTimed is observe, its time counted as the features'.
+func (e *Env) observeTimed(d *decision) (*pb.Observation, error) {
+	t0 := time.Now()
+	obs, err := e.observe(d)
+	e.timings.Features += time.Since(t0)
+	return obs, err
+}
+
+// setMask sets the action mask of the decision's pod and e.fit: the nodes
+// every Filter plugin accepts.
+func (e *Env) setMask(d *decision) error {
+	fit, err := e.fitting(d)
+	if err != nil {
+		return err
+	}
+	e.fit = fit
+	e.mask = make([]byte, len(e.names))
+	for _, ni := range fit {
+		e.mask[e.index[ni.Node().Name]] = 1
+	}
+	return nil
+}
+
+// observe is the observation of a decision: the pod, every node's row, the
+// mask of the nodes every Filter plugin accepts (set by advance), and the
+// scheduler's own choice.
+func (e *Env) observe(d *decision) (*pb.Observation, error) {
+	demand, err := gpu.DemandFromPod(d.pod)
+	if err != nil {
+		return nil, fmt.Errorf("pod %s: %w", d.pod.Name, err)
+	}
+	demand.FillHost(d.pod)
+	fit := e.fit
+	width := 4 * len(e.columns)
+	values := make([]byte, width*len(e.names))
+	if err := e.nodeRows(values); err != nil {
+		return nil, err
+	}
+	if err := e.fitRows(d, fit, &demand, values); err != nil {
+		return nil, err
+	}
+	if err := e.scoreRows(d, fit, values); err != nil {
+		return nil, err
+	}
+	return &pb.Observation{
+		Pod:           policyservice.PodMessage(d.pod, &demand),
+		Nodes:         &pb.FeatureMatrix{Columns: e.columns, Rows: int32(len(e.names)), Values: values},
+		ActionMask:    e.mask,
+		BuiltinAction: int32(e.index[d.node]),
+	}, nil
+}
+
+// fitRows writes the rows of the nodes the pod fits into values. The
+// features of a node depend on the node's state and the pod's demand,
+// except the built-in score, rescaled over the feasible nodes: rows are
+// cached by demand at the node's generation and their built-in score taken
+// from the cycle's own (normalized, weighted) GPUPlacement scores, which
+// are the same numbers (TestEnvironmentCachedRowsMatchFeatures). Where the
+// cycle has no scores for every fitting node (one feasible node, a partial
+// Filter scan), the rows are described anew.
+func (e *Env) fitRows(d *decision, fit []fwk.NodeInfo, demand *gpu.Demand, values []byte) error {
+	width, base := 4*len(e.columns), 4*len(gpu.FeatureColumns())
+	cached := !e.noCache && !d.partial && d.scores != nil && e.scoreWeight > 0
+	k := -1
+	if cached {
+		k, cached = e.demandNumber(demand.Key())
+	}
+	var miss []fwk.NodeInfo
+	for _, ni := range fit {
+		i := e.index[ni.Node().Name]
+		if rows := e.rows[i].fit; cached && k < len(rows) && rows[k] != nil {
+			copy(values[i*width:], rows[k])
+		} else {
+			miss = append(miss, ni)
+		}
+	}
+	if len(miss) > 0 {
+		feats, err := gpuplacement.Features(d.state, miss, nil)
+		if err != nil {
+			// A pod without GPUs under a policy that weighs GPUs alone
+			// leaves GPUPlacement no state: its rows are the nodes' state,
+			// fits set.
+			one := binary.LittleEndian.AppendUint32(nil, math.Float32bits(1))
+			for _, ni := range fit {
+				copy(values[e.index[ni.Node().Name]*width+4*e.fitsColumn:], one)
+			}
+			return nil
+		}
+		m := policyservice.Matrix(feats, demand, nil).Values
+		for j, ni := range miss {
+			i := e.index[ni.Node().Name]
+			row := m[j*base : (j+1)*base]
+			copy(values[i*width:], row)
+			if cached {
+				if len(e.rows[i].fit) <= k {
+					e.rows[i].fit = append(e.rows[i].fit, make([][]byte, k+1-len(e.rows[i].fit))...)
+				}
+				e.rows[i].fit[k] = row
+			}
+		}
+	}
+	if !cached {
+		return nil
+	}
+	for _, ns := range d.scores {
+		for _, ps := range ns.Scores {
+			if ps.Name == gpuplacement.Name {
+				v := float32(float64(ps.Score) / float64(e.scoreWeight) / float64(fwk.MaxNodeScore))
+				binary.LittleEndian.PutUint32(values[e.index[ns.Name]*width+4*e.builtinColumn:], math.Float32bits(v))
+			}
+		}
+	}
+	return nil
+}
+
+// scoreRows writes the score columns of the nodes the pod fits into
+// values (NewEnv made sure the profile has GPUPlacement).
+func (e *Env) scoreRows(d *decision, fit []fwk.NodeInfo, values []byte) error {
+	if len(e.scoreTypes) == 0 || len(fit) == 0 {
+		return nil
+	}
+	if e.scorers == nil {
+		s, err := gpuplacement.NewScorers(d.state, e.scoreTypes, gpu.StaticShapes(e.typical))
+		if err != nil {
+			return fmt.Errorf("score columns: %w", err)
+		}
+		e.scorers = s
+	}
+	scores, err := e.scorers.Scores(d.state, d.pod, fit)
+	if err != nil {
+		return fmt.Errorf("score columns, pod %s: %w", d.pod.Name, err)
+	}
+	width, base := 4*len(e.columns), 4*len(gpu.FeatureColumns())
+	for k := range e.scoreTypes {
+		for j, ni := range fit {
+			at := e.index[ni.Node().Name]*width + base + 4*k
+			binary.LittleEndian.PutUint32(values[at:], math.Float32bits(float32(scores[k][j])))
+		}
+	}
+	return nil
+}
+
+// demandNumber is the number of a demand in e.demands, given it at its
+// first use; ok is false when maxCachedDemands are numbered already.
+func (e *Env) demandNumber(key gpu.DemandKey) (k int, ok bool) {
+	if k, ok := e.demands[key]; ok {
+		return k, true
+	}
+	if len(e.demands) >= maxCachedDemands {
+		return -1, false
+	}
+	if e.demands == nil {
+		e.demands = map[gpu.DemandKey]int{}
+	}
+	k = len(e.demands)
+	e.demands[key] = k
+	return k, true
+}
+
+// fitting is the nodes every Filter plugin accepts for the decision's pod.
+// The decision's feasible nodes are all of them unless Filter scanned only
+// part of the nodes; the rest are then filtered here. (The simulator's GPU
+// screen rejects only nodes GPUPlacement's Filter rejects, so it leaves
+// the set as it is.)
+func (e *Env) fitting(d *decision) ([]fwk.NodeInfo, error) {
+	if !d.partial {
+		return d.feasible, nil
+	}
+	seen := map[string]bool{}
+	for _, ni := range d.feasible {
+		seen[ni.Node().Name] = true
+	}
+	var rest []fwk.NodeInfo
+	for _, ni := range d.nodes {
+		if !seen[ni.Node().Name] {
+			rest = append(rest, ni)
+		}
+	}
+	ok := make([]bool, len(rest))
+	fw := e.ep.sched.fw
+	fw.Parallelizer().Until(e.ep.ctx, len(rest), func(i int) {
+		ok[i] = fw.RunFilterPlugins(e.ep.ctx, d.state, d.pod, rest[i]).IsSuccess()
+	}, "Filter")
+	out := append([]fwk.NodeInfo(nil), d.feasible...)
+	for i, ni := range rest {
+		if ok[i] {
+			out = append(out, ni)
+		}
+	}
+	return out, e.ep.ctx.Err()
+}
+
+// nodeRows writes every node's row for a pod that does not fit it into
+// values: the node's state alone, cached while the node's generation is
+// the cached one. Rows are described for a probe pod of one GPU (e.probe):
+// a row without the pod-dependent columns is the same for every pod.
+func (e *Env) nodeRows(values []byte) error {
+	all, err := e.ep.sched.snapshot.NodeInfos().List()
+	if err != nil {
+		return err
+	}
+	var stale []fwk.NodeInfo
+	for _, ni := range all {
+		if i, ok := e.index[ni.Node().Name]; ok && e.rows[i].gen != ni.GetGeneration() {
+			stale = append(stale, ni)
+		}
+	}
+	if len(stale) > 0 {
+		if e.probe == nil {
+			e.probe = framework.NewCycleState()
+			pod := trace.NewPod("gpusched-env-probe", 0, 0, 1, gpu.MilliPerGPU, nil)
+			if _, status, _ := e.ep.sched.fw.RunPreFilterPlugins(e.ep.ctx, e.probe, pod); !status.IsSuccess() {
+				return fmt.Errorf("describing the nodes: PreFilter of a one-GPU probe pod: %w", status.AsError())
+			}
+		}
+		feats, err := gpuplacement.Features(e.probe, stale, make([]bool, len(stale)))
+		if err != nil {
+			return fmt.Errorf("describing the nodes: %w", err)
+		}
+		for j, ni := range stale {
+			row := &e.rows[e.index[ni.Node().Name]]
+			clear(row.fit) // no fitting rows yet; the slice is kept for them
+			row.gen, row.values, row.fit = ni.GetGeneration(), policyservice.Matrix(feats[j:j+1], &gpu.Demand{}, nil).Values, row.fit[:0]
+		}
+	}
+	width := 4 * len(e.columns)
+	for i := range e.rows {
+		copy(values[i*width:(i+1)*width], e.rows[i].values)
+	}
+	return nil
+}
+
+// info is the episode's progress.
+func (e *Env) info() *pb.Info {
+	ep, c := e.ep, float64(e.capacity)
+	out := &pb.Info{
+		SubmittedPods: int32(ep.out.Submitted), PlacedPods: int32(ep.out.Placed), FailedPods: int32(ep.out.Failed),
+		ArrivedPct: 100 * float64(ep.arrived) / c, AllocatedPct: 100 * float64(ep.used) / c, FragmentPct: 100 * ep.frag.total / c,
+	}
+	if e.pending == nil {
+		out.UnallocatedPctAt_100 = ep.result().UnallocatedPctAt100
+	}
+	return out
+}
