@@ -126,14 +126,10 @@ type candidate struct {
 	state *NodeState
 	// dra: a DRA driver hands out the node's GPUs (Cluster.DRAManaged).
 	dra bool
-	// reasons (Filter) and score (Prioritize) are the results; Prioritize
-	// also notes whether the demand fits, and the GPUs the policy chose.
-	// elsewhere (Filter): the pod's GPUs are reserved on other nodes.
+	// Filter's results: the reasons the node fails, and elsewhere: the
+	// pod's GPUs are reserved on other nodes.
 	elsewhere bool
 	reasons   gpu.Reasons
-	score     int64
-	fits      bool
-	chosen    gpu.DeviceSet
 }
 
 // candidates resolves the request's nodes against the cluster view, in the
@@ -337,15 +333,16 @@ func setFeasible(result *extenderv1.ExtenderFilterResult, args *extenderv1.Exten
 	result.Nodes = list
 }
 
-// Prioritize scores every node of the request 0..extenderv1.MaxExtenderPriority:
-// the policy's engine score for the GPUs it chooses on the node with the
-// node's CPU and memory, rescaled over the nodes (gpu.Policy.Rescale),
-// exactly as the plugin's Score and NormalizeScore do. A node the demand no
-// longer fits scores 0 and, as in the plugin, takes part in the rescaling;
-// an unknown node scores 0 and does not. A pod the policy does not score
-// (gpu.Policy.Scores: one without GPU demand under a policy that weighs
-// GPUs alone), or with a malformed demand, gets 0 everywhere, so that the
-// scheduler's own scores decide.
+// Prioritize scores every node of the request 0..extenderv1.MaxExtenderPriority
+// with the engine's score step (gpu.Policy.ScoreStep), as the plugin's
+// Score and NormalizeScore do: the policy's engine score for the GPUs it
+// chooses on the node with the node's CPU and memory, rescaled over the
+// nodes. A node the demand no longer fits scores 0 and, as in the plugin,
+// takes part in the rescaling; a node unknown to the extender, or whose
+// GPUs DRA hands out (for a pod with GPU demand), scores 0 and does not. A
+// pod the policy does not score (gpu.Policy.Scores: one without GPU demand
+// under a policy that weighs GPUs alone), or with a malformed demand, gets
+// 0 everywhere, so that the scheduler's own scores decide.
 func (e *Extender) Prioritize(ctx context.Context, args *extenderv1.ExtenderArgs) extenderv1.HostPriorityList {
 	out := getPriorities(nodeCount(args))
 	for name := range nodeNames(args) {
@@ -360,32 +357,23 @@ func (e *Extender) Prioritize(ctx context.Context, args *extenderv1.ExtenderArgs
 	cands := *list
 	m := e.cluster.maxima()
 	reserved := e.reservedFor(args.Pod, &demand)
+	step := getStep(len(cands))
+	defer putStep(step)
 	parallelize(len(cands), func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			if c := &cands[i]; c.node != nil && (demand.IsZero() || !c.dra) {
-				n := e.forPod(e.view(c), c.name, args.Pod, &demand, reserved)
-				req := gpu.Request{Demand: &demand, Host: hostOf(c.state, m)}
-				// As the plugin's Score: remembered with the node's view.
-				if chosen, fit, score := e.policy.PlaceAndScore(n, &req); fit.OK() {
-					c.score, c.fits, c.chosen = score, true, chosen
-				}
+				step.views[i] = e.forPod(e.view(c), c.name, args.Pod, &demand, reserved)
+				step.reqs[i] = gpu.Request{Demand: &demand, Host: hostOf(c.state, m)}
 			}
 		}
 	})
-	if e.external != nil && e.prioritizeExternal(ctx, args, &demand, cands, m, out) {
+	// The nodes' answers are remembered with their views, as the plugin's.
+	e.policy.ScoreStep(step.views, step.reqs, extenderv1.MaxExtenderPriority, parallelize, step.out)
+	if e.external != nil && e.prioritizeExternal(ctx, args, cands, step, out) {
 		return out
 	}
-	raw := make([]int64, 0, len(cands))
-	for i := range cands {
-		if cands[i].node != nil {
-			raw = append(raw, cands[i].score)
-		}
-	}
-	e.policy.Rescale(raw, extenderv1.MaxExtenderPriority)
-	for i := range cands {
-		if cands[i].node != nil {
-			out[i].Score, raw = raw[0], raw[1:]
-		}
+	for i := range step.out {
+		out[i].Score = step.out[i].Score
 	}
 	return out
 }

@@ -38,30 +38,30 @@ func (e *Extender) Close() error {
 }
 
 // prioritizeExternal asks the policy service to score the candidates the
-// demand fits on (their engine scores and chosen GPUs already in cands),
-// and writes its scores, rescaled to 0..MaxExtenderPriority, into out;
-// false when its answer is not used (Shadow mode, or a fallback, logged
-// with its cause) and the engine's scores stand.
-func (e *Extender) prioritizeExternal(ctx context.Context, args *extenderv1.ExtenderArgs, demand *gpu.Demand, cands []candidate, m maxima, out extenderv1.HostPriorityList) bool {
+// demand fits on (step: the engine's score step over them), and writes its
+// scores, rescaled to 0..MaxExtenderPriority, into out; false when its
+// answer is not used (Shadow mode, or a fallback, logged with its cause)
+// and the engine's scores stand.
+func (e *Extender) prioritizeExternal(ctx context.Context, args *extenderv1.ExtenderArgs, cands []candidate, step *scoreStep, out extenderv1.HostPriorityList) bool {
 	var fitting []int
-	var builtin []int64
-	for i := range cands {
-		if cands[i].node != nil && cands[i].fits {
+	for i := range step.out {
+		if step.out[i].Fits {
 			fitting = append(fitting, i)
-			builtin = append(builtin, cands[i].score)
 		}
 	}
 	if len(fitting) == 0 {
 		return false
 	}
-	e.policy.Rescale(builtin, 100)
+	// The built-in score the features carry: the same step rescaled to
+	// 0..100, as GPUPlacement's NormalizeScore rescales it.
+	builtin := make([]gpu.NodeScore, len(step.out))
+	e.policy.ScoreStep(step.views, step.reqs, 100, parallelize, builtin)
+	demand := step.reqs[fitting[0]].Demand
 	feats := make([]gpu.NodeFeatures, len(fitting))
 	for k, i := range fitting {
-		c := &cands[i]
-		n := e.view(c)
-		req := gpu.Request{Demand: demand, Host: hostOf(c.state, m)}
-		alloc := c.node.Status.Allocatable
-		feats[k] = e.policy.Features(n, &req, true, c.chosen, float64(builtin[k])/100, alloc.Cpu().MilliValue(), alloc.Memory().Value()>>20)
+		alloc := cands[i].node.Status.Allocatable
+		feats[k] = e.policy.Features(step.views[i], &step.reqs[i], true, step.out[i].Chosen, float64(builtin[i].Score)/100,
+			alloc.Cpu().MilliValue(), alloc.Memory().Value()>>20)
 	}
 	scores, fb := e.external.ScoreNodes(ctx, args.Pod, demand, feats, e.policy.Type())
 	logger := klog.FromContext(ctx)

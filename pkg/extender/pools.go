@@ -6,6 +6,8 @@ import (
 	"sync"
 
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+
+	"github.com/gpusched/gpusched/pkg/gpu"
 )
 
 // A filter or prioritize request names thousands of nodes: the lists it
@@ -105,4 +107,33 @@ func parallelize(n int, fn func(lo, hi int)) {
 		wg.Go(func() { fn(lo, min(lo+chunk, n)) })
 	}
 	wg.Wait()
+}
+
+// scoreStep is a Prioritize call's score step (gpu.Policy.ScoreStep): each
+// candidate's view and request (nil and zero for a node outside the step)
+// and its answer.
+type scoreStep struct {
+	views []*gpu.NodeGPUs
+	reqs  []gpu.Request
+	out   []gpu.NodeScore
+}
+
+var scoreSteps = sync.Pool{New: func() any { return &scoreStep{} }}
+
+// getStep returns a score step for n candidates, every view nil.
+func getStep(n int) *scoreStep {
+	s := scoreSteps.Get().(*scoreStep)
+	if cap(s.views) < n {
+		*s = scoreStep{views: make([]*gpu.NodeGPUs, n), reqs: make([]gpu.Request, n), out: make([]gpu.NodeScore, n)}
+		return s
+	}
+	s.views, s.reqs, s.out = s.views[:n], s.reqs[:n], s.out[:n]
+	return s
+}
+
+// putStep returns s to the pool, holding no views or demands.
+func putStep(s *scoreStep) {
+	clear(s.views)
+	clear(s.reqs)
+	scoreSteps.Put(s)
 }

@@ -23,3 +23,34 @@ func NodeOrderRank(n int, seed int64) []int {
 	}
 	return rank
 }
+
+// BestByRank is the node-order tie-break: of n nodes, the index of the
+// highest score, ties going to the lowest rank (NodeOrderRank).
+func BestByRank(n int, score func(i int) int64, rank func(i int) int) int {
+	best := 0
+	for i := 1; i < n; i++ {
+		if s, b := score(i), score(best); s > b || (s == b && rank(i) < rank(best)) {
+			best = i
+		}
+	}
+	return best
+}
+
+// BestAtRandom is the random tie-break, kube-scheduler's: of n nodes, the
+// index of the highest score, ties going to one drawn uniformly from rng
+// (TieBreakRand) as the scores are read, one draw per tie.
+func BestAtRandom(n int, score func(i int) int64, rng *rand.Rand) int {
+	best, ties := 0, 1
+	for i := 1; i < n; i++ {
+		switch s, b := score(i), score(best); {
+		case s > b:
+			best, ties = i, 1
+		case s == b:
+			ties++
+			if rng.IntN(ties) == 0 {
+				best = i
+			}
+		}
+	}
+	return best
+}

@@ -493,29 +493,11 @@ func numFeasibleNodesToFind(pct *int32, nodes int) int {
 // the run's seeded generator (TieBreakRandom, as kube-scheduler does with
 // its own).
 func (s *scheduler) selectHost(scores []fwk.NodePluginScores) string {
+	total := func(i int) int64 { return scores[i].TotalScore }
 	if s.rank != nil {
-		best := 0
-		for i := 1; i < len(scores); i++ {
-			if scores[i].TotalScore > scores[best].TotalScore ||
-				(scores[i].TotalScore == scores[best].TotalScore && s.rank[scores[i].Name] < s.rank[scores[best].Name]) {
-				best = i
-			}
-		}
-		return scores[best].Name
+		return scores[gpu.BestByRank(len(scores), total, func(i int) int { return s.rank[scores[i].Name] })].Name
 	}
-	best, ties := 0, 1
-	for i := 1; i < len(scores); i++ {
-		switch {
-		case scores[i].TotalScore > scores[best].TotalScore:
-			best, ties = i, 1
-		case scores[i].TotalScore == scores[best].TotalScore:
-			ties++
-			if s.rng.IntN(ties) == 0 {
-				best = i
-			}
-		}
-	}
-	return scores[best].Name
+	return scores[gpu.BestAtRandom(len(scores), total, s.rng)].Name
 }
 
 // fitMessage summarizes why no node fits, as kube-scheduler's FitError does:

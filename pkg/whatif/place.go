@@ -51,10 +51,13 @@ type placer struct {
 	// hostAware: the policy weighs CPU and memory (gpu.PolicyInfo.HostAware).
 	hostAware bool
 	nodes     []nodeState
-	// feasible, scores and the counts of nodes rejected by reason (the
-	// engine's by set) are scratch space for one pod.
+	// feasible, the score step (stepViews, stepReqs, step: choose's) and
+	// the counts of nodes rejected by reason (the engine's by set) are
+	// scratch space for one pod.
 	feasible    []int
-	scores      []int64
+	stepViews   []*gpu.NodeGPUs
+	stepReqs    []gpu.Request
+	step        []gpu.NodeScore
 	rejected    map[string]int
 	gpuRejected map[gpu.Reasons]int
 }
@@ -166,30 +169,22 @@ func (p *placer) place(np *newPod) Placement {
 	return out
 }
 
-// choose scores the feasible nodes with the policy, rescales the scores
-// to 0..100 as NormalizeScore does, and returns the best node: ties to the
-// lowest tie-break rank. A pod without GPUs under a policy that weighs
-// GPUs alone is not scored (GPUPlacement skips it): every node scores 0.
+// choose scores the feasible nodes with the engine's score step
+// (gpu.Policy.ScoreStep: GPUPlacement's Score and NormalizeScore, 0..100)
+// and returns the best node, ties to the lowest tie-break rank
+// (gpu.BestByRank). A pod without GPUs under a policy that weighs GPUs
+// alone is not scored (GPUPlacement skips it): every node scores 0.
 func (p *placer) choose(d *gpu.Demand) int {
-	p.scores = slices.Grow(p.scores[:0], len(p.feasible))[:len(p.feasible)]
-	clear(p.scores)
-	if p.policy.Scores(d) {
-		for j, i := range p.feasible {
-			n := &p.nodes[i]
-			req := gpu.Request{Demand: d, Host: p.host(n, p.hostAware)}
-			if chosen, fit := p.policy.Place(n.view, &req); fit.OK() {
-				p.scores[j] = p.policy.Score(n.view, &req, chosen)
-			}
-		}
-		p.policy.Rescale(p.scores, maxNodeScore)
+	k := len(p.feasible)
+	p.stepViews = slices.Grow(p.stepViews[:0], k)[:k]
+	p.stepReqs = slices.Grow(p.stepReqs[:0], k)[:k]
+	p.step = slices.Grow(p.step[:0], k)[:k]
+	for j, i := range p.feasible {
+		n := &p.nodes[i]
+		p.stepViews[j], p.stepReqs[j] = n.view, gpu.Request{Demand: d, Host: p.host(n, p.hostAware)}
 	}
-	best := 0
-	for j := 1; j < len(p.feasible); j++ {
-		if p.scores[j] > p.scores[best] ||
-			(p.scores[j] == p.scores[best] && p.c.rank[p.feasible[j]] < p.c.rank[p.feasible[best]]) {
-			best = j
-		}
-	}
+	p.policy.ScoreStep(p.stepViews, p.stepReqs, maxNodeScore, nil, p.step)
+	best := gpu.BestByRank(k, func(j int) int64 { return p.step[j].Score }, func(j int) int { return p.c.rank[p.feasible[j]] })
 	return p.feasible[best]
 }
 

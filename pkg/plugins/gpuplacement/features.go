@@ -15,8 +15,10 @@ import (
 
 // Features describes nodes for the cycle's pod as an external policy sees
 // them (gpu.NodeFeatures): for each node its state, the GPUs the plugin's
-// policy would give the pod there, and that policy's score rescaled over the
-// nodes the pod fits on, as NormalizeScore rescales it. It is the one
+// policy would give the pod there, and that policy's score in the engine's
+// score step over the feasible nodes (gpu.Policy.ScoreStep: 0 on every
+// node for a pod the policy does not score), rescaled to 0..1 as
+// NormalizeScore rescales it. It is the one
 // feature extractor of the policy service (ExternalPolicy) and of the
 // simulator's environment, which calls it with every node of the cluster
 // after Filter. feasible[i] says whether the Filter plugins accept nodes[i];
@@ -44,6 +46,9 @@ func (p *GPUPlacement) features(state fwk.CycleState, nodes []fwk.NodeInfo, feas
 type featureBuffer struct {
 	feats []gpu.NodeFeatures
 	gpus  []gpu.GPUFeatures
+	// stepViews and step are the cycle's score step (gpu.Policy.ScoreStep).
+	stepViews []*gpu.NodeGPUs
+	step      []gpu.NodeScore
 }
 
 // featureBuffers holds the feature buffers of finished cycles: the policy
@@ -62,17 +67,18 @@ func (p *GPUPlacement) featuresInto(buf *featureBuffer, state fwk.CycleState, no
 	if err != nil {
 		return nil, err
 	}
-	chosen := make([]gpu.DeviceSet, len(nodes))
-	fits := make([]bool, len(nodes))
-	var scores []int64
+	// The score step over the nodes the Filter plugins accept: the
+	// builtin score is the engine's, rescaled to 0..1 as NormalizeScore
+	// rescales it.
+	stepViews := slices.Grow(buf.stepViews[:0], len(nodes))[:len(nodes)]
 	for i := range nodes {
-		c, fit, score := p.policy.PlaceAndScore(views[i], &reqs[i])
-		if fits[i] = fit.OK() && (feasible == nil || feasible[i]); fits[i] {
-			chosen[i] = c
-			scores = append(scores, score)
+		stepViews[i] = nil
+		if feasible == nil || feasible[i] {
+			stepViews[i] = views[i]
 		}
 	}
-	p.policy.Rescale(scores, fwk.MaxNodeScore)
+	step := slices.Grow(buf.step[:0], len(nodes))[:len(nodes)]
+	p.policy.ScoreStep(stepViews, reqs, fwk.MaxNodeScore, nil, step)
 	out := slices.Grow(buf.feats[:0], len(nodes))[:len(nodes)]
 	gpus := 0
 	for _, v := range views {
@@ -80,13 +86,12 @@ func (p *GPUPlacement) featuresInto(buf *featureBuffer, state fwk.CycleState, no
 	}
 	slab := slices.Grow(buf.gpus[:0], gpus)
 	for i, ni := range nodes {
-		var builtin float64
-		if fits[i] {
-			builtin, scores = float64(scores[0])/float64(fwk.MaxNodeScore), scores[1:]
-		}
 		alloc := ni.GetAllocatable()
-		out[i], slab = p.policy.AppendFeatures(slab, views[i], &reqs[i], fits[i], chosen[i], builtin, alloc.GetMilliCPU(), alloc.GetMemory()>>20)
+		builtin := float64(step[i].Score) / float64(fwk.MaxNodeScore)
+		out[i], slab = p.policy.AppendFeatures(slab, views[i], &reqs[i], step[i].Fits, step[i].Chosen, builtin, alloc.GetMilliCPU(), alloc.GetMemory()>>20)
 	}
+	clear(stepViews) // the buffer outlives the cycle's views
+	buf.stepViews, buf.step = stepViews, step
 	buf.feats, buf.gpus = out, slab
 	return out, nil
 }
