@@ -223,12 +223,48 @@ func placementOf(node string, devices []int) placement {
 
 func TestDifferential(t *testing.T) {
 	ctx := context.Background()
-	nodes, all := differentialNodes(), differentialPods()
 	c := testcluster.Start(t)
+	nodes := differentialNodes()
 	for _, n := range nodes {
 		testcluster.CreateNode(ctx, t, c.Client, n)
 	}
+	runDifferential(ctx, t, c, nodes, true, nil)
+}
+
+// TestDifferentialWithDRANode: the same with a node whose 16 GPUs a DRA
+// driver publishes, twice the GPUs of any other node. No pod here asks for
+// them (GPU pods by annotation or resource never go there, in any front
+// end), but they count in the cluster's largest GPU count that host-aware
+// policies normalize by, in the plugin and in the extender alike (the
+// extender read no slices for it before), and the pod without GPUs may go
+// there. The simulator runs a cluster's GPUs all by annotation or all by
+// DRA, so it sits this one out.
+func TestDifferentialWithDRANode(t *testing.T) {
+	ctx := context.Background()
+	c := testcluster.Start(t)
+	nodes := append(differentialNodes(), gt.MakeGPUNode("dra-16").CPU("37").Obj())
+	for _, n := range nodes {
+		testcluster.CreateNode(ctx, t, c.Client, n)
+	}
+	createDRAObject(t, func() error {
+		_, err := c.Client.ResourceV1().ResourceSlices().Create(ctx, nvidiaSlice("dra-16", 16), metav1.CreateOptions{})
+		return err
+	})
+	// DotProd's scores at the extender API's 0..10 steps tie here: the
+	// first share scores 10 on l4-2 and on a10-1, where a scheduler would
+	// draw one at random.
+	runDifferential(ctx, t, c, nodes, false, map[gpu.PolicyType]bool{gpu.PolicyDotProd: true})
+}
+
+// runDifferential places the differential pods with every front end, for
+// every registered policy but those in skip, and checks that they agree;
+// withSimulator adds the simulator to the front ends.
+func runDifferential(ctx context.Context, t *testing.T, c *testcluster.Cluster, nodes []*v1.Node, withSimulator bool, skip map[gpu.PolicyType]bool) {
+	all := differentialPods()
 	for _, info := range gpu.Policies() {
+		if skip[info.Type] {
+			continue
+		}
 		// A pod without GPUs is placed by the policy only where it weighs
 		// CPU (HostAware); under the others every node scores 0 and the
 		// front ends' tie-breaks, not the policy, would decide. Two
@@ -245,15 +281,19 @@ func TestDifferential(t *testing.T) {
 			if err := os.WriteFile(argsFile, []byte(differentialArgs(info.Type)), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			frontEnds := []struct {
+			type frontEnd struct {
 				name string
 				run  func(t *testing.T) []placement
-			}{
-				{"simulator", func(t *testing.T) []placement { return simulateDifferential(ctx, t, info.Type, nodes, pods) }},
-				{"extender handlers", func(t *testing.T) []placement { return driveExtender(ctx, t, c, argsFile, nodes, pods) }},
-				{"gpusched", func(t *testing.T) []placement { return runLiveGPUSched(ctx, t, c, info.Type, pods) }},
-				{"stock scheduler + extender", func(t *testing.T) []placement { return runStockWithExtender(ctx, t, c, argsFile, pods) }},
 			}
+			var frontEnds []frontEnd
+			if withSimulator {
+				frontEnds = append(frontEnds, frontEnd{"simulator", func(t *testing.T) []placement { return simulateDifferential(ctx, t, info.Type, nodes, pods) }})
+			}
+			frontEnds = append(frontEnds,
+				frontEnd{"extender handlers", func(t *testing.T) []placement { return driveExtender(ctx, t, c, argsFile, nodes, pods) }},
+				frontEnd{"gpusched", func(t *testing.T) []placement { return runLiveGPUSched(ctx, t, c, info.Type, pods) }},
+				frontEnd{"stock scheduler + extender", func(t *testing.T) []placement { return runStockWithExtender(ctx, t, c, argsFile, pods) }},
+			)
 			results := make([][]placement, len(frontEnds))
 			for i, fe := range frontEnds {
 				results[i] = fe.run(t)
