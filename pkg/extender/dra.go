@@ -66,8 +66,8 @@ func (d *draNodes) maxGPUs() int {
 
 // publish records slice (nil: none) as the one named name, on node ("" for
 // none), and counts again the GPUs of the node it left and the node it is
-// on. Callers hold the lock.
-func (d *draNodes) publish(name, node string, slice *resourceapi.ResourceSlice) {
+// on; changed reports whether a node's count changed. Callers hold the lock.
+func (d *draNodes) publish(name, node string, slice *resourceapi.ResourceSlice) (changed bool) {
 	old := d.slices[name]
 	if old != "" {
 		delete(d.published[old], name)
@@ -79,30 +79,34 @@ func (d *draNodes) publish(name, node string, slice *resourceapi.ResourceSlice) 
 		d.published[node][name] = slice
 	}
 	for _, n := range []string{old, node} {
-		if n != "" {
-			d.countGPUs(n)
+		if n != "" && d.countGPUs(n) {
+			changed = true
 		}
 	}
 	move(d.slices, name, node, d.holders)
+	return changed
 }
 
-// countGPUs counts the GPUs the node's slices publish. Callers hold the
-// lock.
-func (d *draNodes) countGPUs(node string) {
+// countGPUs counts the GPUs the node's slices publish, and reports whether
+// the count changed. Callers hold the lock.
+func (d *draNodes) countGPUs(node string) bool {
+	before, had := d.gpus[node]
 	byName := d.published[node]
 	if len(byName) == 0 {
 		delete(d.published, node)
 		delete(d.gpus, node)
-		return
+		return had
 	}
 	list := make([]*resourceapi.ResourceSlice, 0, len(byName))
 	for _, s := range byName {
 		list = append(list, s)
 	}
-	d.gpus[node] = 0
+	n := 0
 	if inv, _ := gpu.InventoryFromSlices(node, list, gpu.DRASource{Driver: d.driver}); inv != nil {
-		d.gpus[node] = inv.Inventory.Len()
+		n = inv.Inventory.Len()
 	}
+	d.gpus[node] = n
+	return !had || n != before
 }
 
 // has reports whether the driver hands out the node's GPUs.
@@ -115,10 +119,12 @@ func (d *draNodes) has(node string) bool {
 // onSlice records the node a slice of the driver publishes devices on,
 // devices or not: GPUPlacement counts a node with an empty slice of the
 // driver as DRA's too.
-func (d *draNodes) onSlice(obj any) {
+// onSlice records a slice added or changed; changed reports whether a
+// node's count of published GPUs changed.
+func (d *draNodes) onSlice(obj any) (changed bool) {
 	slice, ok := obj.(*resourceapi.ResourceSlice)
 	if !ok {
-		return
+		return false
 	}
 	node := ""
 	if s := &slice.Spec; s.Driver == d.driver && s.NodeName != nil {
@@ -126,15 +132,16 @@ func (d *draNodes) onSlice(obj any) {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.publish(slice.Name, node, slice)
+	return d.publish(slice.Name, node, slice)
 }
 
-func (d *draNodes) onSliceDelete(obj any) {
+func (d *draNodes) onSliceDelete(obj any) (changed bool) {
 	if slice, ok := deleted[*resourceapi.ResourceSlice](obj); ok {
 		d.mu.Lock()
 		defer d.mu.Unlock()
-		d.publish(slice.Name, "", nil)
+		return d.publish(slice.Name, "", nil)
 	}
+	return false
 }
 
 func (d *draNodes) onClaim(obj any) {
@@ -182,12 +189,17 @@ func move[K comparable](m map[K]string, key K, node string, holders map[string]i
 // it before the factory starts.
 func (c *Cluster) WatchDRA(factory informers.SharedInformerFactory, driver string) error {
 	d := newDRANodes(driver)
-	// A slice changes the GPUs its node publishes, and so the cluster's
-	// maxima, as a Node object does.
+	// A slice that changes the GPUs its node publishes changes the
+	// cluster's maxima, as a Node object does.
+	changed := func(yes bool) {
+		if yes {
+			c.nodeChanges.Add(1)
+		}
+	}
 	sliceReg, err := factory.Resource().V1().ResourceSlices().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { d.onSlice(obj); c.nodeChanges.Add(1) },
-		UpdateFunc: func(_, obj any) { d.onSlice(obj); c.nodeChanges.Add(1) },
-		DeleteFunc: func(obj any) { d.onSliceDelete(obj); c.nodeChanges.Add(1) },
+		AddFunc:    func(obj any) { changed(d.onSlice(obj)) },
+		UpdateFunc: func(_, obj any) { changed(d.onSlice(obj)) },
+		DeleteFunc: func(obj any) { changed(d.onSliceDelete(obj)) },
 	})
 	if err != nil {
 		return fmt.Errorf("watching ResourceSlices: %w", err)

@@ -2,6 +2,7 @@ package extender
 
 import (
 	"context"
+	"slices"
 
 	"k8s.io/klog/v2"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
@@ -54,8 +55,8 @@ func (e *Extender) prioritizeExternal(ctx context.Context, args *extenderv1.Exte
 	}
 	// The built-in score the features carry: the same step rescaled to
 	// 0..100, as GPUPlacement's NormalizeScore rescales it.
-	builtin := make([]gpu.NodeScore, len(step.out))
-	e.policy.ScoreStep(step.views, step.reqs, 100, parallelize, builtin)
+	builtin := slices.Clone(step.out)
+	e.policy.RescaleStep(step.views, builtin, 100)
 	demand := step.reqs[fitting[0]].Demand
 	feats := make([]gpu.NodeFeatures, len(fitting))
 	for k, i := range fitting {

@@ -65,8 +65,9 @@ func (f Free) MemoryMiB() int64 { return f.MemoryBytes >> 20 }
 // Host.MaxGPUs). Every node the front end knows is included, schedulable or
 // not and whatever its GPUs' health, with its allocatable CPU and the GPUs
 // gpusched sees there: its inventory, or the devices its DRA driver
-// publishes, and none when neither can be read. They are capacities, not
-// what is free, so a pod binding changes no other node's score.
+// publishes (where the front end reads DRA: the defragmenter does not), and
+// none when neither can be read. They are capacities, not what is free, so
+// a pod binding changes no other node's score.
 type Maxima struct {
 	MilliCPU int64
 	GPUs     int

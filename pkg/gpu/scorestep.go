@@ -8,9 +8,11 @@ type NodeScore struct {
 	// false where the demand does not fit there (Chosen is then empty).
 	Chosen DeviceSet
 	Fits   bool
-	// Raw is the policy's engine score for Chosen, 0..MaxScore, and Score
-	// the same rescaled over the step's nodes; both 0 where the demand
-	// does not fit or the pod is not scored.
+	// Raw is the policy's engine score for Chosen, 0..MaxScore (0 where
+	// the demand does not fit or the pod is not scored), and Score the
+	// Raw scores of the step's nodes rescaled together (RescaleStep): a
+	// node that does not fit may score above 0 there, as under a policy
+	// that rescales by rank, and as GPUPlacement's NormalizeScore gives it.
 	Raw, Score int64
 }
 
@@ -29,7 +31,13 @@ type NodeScore struct {
 // in parallel where the front end wishes; nil runs f(0, len(views)). out
 // must have len(views) entries; ScoreStep overwrites them.
 func (p *Policy) ScoreStep(views []*NodeGPUs, reqs []Request, maxScore int64, each func(n int, f func(lo, hi int)), out []NodeScore) {
-	scored := len(reqs) > 0 && p.Scores(reqs[0].Demand)
+	scored := false // read from a request of the step: outside it, a request may be empty
+	for i := range views {
+		if views[i] != nil {
+			scored = p.Scores(reqs[i].Demand)
+			break
+		}
+	}
 	place := func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			out[i] = NodeScore{}
@@ -53,9 +61,16 @@ func (p *Policy) ScoreStep(views []*NodeGPUs, reqs []Request, maxScore int64, ea
 	} else {
 		each(len(views), place)
 	}
-	if !scored {
-		return
+	if scored {
+		p.RescaleStep(views, out, maxScore)
 	}
+}
+
+// RescaleStep sets each step node's Score to the Raw scores of the step's
+// nodes (those with a view) rescaled together to 0..maxScore, as ScoreStep
+// does; a front end that shows one step on two scales (the extender's
+// 0..10 and the policy service's 0..1) rescales a copy of its answers.
+func (p *Policy) RescaleStep(views []*NodeGPUs, out []NodeScore, maxScore int64) {
 	buf := stepScores.Get().(*[]int64)
 	raw := (*buf)[:0]
 	for i := range out {

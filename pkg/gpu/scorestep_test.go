@@ -44,6 +44,10 @@ func TestScoreStep(t *testing.T) {
 		// would have made loose's score positive had it counted as 0.
 		{"a nil view takes no part", []*gpu.NodeGPUs{tight, loose, nil}, one,
 			[]int64{10, 0, 0}, []bool{true, true, false}},
+		// The same with the node outside the step first: its request is
+		// empty (the extender fills none), and the step still scores.
+		{"a nil view first", []*gpu.NodeGPUs{nil, tight, loose}, one,
+			[]int64{0, 10, 0}, []bool{false, true, true}},
 		// BestFit weighs GPUs alone: a CPU-only pod is placed, not scored.
 		{"a pod the policy does not score", []*gpu.NodeGPUs{tight, loose, full}, cpuOnly,
 			[]int64{0, 0, 0}, []bool{true, true, true}},
@@ -56,7 +60,9 @@ func TestScoreStep(t *testing.T) {
 	for _, tt := range tests {
 		reqs := make([]gpu.Request, len(tt.views))
 		for i := range reqs {
-			reqs[i] = gpu.Request{Demand: &tt.demand}
+			if tt.views[i] != nil { // a node outside the step has no request
+				reqs[i] = gpu.Request{Demand: &tt.demand}
+			}
 		}
 		for _, each := range []func(int, func(int, int)){nil, ranges} {
 			out := make([]gpu.NodeScore, len(tt.views))

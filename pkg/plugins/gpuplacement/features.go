@@ -8,6 +8,7 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/gpusched/gpusched/pkg/gpu"
+	"github.com/gpusched/gpusched/pkg/plugins/gpuplacement/internal/dra"
 	"github.com/gpusched/gpusched/pkg/plugins/internal/gpuhealth"
 	"github.com/gpusched/gpusched/pkg/plugins/internal/gpuledger"
 	"github.com/gpusched/gpusched/pkg/plugins/internal/nodehost"
@@ -108,7 +109,7 @@ func (p *GPUPlacement) requests(state fwk.CycleState, nodes []fwk.NodeInfo, dema
 		if err != nil {
 			return nil, nil, fmt.Errorf("%s: listing nodes: %w", Name, err)
 		}
-		maxima = p.maxima(all)
+		maxima = p.clusterMaxima(all, dra.CycleOf(state))
 	}
 	exclude := gpuhealth.Read(state)
 	views := make([]*gpu.NodeGPUs, len(nodes))

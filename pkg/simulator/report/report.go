@@ -4,11 +4,12 @@ import (
 	"cmp"
 	"fmt"
 	"io"
-	v1 "k8s.io/api/core/v1"
 	"math"
 	"slices"
 	"strings"
 	"text/tabwriter"
+
+	v1 "k8s.io/api/core/v1"
 
 	"github.com/gpusched/gpusched/pkg/floor"
 	"github.com/gpusched/gpusched/pkg/trace"
