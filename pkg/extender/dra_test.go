@@ -23,6 +23,26 @@ import (
 	gt "github.com/gpusched/gpusched/pkg/gpu/gputest"
 )
 
+// watchingDRA is a cluster view over client that watches DRA, synced;
+// its informers stop with ctx and the test.
+func watchingDRA(ctx context.Context, t *testing.T, client *fake.Clientset) *Cluster {
+	t.Helper()
+	factory := informers.NewSharedInformerFactory(client, 0)
+	cluster, err := NewCluster(factory)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cluster.WatchDRA(factory, gpu.DefaultDRADriver); err != nil {
+		t.Fatal(err)
+	}
+	factory.Start(ctx.Done())
+	t.Cleanup(factory.Shutdown)
+	if !cache.WaitForCacheSync(ctx.Done(), cluster.HasSynced) {
+		t.Fatal("informers did not sync")
+	}
+	return cluster
+}
+
 // allocatedOn is a claim allocated one device of driver on node.
 func allocatedOn(name, node, driver string, adminAccess bool) *resourceapi.ResourceClaim {
 	return &resourceapi.ResourceClaim{
@@ -58,19 +78,7 @@ func TestDRANodesGetNoGPUs(t *testing.T) {
 	pod := gt.MakeGPUPod("p").GPUs(1).SchedulerName(v1.DefaultSchedulerName).Obj()
 	client := fake.NewClientset(both, plain, nicNode, slice, nicSlice, pod)
 	client.PrependReactor("create", "pods", bindReactor(client.Tracker()))
-	factory := informers.NewSharedInformerFactory(client, 0)
-	cluster, err := NewCluster(factory)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cluster.WatchDRA(factory, gpu.DefaultDRADriver); err != nil {
-		t.Fatal(err)
-	}
-	factory.Start(ctx.Done())
-	defer func() { cancel(); factory.Shutdown() }()
-	if !cache.WaitForCacheSync(ctx.Done(), cluster.HasSynced) {
-		t.Fatal("informers did not sync")
-	}
+	cluster := watchingDRA(ctx, t, client)
 	ext := New(cluster, client, gpu.MustPolicy(gpu.PolicyBestFit, gpu.PolicyConfig{}))
 	names := []string{"both", "plain", "nic"}
 
@@ -115,7 +123,7 @@ func TestDRANodesGetNoGPUs(t *testing.T) {
 	// claim, only the claim holds the node: no slice of the driver is left
 	// (nic's is another driver's, never counted), and the monitoring claim,
 	// with admin access, holds nothing.
-	err = wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
 		cluster.dra.mu.RLock()
 		defer cluster.dra.mu.RUnlock()
 		return len(cluster.dra.slices) == 0 && len(cluster.dra.claims) == 1, nil
@@ -217,19 +225,7 @@ func TestMaximaCountDRAGPUs(t *testing.T) {
 	nic.Spec.Driver = "nic.example.com"
 	client := fake.NewClientset(gt.MakeGPUNode("plain").GFD(a100, 4, 81920).CPU("32").Obj(), gt.MakeGPUNode("dra").CPU("16").Obj(),
 		gpus("gpu.nvidia.com-dra", "dra", 8), nic)
-	factory := informers.NewSharedInformerFactory(client, 0)
-	cluster, err := NewCluster(factory)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cluster.WatchDRA(factory, gpu.DefaultDRADriver); err != nil {
-		t.Fatal(err)
-	}
-	factory.Start(ctx.Done())
-	defer func() { cancel(); factory.Shutdown() }()
-	if !cache.WaitForCacheSync(ctx.Done(), cluster.HasSynced) {
-		t.Fatal("informers did not sync")
-	}
+	cluster := watchingDRA(ctx, t, client)
 	want := func(step string, gpus int) {
 		t.Helper()
 		err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {

@@ -196,7 +196,7 @@ func (c *cluster) bind(pods []*v1.Pod, index map[string]int, isNew map[string]bo
 			errs = append(errs, fmt.Errorf("pods[%d]: want a Pod, found nothing", i))
 			continue
 		}
-		if terminated(p) {
+		if !gpu.HoldsNode(p) { // terminated: holds nothing, and is no longer in the workload
 			continue
 		}
 		if d, ok := gpu.WorkloadDemand(p); ok && !isNew[podName(p)] {
@@ -238,9 +238,4 @@ func (c *cluster) bind(pods []*v1.Pod, index map[string]int, isNew map[string]bo
 		}
 	}
 	return demands, errors.Join(errs...)
-}
-
-// terminated: a pod that has succeeded or failed holds nothing.
-func terminated(p *v1.Pod) bool {
-	return p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed
 }
