@@ -355,10 +355,14 @@ var allocationSeed = maphash.MakeSeed()
 // readAllocations reads DRA's allocated state onto the nodes the listing
 // indexes: which devices have a shared allocation (the state names each
 // share, not each device), and each node's signature, the sum of the
-// hashes of the devices allocated whole and of the shares on it. A device
-// is hashed by its interned name, which the listing keeps alive; a share
-// by its share ID's text as well, since the interned ID of a share that is
-// gone may be reused for a new one.
+// hashes of the devices allocated whole, of the shares on it and of the
+// memory each device's shares consume together. A device is hashed by its
+// interned name, which the listing keeps alive; a share by its share ID's
+// text as well, since the interned ID of a share that is gone may be
+// reused for a new one. The memory is hashed because the same shares do
+// not always consume the same memory in the state: while a claim moves
+// from in flight to allocated, the scheduler's DRA manager can count it in
+// both, and a view made then must not outlive that moment.
 func (c *Cycle) readAllocations() {
 	c.shared = make([]bool, c.pub.offsets[len(c.pub.offsets)-1])
 	c.signatures = make([]uint64, len(c.pub.index))
@@ -373,6 +377,18 @@ func (c *Cycle) readAllocations() {
 			c.signatures[at.node] += maphash.Comparable(allocationSeed, id.GetDeviceID()) ^ maphash.String(allocationSeed, id.ShareID.String())
 		}
 	}
+	for id, capacity := range c.allocated.AggregatedCapacity {
+		if at, ok := c.pub.flat[id]; ok {
+			c.signatures[at.node] += maphash.Comparable(allocationSeed, consumedMemory{id, memoryTaken(capacity)})
+		}
+	}
+}
+
+// consumedMemory is what a signature hashes of the memory a device's
+// shares consume together.
+type consumedMemory struct {
+	device    structured.DeviceID
+	memoryMiB int64
 }
 
 // takenOn is DRA's allocated state on each of the devices of the driver

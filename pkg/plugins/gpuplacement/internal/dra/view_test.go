@@ -104,6 +104,19 @@ func TestDRAViewsFollowAllocations(t *testing.T) {
 		t.Errorf("a's allocation moved to gpu-1: free %v, want [1000 0]", free(a5))
 	}
 
+	// The same share counted twice, as the scheduler's DRA manager counts
+	// a claim between its PreBind's write to the assume cache and its
+	// removal from the claims in flight: 81920 − 2 × 10240 = 61440 MiB
+	// free while it lasts, and 71680 again once it is counted once.
+	state.AggregatedCapacity.Insert(consumed)
+	if _, b := views(); freeMemory(b) != [2]int64{81920, 61440} {
+		t.Errorf("b's share counted twice: free memory %v, want [81920 61440]", freeMemory(b))
+	}
+	state.AggregatedCapacity.Remove(consumed)
+	if _, b := views(); freeMemory(b) != [2]int64{81920, 71680} {
+		t.Errorf("b's share counted once again: free memory %v, want [81920 71680]", freeMemory(b))
+	}
+
 	// b's share replaced by another of 20Gi (20480 MiB) on the same GPU.
 	state.AllocatedSharedDeviceIDs.Delete(id)
 	state.AggregatedCapacity.Remove(consumed)
