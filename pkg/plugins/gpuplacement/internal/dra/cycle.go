@@ -355,14 +355,10 @@ var allocationSeed = maphash.MakeSeed()
 // readAllocations reads DRA's allocated state onto the nodes the listing
 // indexes: which devices have a shared allocation (the state names each
 // share, not each device), and each node's signature, the sum of the
-// hashes of the devices allocated whole, of the shares on it and of the
-// memory each device's shares consume together. A device is hashed by its
-// interned name, which the listing keeps alive; a share by its share ID's
-// text as well, since the interned ID of a share that is gone may be
-// reused for a new one. The memory is hashed because the same shares do
-// not always consume the same memory in the state: while a claim moves
-// from in flight to allocated, the scheduler's DRA manager can count it in
-// both, and a view made then must not outlive that moment.
+// hashes of the devices allocated whole and of the shares on it. A device
+// is hashed by its interned name, which the listing keeps alive; a share
+// by its share ID's text as well, since the interned ID of a share that is
+// gone may be reused for a new one.
 func (c *Cycle) readAllocations() {
 	c.shared = make([]bool, c.pub.offsets[len(c.pub.offsets)-1])
 	c.signatures = make([]uint64, len(c.pub.index))
@@ -377,18 +373,6 @@ func (c *Cycle) readAllocations() {
 			c.signatures[at.node] += maphash.Comparable(allocationSeed, id.GetDeviceID()) ^ maphash.String(allocationSeed, id.ShareID.String())
 		}
 	}
-	for id, capacity := range c.allocated.AggregatedCapacity {
-		if at, ok := c.pub.flat[id]; ok {
-			c.signatures[at.node] += maphash.Comparable(allocationSeed, consumedMemory{id, memoryTaken(capacity)})
-		}
-	}
-}
-
-// consumedMemory is what a signature hashes of the memory a device's
-// shares consume together.
-type consumedMemory struct {
-	device    structured.DeviceID
-	memoryMiB int64
 }
 
 // takenOn is DRA's allocated state on each of the devices of the driver
@@ -430,11 +414,14 @@ func (c *Cycle) allocatedOn(node string, taken []deviceTaken) *gpu.DRAAllocated 
 }
 
 // draView is a node's GPUs with DRA's allocations counted, and what it was
-// computed from: the node's inventory and the signature of the
-// allocations on its devices (readAllocations).
+// computed from: the node's inventory, the signature of the allocations on
+// its devices (readAllocations) and what the state said of each device.
+// confirmed: a later cycle read the same of every device.
 type draView struct {
 	inv       *gpu.DRAInventory
 	signature uint64
+	taken     []deviceTaken
+	confirmed bool
 	view      *gpu.NodeGPUs
 }
 
@@ -443,6 +430,15 @@ type draView struct {
 // allocations on its devices are the same, and with it the answers its
 // memo holds: most nodes do not change between two cycles, and views are
 // never modified.
+//
+// The signature does not cover the memory shares consume, which is
+// costly to read for every device of every node in every cycle, and the
+// scheduler's DRA manager counts a claim's memory twice for a moment,
+// while DynamicResources' PreBind moves it from in flight to the assume
+// cache. So a new view is handed out again only once a later cycle has
+// read the same state of each of the node's devices (confirmed); until
+// then each cycle reads the node's devices again, and a view read in that
+// moment is replaced by the next.
 func (c *Cycle) viewOf(node string, d *gpu.DRAInventory) *gpu.NodeGPUs {
 	i, ok := c.pub.index[node]
 	if !ok {
@@ -453,12 +449,22 @@ func (c *Cycle) viewOf(node string, d *gpu.DRAInventory) *gpu.NodeGPUs {
 	}
 	c.readOnce.Do(c.readAllocations)
 	signature := c.signatures[i]
-	if last := c.pub.lastViews[i].Load(); last != nil && last.inv == d && last.signature == signature && !c.pub.shared[i] {
+	last := c.pub.lastViews[i].Load()
+	if last == nil || last.inv != d || last.signature != signature || c.pub.shared[i] {
+		last = nil
+	}
+	if last != nil && last.confirmed {
 		c.views[i].Store(last.view)
 		return last.view
 	}
-	view := gpu.EmptyDRANodeGPUs(node, d).WithDRA(d, c.allocatedOn(node, c.takenOn(node, i)))
-	c.pub.lastViews[i].Store(&draView{inv: d, signature: signature, view: view})
+	taken := c.takenOn(node, i)
+	if last != nil && slices.Equal(taken, last.taken) {
+		c.pub.lastViews[i].Store(&draView{inv: d, signature: signature, taken: last.taken, confirmed: true, view: last.view})
+		c.views[i].Store(last.view)
+		return last.view
+	}
+	view := gpu.EmptyDRANodeGPUs(node, d).WithDRA(d, c.allocatedOn(node, taken))
+	c.pub.lastViews[i].Store(&draView{inv: d, signature: signature, taken: taken, view: view})
 	c.views[i].Store(view)
 	return view
 }

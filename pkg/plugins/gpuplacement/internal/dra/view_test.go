@@ -104,18 +104,31 @@ func TestDRAViewsFollowAllocations(t *testing.T) {
 		t.Errorf("a's allocation moved to gpu-1: free %v, want [1000 0]", free(a5))
 	}
 
-	// The same share counted twice, as the scheduler's DRA manager counts
-	// a claim between its PreBind's write to the assume cache and its
+	// A new share of 10Gi on b's gpu-0, counted twice by the first cycle
+	// that sees it, as the scheduler's DRA manager counts a claim for a
+	// moment between its PreBind's write to the assume cache and its
 	// removal from the claims in flight: 81920 − 2 × 10240 = 61440 MiB
-	// free while it lasts, and 71680 again once it is counted once.
-	state.AggregatedCapacity.Insert(consumed)
-	if _, b := views(); freeMemory(b) != [2]int64{81920, 61440} {
-		t.Errorf("b's share counted twice: free memory %v, want [81920 61440]", freeMemory(b))
+	// free in that cycle, and 71680 in the next, which counts it once;
+	// the view of that next cycle is kept. The share then goes.
+	id0, consumed0 := share("b", 0, "share-0", "10Gi")
+	state.AllocatedSharedDeviceIDs.Insert(id0)
+	state.AggregatedCapacity.Insert(consumed0)
+	state.AggregatedCapacity.Insert(consumed0)
+	if _, b := views(); freeMemory(b) != [2]int64{61440, 71680} {
+		t.Errorf("a share counted twice: b free memory %v, want [61440 71680]", freeMemory(b))
 	}
-	state.AggregatedCapacity.Remove(consumed)
-	if _, b := views(); freeMemory(b) != [2]int64{81920, 71680} {
-		t.Errorf("b's share counted once again: free memory %v, want [81920 71680]", freeMemory(b))
+	state.AggregatedCapacity.Remove(consumed0)
+	_, bOnce := views()
+	if freeMemory(bOnce) != [2]int64{71680, 71680} {
+		t.Errorf("the share counted once: b free memory %v, want [71680 71680]", freeMemory(bOnce))
 	}
+	for range 2 {
+		if _, b := views(); b != bOnce {
+			t.Errorf("b unchanged since: its view made anew")
+		}
+	}
+	state.AllocatedSharedDeviceIDs.Delete(id0)
+	state.AggregatedCapacity.Remove(consumed0)
 
 	// b's share replaced by another of 20Gi (20480 MiB) on the same GPU.
 	state.AllocatedSharedDeviceIDs.Delete(id)
