@@ -53,3 +53,29 @@ func BenchmarkTraceRun(b *testing.B) {
 		b.ReportMetric(runs[0].MetricsSeconds, "metrics-s")
 	}
 }
+
+// BenchmarkTraceRunDRA is BenchmarkTraceRun on the DRA path with the
+// default policy choosing the devices: its time against BenchmarkTraceRun's
+// with the same policy is the DRA path's cost (docs/benchmarks.md).
+func BenchmarkTraceRunDRA(b *testing.B) {
+	for _, dra := range []bool{false, true} {
+		b.Run(map[bool]string{false: "annotations", true: "dra"}[dra], func(b *testing.B) {
+			opts, _ := loadTrace(b, "openb_pod_list_default.csv")
+			cfg, err := LoadConfig("")
+			if err != nil {
+				b.Fatal(err)
+			}
+			if opts.Profiles, err = ProfilesFor(cfg, []string{"PairFit"}); err != nil {
+				b.Fatal(err)
+			}
+			opts.Seeds, opts.DRA = []int64{42}, dra
+			for b.Loop() {
+				runs, err := Simulate(context.Background(), opts)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.ReportMetric(runs[0].SchedulingSeconds, "sched-s")
+			}
+		})
+	}
+}
