@@ -112,6 +112,9 @@ func ProfilesFor(cfg *schedconfig.KubeSchedulerConfiguration, policies []string)
 		p.SchedulerName = name
 		args := gpuPlacementArgs(p)
 		args.ScoringStrategy.Type = config.ScoringStrategyType(policy)
+		// A policy service's settings go with the External type, which
+		// the policy replaces.
+		args.External = config.ExternalPolicy{}
 		out = append(out, Profile{Name: name, Profile: p, PercentageOfNodesToScore: pct})
 	}
 	return out, nil

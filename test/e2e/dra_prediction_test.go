@@ -38,13 +38,13 @@ fragmentation:
 `
 
 // predictConfig runs GPUPlacement with predictArgs beside the default
-// plugins, DynamicResources among them: DRA allocates first fit. The
-// default plugins' CPU scores are off: they spread, preferring "b" (64
-// cores) by as much as GPUPlacement's best-fit term prefers "a" in
+// plugins, DynamicResources among them: DRA allocates first fit. As in the
+// shipped profiles, NodeResourcesFit and NodeResourcesBalancedAllocation do
+// not score: they spread, preferring "b" (64 cores) by as much as
+// GPUPlacement's best-fit term prefers "a" in
 // TestDRADevicesArePolicyChoice (NodeResourcesFit 97 against 93,
 // BalancedAllocation 74 against 73; GPUPlacement 99 against 100, weight
-// 5), and the scheduler breaks that tie at random. These tests are about
-// GPUPlacement's ranking.
+// 5), and the scheduler would break that tie at random.
 var predictConfig = `
 profiles:
 - schedulerName: gpusched
