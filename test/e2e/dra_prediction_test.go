@@ -44,7 +44,8 @@ fragmentation:
 // GPUPlacement's best-fit term prefers "a" in
 // TestDRADevicesArePolicyChoice (NodeResourcesFit 97 against 93,
 // BalancedAllocation 74 against 73; GPUPlacement 99 against 100, weight
-// 5), and the scheduler would break that tie at random.
+// 5): the two nodes' totals were equal (966 each) in the runs that placed
+// the share on "b", a tie the scheduler breaks at random.
 var predictConfig = `
 profiles:
 - schedulerName: gpusched

@@ -70,6 +70,9 @@ type Cycle struct {
 	views []atomic.Pointer[gpu.NodeGPUs]
 	// reader is what read the cycle, for the claims ClaimDemand reads.
 	reader *Reader
+	// seq numbers the reader's cycles (viewOf confirms a view only in a
+	// cycle after the one that made it).
+	seq uint64
 }
 
 // Clone implements fwk.StateData; Cycle is never modified (but for the
@@ -94,6 +97,8 @@ type Reader struct {
 	// fails leaves the one before.
 	last      atomic.Pointer[publishedGPUs]
 	lastCycle atomic.Pointer[Cycle]
+	// cycles counts the cycles read (Cycle.seq).
+	cycles atomic.Uint64
 	// classes maps "node/class" to the node's last *classDevices.
 	classes sync.Map
 	// selections maps an askSelector's key to its last *selectionSet
@@ -175,7 +180,7 @@ func (r *Reader) read(ctx context.Context, withHeld bool) (*Cycle, error) {
 		return nil, nil
 	}
 	cycle := &Cycle{nodes: pub.nodes, devices: pub.devices, onNode: pub.onNode, nonLocalSlices: pub.nonLocalSlices, slices: all, held: held,
-		pub: pub, views: make([]atomic.Pointer[gpu.NodeGPUs], len(pub.index)), reader: r}
+		pub: pub, views: make([]atomic.Pointer[gpu.NodeGPUs], len(pub.index)), reader: r, seq: r.cycles.Add(1)}
 	if cycle.allocated, err = r.gather(ctx); err != nil {
 		return nil, err
 	}
@@ -346,8 +351,9 @@ type deviceTaken struct {
 // the allocated state once, in one pass over the allocations
 // (readAllocations), which gives each node a signature of the allocations
 // on its devices; a node whose signature and inventory are those of its
-// last view gets that view again (viewOf), and only the other nodes look
-// their devices up (takenOn).
+// last view gets that view again (viewOf), once a cycle after the one that
+// made it has confirmed it, and only the other nodes look their devices up
+// (takenOn).
 
 // allocationSeed seeds the signatures' hashes.
 var allocationSeed = maphash.MakeSeed()
@@ -415,12 +421,14 @@ func (c *Cycle) allocatedOn(node string, taken []deviceTaken) *gpu.DRAAllocated 
 
 // draView is a node's GPUs with DRA's allocations counted, and what it was
 // computed from: the node's inventory, the signature of the allocations on
-// its devices (readAllocations) and what the state said of each device.
-// confirmed: a later cycle read the same of every device.
+// its devices (readAllocations) and what the state said of each device,
+// read by the cycle numbered seq. confirmed: a later cycle read the same
+// of every device.
 type draView struct {
 	inv       *gpu.DRAInventory
 	signature uint64
 	taken     []deviceTaken
+	seq       uint64
 	confirmed bool
 	view      *gpu.NodeGPUs
 }
@@ -438,7 +446,8 @@ type draView struct {
 // cache. So a new view is handed out again only once a later cycle has
 // read the same state of each of the node's devices (confirmed); until
 // then each cycle reads the node's devices again, and a view read in that
-// moment is replaced by the next.
+// moment is replaced by the next cycle's, unless that cycle's read falls
+// in the same moment (a few microseconds of a PreBind).
 func (c *Cycle) viewOf(node string, d *gpu.DRAInventory) *gpu.NodeGPUs {
 	i, ok := c.pub.index[node]
 	if !ok {
@@ -458,13 +467,13 @@ func (c *Cycle) viewOf(node string, d *gpu.DRAInventory) *gpu.NodeGPUs {
 		return last.view
 	}
 	taken := c.takenOn(node, i)
-	if last != nil && slices.Equal(taken, last.taken) {
-		c.pub.lastViews[i].Store(&draView{inv: d, signature: signature, taken: last.taken, confirmed: true, view: last.view})
+	if last != nil && last.seq != c.seq && slices.Equal(taken, last.taken) {
+		c.pub.lastViews[i].Store(&draView{inv: d, signature: signature, taken: last.taken, seq: last.seq, confirmed: true, view: last.view})
 		c.views[i].Store(last.view)
 		return last.view
 	}
 	view := gpu.EmptyDRANodeGPUs(node, d).WithDRA(d, c.allocatedOn(node, taken))
-	c.pub.lastViews[i].Store(&draView{inv: d, signature: signature, taken: taken, view: view})
+	c.pub.lastViews[i].Store(&draView{inv: d, signature: signature, taken: taken, seq: c.seq, view: view})
 	c.views[i].Store(view)
 	return view
 }
