@@ -72,21 +72,9 @@ func TestShippedConfigurationsPlaceAsTheSimulator(t *testing.T) {
 			}
 			compared++
 			got := run(t, profiles)
-			if len(got.Placements) != len(builtin.Placements) {
-				t.Fatalf("%d placements, the built-in profile %d", len(got.Placements), len(builtin.Placements))
-			}
-			moved, first := 0, ""
-			for i, p := range got.Placements {
-				b := builtin.Placements[i]
-				if p.Pod != b.Pod || p.Node != b.Node || fmt.Sprint(p.GPUs) != fmt.Sprint(b.GPUs) {
-					if moved == 0 {
-						first = fmt.Sprintf("%s on %s %v, the built-in profile's %s on %s %v", p.Pod, p.Node, p.GPUs, b.Pod, b.Node, b.GPUs)
-					}
-					moved++
-				}
-			}
+			moved, first := differentPlacements(t, got, builtin)
 			if moved > 0 {
-				t.Errorf("%d of %d pods placed otherwise than by the built-in profile (unallocated %.2f %% against %.2f %%), first %s",
+				t.Errorf("%d of %d pods placed otherwise than by the built-in profile (unallocated %.2f %% against %.2f %%), first %s (the built-in profile's second)",
 					moved, len(got.Placements), *got.UnallocatedPctAt100, *builtin.UnallocatedPctAt100, first)
 			}
 		})
@@ -94,6 +82,30 @@ func TestShippedConfigurationsPlaceAsTheSimulator(t *testing.T) {
 	if compared < 5 {
 		t.Errorf("compared %d shipped scheduler configurations, want the examples', deploy's and the playground's", compared)
 	}
+}
+
+// differentPlacements counts the pods that two runs of the same pods placed
+// on other nodes or GPUs, and describes the first of them as "pod: node
+// GPUs in a and node GPUs in b". The runs must have placed the same pods in
+// the same order.
+func differentPlacements(t *testing.T, a, b report.Run) (n int, first string) {
+	t.Helper()
+	if len(a.Placements) != len(b.Placements) {
+		t.Fatalf("%d placements in one run, %d in the other", len(a.Placements), len(b.Placements))
+	}
+	for i := range a.Placements {
+		pa, pb := a.Placements[i], b.Placements[i]
+		if pa.Pod != pb.Pod {
+			t.Fatalf("placement %d is of pod %s in one run and %s in the other", i, pa.Pod, pb.Pod)
+		}
+		if pa.Node != pb.Node || fmt.Sprint(pa.GPUs) != fmt.Sprint(pb.GPUs) {
+			if n == 0 {
+				first = fmt.Sprintf("%s: %s %v and %s %v", pa.Pod, pa.Node, pa.GPUs, pb.Node, pb.GPUs)
+			}
+			n++
+		}
+	}
+	return n, first
 }
 
 // shippedConfigurations is every KubeSchedulerConfiguration under the

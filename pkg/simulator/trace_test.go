@@ -34,16 +34,22 @@ func loadTrace(t testing.TB, podList string) (Options, bool) {
 
 // BenchmarkTraceRun is one (policy, seed) run of the default trace: the
 // simulator's speed target.
-func BenchmarkTraceRun(b *testing.B) {
+func BenchmarkTraceRun(b *testing.B) { benchTraceRun(b, "BestFitCPUGPU", false) }
+
+// BenchmarkTraceRunDRA is BenchmarkTraceRun on the annotation path and on
+// the DRA path, with the default policy choosing the devices: their ratio
+// is the DRA path's cost (docs/benchmarks.md).
+func BenchmarkTraceRunDRA(b *testing.B) {
+	b.Run("annotations", func(b *testing.B) { benchTraceRun(b, "PairFit", false) })
+	b.Run("dra", func(b *testing.B) { benchTraceRun(b, "PairFit", true) })
+}
+
+// benchTraceRun runs the default trace with the policy, seed 42, on the
+// DRA path or the annotation path, and reports its scheduling and
+// measuring time.
+func benchTraceRun(b *testing.B, policy string, dra bool) {
 	opts, _ := loadTrace(b, "openb_pod_list_default.csv")
-	cfg, err := LoadConfig("")
-	if err != nil {
-		b.Fatal(err)
-	}
-	if opts.Profiles, err = ProfilesFor(cfg, []string{"BestFitCPUGPU"}); err != nil {
-		b.Fatal(err)
-	}
-	opts.Seeds = []int64{42}
+	opts.Profiles, opts.Seeds, opts.DRA = defaultProfiles(b, policy), []int64{42}, dra
 	for b.Loop() {
 		runs, err := Simulate(context.Background(), opts)
 		if err != nil {
@@ -51,31 +57,5 @@ func BenchmarkTraceRun(b *testing.B) {
 		}
 		b.ReportMetric(runs[0].SchedulingSeconds, "sched-s")
 		b.ReportMetric(runs[0].MetricsSeconds, "metrics-s")
-	}
-}
-
-// BenchmarkTraceRunDRA is BenchmarkTraceRun on the DRA path with the
-// default policy choosing the devices: its time against BenchmarkTraceRun's
-// with the same policy is the DRA path's cost (docs/benchmarks.md).
-func BenchmarkTraceRunDRA(b *testing.B) {
-	for _, dra := range []bool{false, true} {
-		b.Run(map[bool]string{false: "annotations", true: "dra"}[dra], func(b *testing.B) {
-			opts, _ := loadTrace(b, "openb_pod_list_default.csv")
-			cfg, err := LoadConfig("")
-			if err != nil {
-				b.Fatal(err)
-			}
-			if opts.Profiles, err = ProfilesFor(cfg, []string{"PairFit"}); err != nil {
-				b.Fatal(err)
-			}
-			opts.Seeds, opts.DRA = []int64{42}, dra
-			for b.Loop() {
-				runs, err := Simulate(context.Background(), opts)
-				if err != nil {
-					b.Fatal(err)
-				}
-				b.ReportMetric(runs[0].SchedulingSeconds, "sched-s")
-			}
-		})
 	}
 }
