@@ -192,7 +192,8 @@ func (r *Reader) read(ctx context.Context, withHeld bool) (*Cycle, error) {
 }
 
 // publishedGPUs is what one listing of the ResourceSlices publishes: the
-// driver's GPUs and devices per node. Immutable; cycles share it.
+// driver's GPUs and devices per node. Cycles share it; it is immutable but
+// for what it remembers (lastViews, empties, shares).
 type publishedGPUs struct {
 	slices  []*resourceapi.ResourceSlice
 	nodes   map[string]*gpu.DRAInventory
@@ -209,6 +210,9 @@ type publishedGPUs struct {
 	// is where each device is (readAllocations).
 	offsets []int
 	flat    map[structured.DeviceID]deviceAt
+	// shares remembers where each shared allocation the cycles read is,
+	// with its hash (readAllocations).
+	shares shareMemo
 	// shared marks, by index, the nodes that publish a device another node
 	// publishes too (a malformed listing): flat names one of them, so
 	// their views are made anew every cycle.
@@ -364,7 +368,8 @@ var allocationSeed = maphash.MakeSeed()
 // hashes of the devices allocated whole and of the shares on it. A device
 // is hashed by its interned name, which the listing keeps alive; a share
 // by its share ID's text as well, since the interned ID of a share that is
-// gone may be reused for a new one.
+// gone may be reused for a new one. Where each share is, and its hash, are
+// remembered per listing (shareMemo).
 func (c *Cycle) readAllocations() {
 	c.shared = make([]bool, c.pub.offsets[len(c.pub.offsets)-1])
 	c.signatures = make([]uint64, len(c.pub.index))
@@ -373,12 +378,58 @@ func (c *Cycle) readAllocations() {
 			c.signatures[at.node] += maphash.Comparable(allocationSeed, id)
 		}
 	}
-	for id := range c.allocated.AllocatedSharedDeviceIDs {
-		if at, ok := c.pub.flat[id.GetDeviceID()]; ok {
-			c.shared[at.device] = true
-			c.signatures[at.node] += maphash.Comparable(allocationSeed, id.GetDeviceID()) ^ maphash.String(allocationSeed, id.ShareID.String())
+	shares := &c.pub.shares
+	shares.mu.Lock()
+	defer shares.mu.Unlock()
+	ids := c.allocated.AllocatedSharedDeviceIDs
+	if shares.byID == nil {
+		shares.byID = make(map[structured.SharedDeviceID]shareAt, len(ids))
+	}
+	for id := range ids {
+		s, ok := shares.byID[id]
+		if !ok {
+			if s.at, s.found = c.pub.flat[id.GetDeviceID()]; s.found {
+				s.hash = maphash.Comparable(allocationSeed, id.GetDeviceID()) ^ maphash.String(allocationSeed, id.ShareID.String())
+			}
+			shares.byID[id] = s
+		}
+		if s.found {
+			c.shared[s.at.device] = true
+			c.signatures[s.at.node] += s.hash
 		}
 	}
+	if len(shares.byID) > 2*len(ids)+shareMemoSlack {
+		shares.byID = nil
+	}
+}
+
+// shareMemo maps each shared allocation a listing's cycles read to where
+// its device is in the listing and its hash in the signatures. Both are a
+// function of the allocation's names and of the listing, which owns the
+// memo, and the map's keys keep the interned names alive, so an entry is
+// never stale. Looking one up costs one probe, where finding the device
+// and hashing it and the share's ID text cost a probe and two hashes, for
+// every allocation of the cluster in every cycle. Cycles may read at once
+// (draFleet reads the last cycle's views from any goroutine), so mu guards
+// it. A cycle that leaves it holding more than twice its allocations (and
+// shareMemoSlack) drops it and the next starts it anew: while a cycle
+// reads, it holds at most three times that cycle's allocations and the
+// slack.
+type shareMemo struct {
+	mu   sync.Mutex
+	byID map[structured.SharedDeviceID]shareAt
+}
+
+// shareMemoSlack is how many entries of allocations that are gone a
+// shareMemo keeps beyond twice the allocations of a cycle.
+const shareMemoSlack = 1024
+
+// shareAt is a shared allocation's device in the listing (found: the
+// listing has it) and its hash.
+type shareAt struct {
+	at    deviceAt
+	found bool
+	hash  uint64
 }
 
 // takenOn is DRA's allocated state on each of the devices of the driver

@@ -2,6 +2,8 @@ package dra
 
 import (
 	"context"
+	"fmt"
+	"maps"
 	"testing"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -172,6 +174,88 @@ func TestDRAViewsOfDevicesPublishedTwice(t *testing.T) {
 		for _, node := range []string{"a", "b"} {
 			if got := cycle.NodeGPUs(node).FreeMilli(0); got != want {
 				t.Errorf("step %d, node %s: gpu-0 free %d, want %d", step, node, got, want)
+			}
+		}
+	}
+}
+
+// TestDRAShareMemo: the shares a listing's cycles remember give every
+// node and device what a reader that never saw the cluster computes (the
+// node's signature, the devices with a shared allocation), while shares
+// come, stay and go cycle after cycle and the listing changes; and the
+// memo stays bounded: after a cycle, at most twice its shares and
+// shareMemoSlack.
+func TestDRAShareMemo(t *testing.T) {
+	const product = "NVIDIA A100-SXM4-80GB"
+	state := &structured.AllocatedState{
+		AllocatedDevices:         sets.New[structured.DeviceID](),
+		AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](),
+		AggregatedCapacity:       structured.NewConsumedCapacityCollection(),
+	}
+	listing := []*resourceapi.ResourceSlice{twoGPUSlice("a", product), twoGPUSlice("b", product)}
+	reader := func() *Reader {
+		m := &stateManager{modelsManager: modelsManager{slices: listing}, state: state}
+		return &Reader{manager: m, src: gpu.DRASource{Driver: gpu.DefaultDRADriver}, celCache: cel.NewCache(10, cel.Features{})}
+	}
+	// read is what a cycle of r reads: each node's signature, and which
+	// of its devices have a shared allocation.
+	type nodeRead struct {
+		signature uint64
+		shared    string
+	}
+	read := func(r *Reader) (map[string]nodeRead, *Cycle) {
+		t.Helper()
+		r.manager.(*stateManager).slices = listing
+		cycle, err := r.read(context.Background(), false)
+		if err != nil || cycle == nil {
+			t.Fatalf("read: %v, %v", cycle, err)
+		}
+		cycle.readOnce.Do(cycle.readAllocations)
+		out := map[string]nodeRead{}
+		for node, i := range cycle.pub.index {
+			out[node] = nodeRead{cycle.signatures[i], fmt.Sprint(cycle.shared[cycle.pub.offsets[i]:cycle.pub.offsets[i+1]])}
+		}
+		return out, cycle
+	}
+	newShare := func(node, device, uid string) structured.SharedDeviceID {
+		shareID := types.UID(uid)
+		return structured.MakeSharedDeviceID(structured.MakeDeviceID(gpu.DefaultDRADriver, node, device), &shareID)
+	}
+	kept := reader()
+	// Ten shares stay on a's gpu-0 throughout; each round the round
+	// before's others go and 1500 new ones come on a's or b's gpu-1 by
+	// the round's parity. Round 3 adds node c, with shares of its own.
+	for i := range 10 {
+		state.AllocatedSharedDeviceIDs.Insert(newShare("a", "gpu-0", fmt.Sprintf("staying-%d", i)))
+	}
+	var churn []structured.SharedDeviceID
+	for round := range 6 {
+		for _, id := range churn {
+			state.AllocatedSharedDeviceIDs.Delete(id)
+		}
+		churn = churn[:0]
+		node := []string{"a", "b"}[round%2]
+		if round == 3 {
+			listing = append(listing, twoGPUSlice("c", product))
+			node = "c"
+		}
+		for i := range 1500 {
+			id := newShare(node, "gpu-1", fmt.Sprintf("round-%d-share-%d", round, i))
+			state.AllocatedSharedDeviceIDs.Insert(id)
+			churn = append(churn, id)
+		}
+		want, _ := read(reader())
+		for again := range 2 {
+			got, cycle := read(kept)
+			if !maps.Equal(got, want) {
+				t.Errorf("round %d, read %d: %v, want what a new reader reads %v", round, again, got, want)
+			}
+			n, most := len(cycle.pub.shares.byID), 2*state.AllocatedSharedDeviceIDs.Len()+shareMemoSlack
+			if n > most {
+				t.Errorf("round %d, read %d: %d shares remembered, want at most %d", round, again, n, most)
+			}
+			if again == 1 && n == 0 {
+				t.Errorf("round %d: nothing remembered after reading the same shares twice", round)
 			}
 		}
 	}
