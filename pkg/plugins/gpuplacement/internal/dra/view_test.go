@@ -35,6 +35,16 @@ func (c stateClaims) GatherAllocatedState() (*structured.AllocatedState, error) 
 	return c.m.state, nil
 }
 
+// nothingAllocated is DRA's allocated state with nothing allocated, for a
+// test to change in place.
+func nothingAllocated() *structured.AllocatedState {
+	return &structured.AllocatedState{
+		AllocatedDevices:         sets.New[structured.DeviceID](),
+		AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](),
+		AggregatedCapacity:       structured.NewConsumedCapacityCollection(),
+	}
+}
+
 // TestDRAViewsFollowAllocations: a node's view of its DRA GPUs is handed
 // out again while the allocations on its devices are the same, and made
 // anew when one comes or goes there, whole or shared, even when the state
@@ -43,11 +53,7 @@ func (c stateClaims) GatherAllocatedState() (*structured.AllocatedState, error) 
 // in pools a and b).
 func TestDRAViewsFollowAllocations(t *testing.T) {
 	const product = "NVIDIA A100-SXM4-80GB"
-	state := &structured.AllocatedState{
-		AllocatedDevices:         sets.New[structured.DeviceID](),
-		AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](),
-		AggregatedCapacity:       structured.NewConsumedCapacityCollection(),
-	}
+	state := nothingAllocated()
 	m := &stateManager{modelsManager: modelsManager{slices: []*resourceapi.ResourceSlice{twoGPUSlice("a", product), twoGPUSlice("b", product)}}, state: state}
 	r := &Reader{manager: m, src: gpu.DRASource{Driver: gpu.DefaultDRADriver}, celCache: cel.NewCache(10, cel.Features{})}
 	ctx := context.Background()
@@ -187,11 +193,7 @@ func TestDRAViewsOfDevicesPublishedTwice(t *testing.T) {
 // shareMemoSlack.
 func TestDRAShareMemo(t *testing.T) {
 	const product = "NVIDIA A100-SXM4-80GB"
-	state := &structured.AllocatedState{
-		AllocatedDevices:         sets.New[structured.DeviceID](),
-		AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](),
-		AggregatedCapacity:       structured.NewConsumedCapacityCollection(),
-	}
+	state := nothingAllocated()
 	listing := []*resourceapi.ResourceSlice{twoGPUSlice("a", product), twoGPUSlice("b", product)}
 	reader := func() *Reader {
 		m := &stateManager{modelsManager: modelsManager{slices: listing}, state: state}
