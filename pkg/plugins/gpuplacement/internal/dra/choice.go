@@ -26,6 +26,12 @@ type draChoice struct {
 type nodeChoice struct {
 	demand gpu.Demand
 	chosen gpu.DeviceSet
+	// host is the request's host; when scored, score is the policy's score
+	// of chosen with it, which Score gives again when it asks with that
+	// host (the choice came from the view's memo, which scores too).
+	host   gpu.Host
+	scored bool
+	score  int64
 }
 
 // Clone implements fwk.StateData.
@@ -151,12 +157,24 @@ func (p *Placer) chooseDRADevices(ctx context.Context, state fwk.CycleState, cyc
 			eligible &= sel.shareable // a share needs a device that allows several allocations
 		}
 		view := cycle.viewOf(name, d)
-		req := gpu.Request{Demand: &demand, Host: nodehost.Of(maxima, nodeInfo), Exclude: onlyAmong(eligible)}
-		chosen, fit := p.policy.Place(view, &req)
+		req := gpu.Request{Demand: &demand, Host: nodehost.Of(maxima, nodeInfo)}
+		if all := gpu.DeviceSet(1)<<uint(d.Inventory.Len()) - 1; eligible&all != all {
+			req.Exclude = onlyAmong(eligible)
+		}
+		c := nodeChoice{demand: demand, host: req.Host}
+		var fit gpu.Fit
+		if req.Exclude == nil && p.policy.Info().NeedsShapes {
+			// The view's memo answers, with the score, while the node keeps
+			// its view: most nodes do not change between two cycles.
+			c.chosen, fit, c.score = p.policy.PlaceAndScore(view, &req)
+			c.scored = true
+		} else {
+			c.chosen, fit = p.policy.Place(view, &req)
+		}
 		if !fit.OK() {
 			return
 		}
-		results[i] = &result{node: name, choice: nodeChoice{demand: demand, chosen: chosen}, order: cycle.devicesAt(name, chosen)}
+		results[i] = &result{node: name, choice: c, order: cycle.devicesAt(name, c.chosen)}
 	}, p.reader.owner)
 	choice := &draChoice{nodes: make(map[string]nodeChoice, len(cycle.nodes))}
 	order := make(gpudra.Order, len(cycle.nodes))

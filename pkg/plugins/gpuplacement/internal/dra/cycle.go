@@ -1,6 +1,7 @@
 package dra
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"hash/maphash"
@@ -195,7 +196,9 @@ func (r *Reader) read(ctx context.Context, withHeld bool) (*Cycle, error) {
 // driver's GPUs and devices per node. Cycles share it; it is immutable but
 // for what it remembers (lastViews, empties, shares).
 type publishedGPUs struct {
+	// slices is the listing grouped; listed holds each of its slices.
 	slices  []*resourceapi.ResourceSlice
+	listed  map[*resourceapi.ResourceSlice]struct{}
 	nodes   map[string]*gpu.DRAInventory
 	devices map[string][]draDevice
 	// onNode are every driver's slices local to each node; nonLocalSlices
@@ -232,14 +235,19 @@ type deviceAt struct{ node, device int }
 
 // published groups a listing of the slices by node and reads each node's
 // inventory, or returns the last grouping when the listing holds the same
-// slice objects: slices rarely change, and every GPU pod's cycle lists them.
+// slice objects, in any order: slices rarely change, every GPU pod's cycle
+// lists them, and an informer's lister lists them in no fixed order. A
+// node's slices are grouped in name order, so that a node's group is the
+// same from one listing of its slices to the next (what the inventories,
+// class devices and selections remember are compared by their slices).
 func (r *Reader) published(ctx context.Context, all []*resourceapi.ResourceSlice) *publishedGPUs {
-	if last := r.last.Load(); last != nil && slices.Equal(last.slices, all) {
+	if last := r.last.Load(); last != nil && last.lists(all) {
 		return last
 	}
 	byNode := map[string][]*resourceapi.ResourceSlice{}
-	pub := &publishedGPUs{slices: all, onNode: map[string][]*resourceapi.ResourceSlice{}}
+	pub := &publishedGPUs{slices: all, listed: make(map[*resourceapi.ResourceSlice]struct{}, len(all)), onNode: map[string][]*resourceapi.ResourceSlice{}}
 	for _, s := range all {
+		pub.listed[s] = struct{}{}
 		if s.Spec.NodeName == nil || *s.Spec.NodeName == "" {
 			pub.nonLocalSlices = true
 			continue
@@ -247,6 +255,11 @@ func (r *Reader) published(ctx context.Context, all []*resourceapi.ResourceSlice
 		pub.onNode[*s.Spec.NodeName] = append(pub.onNode[*s.Spec.NodeName], s)
 		if s.Spec.Driver == r.src.Driver {
 			byNode[*s.Spec.NodeName] = append(byNode[*s.Spec.NodeName], s)
+		}
+	}
+	for _, group := range []map[string][]*resourceapi.ResourceSlice{pub.onNode, byNode} {
+		for _, nodeSlices := range group {
+			slices.SortStableFunc(nodeSlices, func(a, b *resourceapi.ResourceSlice) int { return cmp.Compare(a.Name, b.Name) })
 		}
 	}
 	pub.nodes, pub.devices = make(map[string]*gpu.DRAInventory, len(byNode)), make(map[string][]draDevice, len(byNode))
@@ -280,6 +293,21 @@ func (r *Reader) published(ctx context.Context, all []*resourceapi.ResourceSlice
 	pub.empties = make([]atomic.Pointer[gpu.NodeGPUs], len(pub.index))
 	r.last.Store(pub)
 	return pub
+}
+
+// lists reports whether a listing holds the slice objects pub grouped,
+// in whatever order. A listing holds each slice once, so the same count
+// and every slice among pub's is the same set.
+func (pub *publishedGPUs) lists(all []*resourceapi.ResourceSlice) bool {
+	if len(all) != len(pub.slices) {
+		return false
+	}
+	for _, s := range all {
+		if _, ok := pub.listed[s]; !ok {
+			return false
+		}
+	}
+	return true
 }
 
 // inventory reads a node's GPUs from its slices, again only when the slices

@@ -119,6 +119,9 @@ func (p *Placer) Score(ctx context.Context, state fwk.CycleState, pod *v1.Pod, n
 	view := cycle.viewOf(name, d)
 	if choice := draChoiceOf(state); choice != nil {
 		if c, ok := choice.nodes[name]; ok {
+			if c.scored && c.host == host {
+				return c.score
+			}
 			return p.policy.Score(view, &gpu.Request{Demand: &c.demand, Host: host}, c.chosen)
 		}
 	}

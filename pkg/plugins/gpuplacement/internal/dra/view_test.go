@@ -157,6 +157,48 @@ func TestDRAViewsFollowAllocations(t *testing.T) {
 	}
 }
 
+// TestDRAListingInAnyOrder: a listing of the same slice objects in another
+// order (an informer's lister lists them in no fixed order) is the same
+// listing: the grouping, each node's view and the census PairFit prices
+// with are handed out again, so that the memo of each view keeps its
+// answers from one cycle to the next. A new object for one slice makes the
+// listing new.
+func TestDRAListingInAnyOrder(t *testing.T) {
+	const product = "NVIDIA A100-SXM4-80GB"
+	a, b := twoGPUSlice("a", product), twoGPUSlice("b", product)
+	m := &stateManager{modelsManager: modelsManager{slices: []*resourceapi.ResourceSlice{a, b}}, state: nothingAllocated()}
+	r := &Reader{manager: m, src: gpu.DRASource{Driver: gpu.DefaultDRADriver}, celCache: cel.NewCache(10, cel.Features{})}
+	ctx := context.Background()
+	read := func() *Cycle {
+		t.Helper()
+		cycle, err := r.read(ctx, false)
+		if err != nil || cycle == nil {
+			t.Fatalf("read: %v, %v", cycle, err)
+		}
+		return cycle
+	}
+	first := read()
+	viewA, viewB := first.NodeGPUs("a"), first.NodeGPUs("b")
+
+	m.slices = []*resourceapi.ResourceSlice{b, a}
+	second := read()
+	if second.pub != first.pub {
+		t.Errorf("the same slices listed in another order were grouped anew")
+	}
+	if second.NodeGPUs("a") != viewA || second.NodeGPUs("b") != viewB {
+		t.Errorf("the same slices listed in another order: views made anew (a %t, b %t)",
+			second.NodeGPUs("a") != viewA, second.NodeGPUs("b") != viewB)
+	}
+	if got, want := second.pub.models, first.pub.models; len(got) == 0 || &got[0] != &want[0] {
+		t.Errorf("the same slices listed in another order: a new census %v (was %v)", got, want)
+	}
+
+	m.slices = []*resourceapi.ResourceSlice{b, twoGPUSlice("a", product)}
+	if third := read(); third.pub == first.pub {
+		t.Errorf("a new object for a's slice: the old grouping handed out")
+	}
+}
+
 // TestDRAViewsOfDevicesPublishedTwice: two nodes that publish the same
 // device (a malformed listing: the same pool and device names) both show
 // an allocation of it, cycle after cycle.
