@@ -26,12 +26,10 @@ type draChoice struct {
 type nodeChoice struct {
 	demand gpu.Demand
 	chosen gpu.DeviceSet
-	// host is the request's host; when scored, score is the policy's score
-	// of chosen with it, which Score gives again when it asks with that
-	// host (the choice came from the view's memo, which scores too).
-	host   gpu.Host
-	scored bool
-	score  int64
+	// memoized is set when chosen came from the view's memo
+	// (gpu.Policy.PlaceAndScore), which holds its score too: Score asks
+	// the memo again rather than scoring chosen afresh.
+	memoized bool
 }
 
 // Clone implements fwk.StateData.
@@ -161,13 +159,13 @@ func (p *Placer) chooseDRADevices(ctx context.Context, state fwk.CycleState, cyc
 		if all := gpu.DeviceSet(1)<<uint(d.Inventory.Len()) - 1; eligible&all != all {
 			req.Exclude = onlyAmong(eligible)
 		}
-		c := nodeChoice{demand: demand, host: req.Host}
+		c := nodeChoice{demand: demand}
 		var fit gpu.Fit
 		if req.Exclude == nil && p.policy.Info().NeedsShapes {
 			// The view's memo answers, with the score, while the node keeps
 			// its view: most nodes do not change between two cycles.
-			c.chosen, fit, c.score = p.policy.PlaceAndScore(view, &req)
-			c.scored = true
+			c.chosen, fit, _ = p.policy.PlaceAndScore(view, &req)
+			c.memoized = true
 		} else {
 			c.chosen, fit = p.policy.Place(view, &req)
 		}

@@ -119,10 +119,16 @@ func (p *Placer) Score(ctx context.Context, state fwk.CycleState, pod *v1.Pod, n
 	view := cycle.viewOf(name, d)
 	if choice := draChoiceOf(state); choice != nil {
 		if c, ok := choice.nodes[name]; ok {
-			if c.scored && c.host == host {
-				return c.score
+			req := gpu.Request{Demand: &c.demand, Host: host}
+			// The memo answers for the typical pods, census and prices of
+			// now (PreFilter's may have moved since): its score is the
+			// chosen GPUs' when it chooses them again.
+			if c.memoized {
+				if again, fit, score := p.policy.PlaceAndScore(view, &req); fit.OK() && again == c.chosen {
+					return score
+				}
 			}
-			return p.policy.Score(view, &gpu.Request{Demand: &c.demand, Host: host}, c.chosen)
+			return p.policy.Score(view, &req, c.chosen)
 		}
 	}
 	if pred := claimPredictionOf(state); pred != nil {
