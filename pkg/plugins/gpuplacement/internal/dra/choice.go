@@ -155,10 +155,7 @@ func (p *Placer) chooseDRADevices(ctx context.Context, state fwk.CycleState, cyc
 			eligible &= sel.shareable // a share needs a device that allows several allocations
 		}
 		view := cycle.viewOf(name, d)
-		req := gpu.Request{Demand: &demand, Host: nodehost.Of(maxima, nodeInfo)}
-		if all := gpu.DeviceSet(1)<<uint(d.Inventory.Len()) - 1; eligible&all != all {
-			req.Exclude = onlyAmong(eligible)
-		}
+		req := gpu.Request{Demand: &demand, Host: nodehost.Of(maxima, nodeInfo), Exclude: excludeOutside(eligible, d.Inventory)}
 		c := nodeChoice{demand: demand}
 		var fit gpu.Fit
 		if req.Exclude == nil && p.policy.Info().NeedsShapes {
@@ -189,9 +186,22 @@ func (p *Placer) chooseDRADevices(ctx context.Context, state fwk.CycleState, cyc
 // onlyAmong excludes every GPU outside a set: those the claim cannot take.
 type onlyAmong gpu.DeviceSet
 
+// excludeOutside is onlyAmong(eligible) where it leaves some of the node's
+// GPUs out, and nil where it leaves none: the engine remembers its answers
+// only for a request that excludes nothing (gpu.Policy.PlaceAndScore).
+func excludeOutside(eligible gpu.DeviceSet, inv *gpu.Inventory) gpu.Excluder {
+	if allGPUs(inv)&^eligible == 0 {
+		return nil
+	}
+	return onlyAmong(eligible)
+}
+
+// allGPUs is the set of every GPU of an inventory.
+func allGPUs(inv *gpu.Inventory) gpu.DeviceSet { return gpu.DeviceSet(1)<<uint(inv.Len()) - 1 }
+
 // Excluded implements gpu.Excluder.
 func (s onlyAmong) Excluded(_ string, inv *gpu.Inventory) (gpu.DeviceSet, string) {
-	out := (gpu.DeviceSet(1)<<uint(inv.Len()) - 1) &^ gpu.DeviceSet(s)
+	out := allGPUs(inv) &^ gpu.DeviceSet(s)
 	if out == 0 {
 		return 0, ""
 	}
