@@ -87,11 +87,9 @@ type reordered struct {
 	out    *resourceapi.ResourceSlice
 }
 
-// devices is reorderDevices through the memo.
+// devices is reorderDevices through the memo; the caller holds mu.
 func (m *reorderMemo) devices(s *resourceapi.ResourceSlice, prefer []DeviceName, listed int) (best int, out *resourceapi.ResourceSlice) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if e, ok := m.entries[s]; ok && slices.Equal(e.prefer, prefer) {
+	if e, ok := m.entries[s]; ok && samePreference(e.prefer, prefer) {
 		return e.best, e.out
 	}
 	if m.entries == nil || len(m.entries) > 2*listed {
@@ -100,6 +98,16 @@ func (m *reorderMemo) devices(s *resourceapi.ResourceSlice, prefer []DeviceName,
 	best, out = reorderDevices(s, rankOf(prefer))
 	m.entries[s] = reordered{prefer: prefer, best: best, out: out}
 	return best, out
+}
+
+// samePreference reports whether two preferences list the same devices;
+// at once when they are the same list (a placement plugin hands a node's
+// unchanged preference out again).
+func samePreference(a, b []DeviceName) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	return len(a) == 0 || &a[0] == &b[0] || slices.Equal(a, b)
 }
 
 // Reorder returns the slices with the devices of each node in the order's
@@ -125,45 +133,68 @@ func Reorder(all []*resourceapi.ResourceSlice, order Order) []*resourceapi.Resou
 	return reorder(all, order, nil)
 }
 
-// reorder is Reorder, through memo when it is not nil.
+// reorder is Reorder, through memo when it is not nil. It visits every
+// slice of every listing of every claim pod's cycle, so it keeps to one
+// look-up per slice where each node has one slice of the driver (as
+// drivers publish GPUs), and groups the slices of a pool only on nodes
+// that have several.
 func reorder(all []*resourceapi.ResourceSlice, order Order, memo *reorderMemo) []*resourceapi.ResourceSlice {
+	if memo != nil {
+		memo.mu.Lock()
+		defer memo.mu.Unlock()
+	}
 	out := slices.Clone(all)
-	type group struct{ node, driver, pool string }
-	at := map[group][]int{} // positions in out of each node's slices of a pool
-	bestOf := make(map[*resourceapi.ResourceSlice]int, len(order))
+	best := make([]int, len(out))             // by position: the best rank in the slice
+	first := make(map[string]int, len(order)) // each ordered node's first slice
+	var again []int                           // the positions of the others
 	for i, s := range out {
 		if s.Spec.NodeName == nil {
 			continue
 		}
-		prefer, ok := order[*s.Spec.NodeName]
+		node := *s.Spec.NodeName
+		prefer, ok := order[node]
 		if !ok || len(prefer) == 0 {
 			continue
 		}
-		var best int
-		var sorted *resourceapi.ResourceSlice
 		if memo != nil {
-			best, sorted = memo.devices(s, prefer, len(all))
+			best[i], out[i] = memo.devices(s, prefer, len(all))
 		} else {
-			best, sorted = reorderDevices(s, rankOf(prefer))
+			best[i], out[i] = reorderDevices(s, rankOf(prefer))
 		}
-		out[i] = sorted
-		bestOf[sorted] = best
-		g := group{*s.Spec.NodeName, s.Spec.Driver, s.Spec.Pool.Name}
+		if _, seen := first[node]; seen {
+			again = append(again, i)
+		} else {
+			first[node] = i
+		}
+	}
+	// Within each pool of a node, the slice holding the best ranked device
+	// first, in the positions the pool's slices had: every other slice
+	// stays put. Positions are gathered in ascending order.
+	type group struct{ node, driver, pool string }
+	at := map[group][]int{}
+	for _, i := range again {
+		node := *out[i].Spec.NodeName
+		if j, ok := first[node]; ok {
+			g := group{node, out[j].Spec.Driver, out[j].Spec.Pool.Name}
+			at[g] = append(at[g], j)
+			delete(first, node)
+		}
+		g := group{node, out[i].Spec.Driver, out[i].Spec.Pool.Name}
 		at[g] = append(at[g], i)
 	}
-	// Within each group, the slice holding the best ranked device first, in
-	// the positions the group's slices had: every other slice stays put.
 	for _, positions := range at {
 		if len(positions) < 2 {
 			continue
 		}
-		group := make([]*resourceapi.ResourceSlice, len(positions))
-		for j, i := range positions {
-			group[j] = out[i]
+		group := make([]int, len(positions)) // the positions by their slice's best rank
+		copy(group, positions)
+		slices.SortStableFunc(group, func(a, b int) int { return cmp.Compare(best[a], best[b]) })
+		moved := make([]*resourceapi.ResourceSlice, len(group))
+		for j, i := range group {
+			moved[j] = out[i]
 		}
-		slices.SortStableFunc(group, func(a, b *resourceapi.ResourceSlice) int { return cmp.Compare(bestOf[a], bestOf[b]) })
 		for j, i := range positions {
-			out[i] = group[j]
+			out[i] = moved[j]
 		}
 	}
 	return out

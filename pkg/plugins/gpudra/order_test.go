@@ -107,6 +107,15 @@ func TestReorder(t *testing.T) {
 		order: Order{"a": names("a", "g3", "g1")},
 		want:  "a-2:g3,g2 b:g0 a-1:g1,g0",
 		same:  []int{1},
+	}, {
+		name: "a node's first slice in another pool: only the pool with several slices regroups, by each slice's best rank (g4 0, g2 1, none)",
+		all: []*resourceapi.ResourceSlice{
+			slice("a-x", "a", "x", 1, "g0", "g1"), slice("a-1", "a", "a", 3, "g0", "g1"), slice("b", "b", "b", 1, "g0"),
+			slice("a-2", "a", "a", 3, "g2", "g3"), slice("a-3", "a", "a", 3, "g4"),
+		},
+		order: Order{"a": names("a", "g4", "g2")},
+		want:  "a-x:g0,g1 a-3:g4 b:g0 a-2:g2,g3 a-1:g0,g1",
+		same:  []int{0, 2},
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

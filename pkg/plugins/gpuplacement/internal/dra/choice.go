@@ -126,22 +126,23 @@ func (p *Placer) chooseDRADevices(ctx context.Context, state fwk.CycleState, cyc
 		maxima = p.clusterMaxima(nodes, cycle)
 	}
 	type result struct {
-		node   string
+		node   string // "" where the policy chose nothing
 		choice nodeChoice
 		order  []gpudra.DeviceName
 	}
-	results := make([]*result, len(nodes))
+	results := make([]result, len(nodes))
 	selector := p.reader.selectorOf(ask)
 	selections := p.reader.selectionsOf(cycle, selector)
 	models, _ := p.reader.modelsOf(ctx, cycle, selector)
 	p.handle.Parallelizer().Until(ctx, len(nodes), func(i int) {
 		nodeInfo := nodes[i]
 		name := nodeInfo.Node().Name
-		d := cycle.nodes[name]
-		if d == nil || (only != nil && !only(nodeInfo)) {
+		at, ok := cycle.pub.index[name] // one look-up per node: every array below is by it
+		if !ok || (only != nil && !only(nodeInfo)) {
 			return
 		}
-		sel := selections.at(ctx, p.reader, cycle, name, d)
+		d := cycle.pub.invs[at]
+		sel := selections.atIndex(ctx, p.reader, cycle, at, name, d)
 		if !sel.ok || sel.partitions || sel.gpus == 0 {
 			return // the allocator decides alone: first fit
 		}
@@ -154,7 +155,7 @@ func (p *Placer) chooseDRADevices(ctx context.Context, state fwk.CycleState, cyc
 		if demand.IsShare() {
 			eligible &= sel.shareable // a share needs a device that allows several allocations
 		}
-		view := cycle.viewOf(name, d)
+		view := cycle.viewAt(at, name, d)
 		req := gpu.Request{Demand: &demand, Host: nodehost.Of(maxima, nodeInfo), Exclude: excludeOutside(eligible, d.Inventory)}
 		c := nodeChoice{demand: demand}
 		var fit gpu.Fit
@@ -169,12 +170,12 @@ func (p *Placer) chooseDRADevices(ctx context.Context, state fwk.CycleState, cyc
 		if !fit.OK() {
 			return
 		}
-		results[i] = &result{node: name, choice: c, order: cycle.devicesAt(name, c.chosen)}
+		results[i] = result{node: name, choice: c, order: cycle.devicesAt(at, name, c.chosen)}
 	}, p.reader.owner)
 	choice := &draChoice{nodes: make(map[string]nodeChoice, len(cycle.nodes))}
 	order := make(gpudra.Order, len(cycle.nodes))
 	for _, r := range results {
-		if r != nil {
+		if r.node != "" {
 			choice.nodes[r.node] = r.choice
 			order[r.node] = r.order
 		}
@@ -208,16 +209,30 @@ func (s onlyAmong) Excluded(_ string, inv *gpu.Inventory) (gpu.DeviceSet, string
 	return out, "not selected by the claim's device class or selectors"
 }
 
-// devicesAt names the driver's devices at the chosen positions of a node,
-// in published order: each chosen GPU and its partitions.
-func (c *Cycle) devicesAt(node string, chosen gpu.DeviceSet) []gpudra.DeviceName {
+// devicesAt names the driver's devices at the chosen positions of the node
+// the listing numbers i, in published order: each chosen GPU and its
+// partitions. The names of the node's last choice are handed out again
+// for the same choice (Orders are never modified): a node's choice rarely
+// changes from one cycle to the next, and GPUDynamicResources compares a
+// node's preference with its last one.
+func (c *Cycle) devicesAt(i int, node string, chosen gpu.DeviceSet) []gpudra.DeviceName {
+	if last := c.pub.chosen[i].Load(); last != nil && last.set == chosen {
+		return last.names
+	}
 	var out []gpudra.DeviceName
 	for _, dev := range c.devices[node] {
 		if dev.pos >= 0 && chosen.Has(dev.pos) {
 			out = append(out, gpudra.DeviceName{Driver: dev.id.Driver, Pool: dev.id.Pool, Device: dev.id.Device})
 		}
 	}
+	c.pub.chosen[i].Store(&chosenDevices{set: chosen, names: out})
 	return out
+}
+
+// chosenDevices is a node's chosen GPUs and the devices they name.
+type chosenDevices struct {
+	set   gpu.DeviceSet
+	names []gpudra.DeviceName
 }
 
 // modelsOf is the GPU models whose devices the ask's class and selectors

@@ -205,9 +205,13 @@ type publishedGPUs struct {
 	// says that some slice is not local to one node (see classDevicesOf).
 	onNode         map[string][]*resourceapi.ResourceSlice
 	nonLocalSlices bool
-	// index numbers the nodes of nodes; lastViews[index[node]] is the last
-	// view of the node's GPUs with DRA's allocations (viewOf).
-	index map[string]int
+	// index numbers the nodes of nodes, and invs holds their inventories
+	// by that number; lastViews[index[node]] is the last view of the node's
+	// GPUs with DRA's allocations (viewOf), and chosen[index[node]] the
+	// last devices named for a choice there (devicesAt).
+	index  map[string]int
+	invs   []*gpu.DRAInventory
+	chosen []atomic.Pointer[chosenDevices]
 	// offsets[index[node]] is where the node's devices begin when the
 	// devices of all indexed nodes are numbered node after node, and flat
 	// is where each device is (readAllocations).
@@ -264,11 +268,13 @@ func (r *Reader) published(ctx context.Context, all []*resourceapi.ResourceSlice
 	}
 	pub.nodes, pub.devices = make(map[string]*gpu.DRAInventory, len(byNode)), make(map[string][]draDevice, len(byNode))
 	pub.index = make(map[string]int, len(byNode))
+	pub.invs = make([]*gpu.DRAInventory, 0, len(byNode))
 	inventories := make([]*gpu.Inventory, 0, len(byNode))
 	for node, nodeSlices := range byNode {
 		m := r.inventory(ctx, node, nodeSlices)
 		pub.nodes[node], pub.devices[node] = m.inv, m.devices
 		pub.index[node] = len(pub.index)
+		pub.invs = append(pub.invs, m.inv)
 		inventories = append(inventories, m.inv.Inventory)
 	}
 	pub.models = gpu.CountModels(inventories)
@@ -290,6 +296,7 @@ func (r *Reader) published(ctx context.Context, all []*resourceapi.ResourceSlice
 		}
 	}
 	pub.lastViews = make([]atomic.Pointer[draView], len(pub.index))
+	pub.chosen = make([]atomic.Pointer[chosenDevices], len(pub.index))
 	pub.empties = make([]atomic.Pointer[gpu.NodeGPUs], len(pub.index))
 	r.last.Store(pub)
 	return pub
@@ -532,6 +539,12 @@ func (c *Cycle) viewOf(node string, d *gpu.DRAInventory) *gpu.NodeGPUs {
 	if !ok {
 		return gpu.EmptyDRANodeGPUs(node, d) // the listing publishes no device of the driver there
 	}
+	return c.viewAt(i, node, d)
+}
+
+// viewAt is viewOf for the node the listing numbers i, whose inventory is
+// d: a caller that visits every node numbers it once.
+func (c *Cycle) viewAt(i int, node string, d *gpu.DRAInventory) *gpu.NodeGPUs {
 	if view := c.views[i].Load(); view != nil {
 		return view
 	}

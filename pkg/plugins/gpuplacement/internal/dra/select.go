@@ -112,6 +112,19 @@ func (s *selectionSet) at(ctx context.Context, r *Reader, cycle *Cycle, node str
 		return &selectedDevices{}
 	}
 	i, indexed := s.pub.index[node]
+	if !indexed {
+		i = -1
+	}
+	return s.atIndex(ctx, r, cycle, i, node, d)
+}
+
+// atIndex is at for the node the listing numbers i (-1: one it does not
+// number), for a caller that visits every node and numbers it once.
+func (s *selectionSet) atIndex(ctx context.Context, r *Reader, cycle *Cycle, i int, node string, d *gpu.DRAInventory) *selectedDevices {
+	if s.sel == nil {
+		return &selectedDevices{}
+	}
+	indexed := i >= 0
 	if indexed {
 		if sd := s.byNode[i].Load(); sd != nil {
 			return sd
