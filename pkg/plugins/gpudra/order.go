@@ -2,6 +2,7 @@ package gpudra
 
 import (
 	"cmp"
+	"context"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -10,50 +11,83 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 )
 
-// orderKey is where a placement plugin leaves the Order of the pod in the
-// cycle (WriteOrder).
-const orderKey fwk.StateKey = "DeviceOrder" + Name
+// preferencesKey is where a placement plugin leaves the Preferences of
+// the pod in the cycle (WritePreferences).
+const preferencesKey fwk.StateKey = "DevicePreferences" + Name
 
-// Order is the devices a placement policy prefers for the pod of one
-// scheduling cycle, per node name, best first. A device is named by its
-// driver, pool and device name, as an allocation result names it. Devices
-// of a node that the Order does not list keep their place after the listed
-// ones. Immutable once written.
+// Preferences is a placement policy's devices for the pod of one
+// scheduling cycle, asked node by node as the scheduler filters the nodes:
+// those of a node it prefers, best first. A device is named by its driver,
+// pool and device name, as an allocation result names it. Devices of a
+// node that the preference does not list keep their place after the
+// listed ones.
+type Preferences interface {
+	// Driver is the driver whose devices the preferences name: only its
+	// slices are listed for reordering; "" stands for every driver.
+	Driver() string
+	// Of is the devices preferred on the node, best first; none where the
+	// policy prefers none (DRA then decides there alone, first fit). It is
+	// called from Filter, concurrently for different nodes, at most once
+	// per node and cycle by this plugin, and must answer the same for a
+	// node within a cycle (Score reads the same choice).
+	Of(ctx context.Context, node fwk.NodeInfo) []DeviceName
+}
+
+// Order is Preferences written out for every node, by node name: a
+// placement made before the cycle, or a test's. Immutable once written.
 type Order map[string][]DeviceName
+
+// Driver implements Preferences: an order may name any driver's devices.
+func (o Order) Driver() string { return "" }
+
+// Of implements Preferences.
+func (o Order) Of(_ context.Context, node fwk.NodeInfo) []DeviceName { return o[node.Node().Name] }
 
 // DeviceName names one device of a ResourceSlice.
 type DeviceName struct{ Driver, Pool, Device string }
 
-// Clone implements fwk.StateData; an Order is never modified.
-func (o Order) Clone() fwk.StateData { return o }
+// preferencesData holds the cycle's Preferences in the cycle state.
+type preferencesData struct{ Preferences }
 
-// WriteOrder leaves the pod's device order in the cycle state, for
-// GPUDynamicResources' PreFilter: a placement plugin calls it in its own
+// Clone implements fwk.StateData; Preferences answer for one cycle and
+// are shared by its clones.
+func (d preferencesData) Clone() fwk.StateData { return d }
+
+// WritePreferences leaves the pod's device preferences in the cycle state,
+// for GPUDynamicResources: a placement plugin calls it in its own
 // PreFilter, which must run first (the profile lists it earlier).
-func WriteOrder(state fwk.CycleState, order Order) { state.Write(orderKey, order) }
+func WritePreferences(state fwk.CycleState, p Preferences) {
+	state.Write(preferencesKey, preferencesData{p})
+}
 
-// orderOf is the cycle's Order, or nil.
-func orderOf(state fwk.CycleState) Order {
-	data, err := state.Read(orderKey)
+// preferencesOf is the cycle's Preferences, or nil.
+func preferencesOf(state fwk.CycleState) Preferences {
+	data, err := state.Read(preferencesKey)
 	if err != nil {
 		return nil
 	}
-	return data.(Order)
+	return data.(preferencesData).Preferences
 }
 
-// orderedManager is the scheduler's DRA manager with the ResourceSlices of
-// the nodes in the current Order listed with their devices in that order.
-// Claims, classes and the class resolver are the manager's own.
+// orderedManager is the scheduler's DRA manager whose listing of the
+// ResourceSlices, while a PreFilter hands it the cycle's Preferences, has
+// a twin of every slice of their driver local to a node (twinListing), in
+// which Filter lists the node's devices in the preferred order. Claims,
+// classes and the class resolver are the manager's own.
 type orderedManager struct {
 	fwk.SharedDRAManager
-	order atomic.Pointer[Order]
-	memo  reorderMemo
+	prefs atomic.Pointer[Preferences]
+	// listed is the twin listing made while prefs was set, for the
+	// PreFilter that set it to keep for the cycle's Filter.
+	listed atomic.Pointer[twinListing]
+	memo   reorderMemo
 }
 
 // ResourceSlices implements fwk.SharedDRAManager.
 func (m *orderedManager) ResourceSlices() fwk.ResourceSliceLister { return orderedLister{m} }
 
-// orderedLister lists the manager's slices in the current Order.
+// orderedLister lists the manager's slices, with twins while a PreFilter
+// hands it Preferences.
 type orderedLister struct{ m *orderedManager }
 
 // ListWithDeviceTaintRules implements fwk.ResourceSliceLister.
@@ -62,42 +96,55 @@ func (l orderedLister) ListWithDeviceTaintRules() ([]*resourceapi.ResourceSlice,
 	if err != nil {
 		return nil, err
 	}
-	order := l.m.order.Load()
-	if order == nil || len(*order) == 0 {
+	prefs := l.m.prefs.Load()
+	if prefs == nil {
 		return all, nil
 	}
-	return reorder(all, *order, &l.m.memo), nil
+	twins := newTwinListing(all, ofDriver((*prefs).Driver()), &l.m.memo)
+	l.m.listed.Store(twins)
+	return twins.listing, nil
 }
 
-// reorderMemo keeps the last reordering of each slice: a node's preferred
-// devices are often the same from one cycle to the next (the node did not
-// change, and pods of the same shape follow each other), and slices are
-// never modified, so the reordered copy is handed out again. It keeps one
-// entry per slice object, and starts afresh once it holds more than twice
-// as many as the listing has slices (slices replaced by newer versions).
+// ofDriver admits the slices of a driver, or of every driver for "".
+func ofDriver(driver string) func(*resourceapi.ResourceSlice) bool {
+	return func(s *resourceapi.ResourceSlice) bool { return driver == "" || s.Spec.Driver == driver }
+}
+
+// reorderMemo keeps the last reordering of each slice's devices: a node's
+// preferred devices are often the same from one cycle to the next (the
+// node did not change, and pods of the same shape follow each other), and
+// slices are never modified, so the reordered list is handed out again. It
+// keeps one entry per slice object, and starts afresh once it holds more
+// than twice as many as the listing has slices (slices replaced by newer
+// versions).
 type reorderMemo struct {
 	mu      sync.Mutex
 	entries map[*resourceapi.ResourceSlice]reordered
 }
 
-// reordered is a slice's reordering for a node's preference.
+// reordered is a slice's devices reordered for a node's preference.
 type reordered struct {
-	prefer []DeviceName
-	best   int
-	out    *resourceapi.ResourceSlice
+	prefer  []DeviceName
+	best    int
+	devices []resourceapi.Device
 }
 
-// devices is reorderDevices through the memo; the caller holds mu.
-func (m *reorderMemo) devices(s *resourceapi.ResourceSlice, prefer []DeviceName, listed int) (best int, out *resourceapi.ResourceSlice) {
+// devices is reorderDevices through the memo, when it is not nil.
+func (m *reorderMemo) devices(s *resourceapi.ResourceSlice, prefer []DeviceName, listed int) (best int, devices []resourceapi.Device) {
+	if m == nil {
+		return reorderDevices(s, rankOf(prefer))
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	if e, ok := m.entries[s]; ok && samePreference(e.prefer, prefer) {
-		return e.best, e.out
+		return e.best, e.devices
 	}
 	if m.entries == nil || len(m.entries) > 2*listed {
 		m.entries = make(map[*resourceapi.ResourceSlice]reordered, listed)
 	}
-	best, out = reorderDevices(s, rankOf(prefer))
-	m.entries[s] = reordered{prefer: prefer, best: best, out: out}
-	return best, out
+	best, devices = reorderDevices(s, rankOf(prefer))
+	m.entries[s] = reordered{prefer: prefer, best: best, devices: devices}
+	return best, devices
 }
 
 // samePreference reports whether two preferences list the same devices;
@@ -108,96 +155,6 @@ func samePreference(a, b []DeviceName) bool {
 		return false
 	}
 	return len(a) == 0 || &a[0] == &b[0] || slices.Equal(a, b)
-}
-
-// Reorder returns the slices with the devices of each node in the order's
-// preference: in every slice local to a node the order lists, the listed
-// devices come first, in the order's sequence, and the others follow in
-// their published order; and such a node's slices of one pool are listed
-// with the slice holding the most preferred device first. Slices are
-// copied where they change; the listing and its objects are not modified.
-// Nothing else changes: names, pools, generations, counters and every
-// device's fields are the published ones, so an allocation from the result
-// is one from the published slices.
-//
-// The structured allocator takes the first devices that satisfy a claim,
-// trying pools (sorted by driver and pool name), then slices, then devices
-// in order; with the preferred devices first, its first fit is the policy's
-// choice whenever that choice satisfies the claim, and otherwise the first
-// fit of the remaining devices in their published order. Allocator
-// implementations that sort the slices of a pool by name (incubating and
-// experimental; 1.37 picks incubating by default) see the preference only
-// within each slice: the regrouping of a node's slices serves the stable
-// allocator.
-func Reorder(all []*resourceapi.ResourceSlice, order Order) []*resourceapi.ResourceSlice {
-	return reorder(all, order, nil)
-}
-
-// reorder is Reorder, through memo when it is not nil. It visits every
-// slice of every listing of every claim pod's cycle, so it keeps to one
-// look-up per slice where each node has one slice of the driver (as
-// drivers publish GPUs), and groups the slices of a pool only on nodes
-// that have several.
-func reorder(all []*resourceapi.ResourceSlice, order Order, memo *reorderMemo) []*resourceapi.ResourceSlice {
-	if memo != nil {
-		memo.mu.Lock()
-		defer memo.mu.Unlock()
-	}
-	out := slices.Clone(all)
-	best := make([]int, len(out))             // by position: the best rank in the slice
-	first := make(map[string]int, len(order)) // each ordered node's first slice
-	var again []int                           // the positions of the others
-	for i, s := range out {
-		if s.Spec.NodeName == nil {
-			continue
-		}
-		node := *s.Spec.NodeName
-		prefer, ok := order[node]
-		if !ok || len(prefer) == 0 {
-			continue
-		}
-		if memo != nil {
-			best[i], out[i] = memo.devices(s, prefer, len(all))
-		} else {
-			best[i], out[i] = reorderDevices(s, rankOf(prefer))
-		}
-		if _, seen := first[node]; seen {
-			again = append(again, i)
-		} else {
-			first[node] = i
-		}
-	}
-	// Within each pool of a node, the slice holding the best ranked device
-	// first, in the positions the pool's slices had: every other slice
-	// stays put. Positions are gathered in ascending order.
-	type group struct{ node, driver, pool string }
-	at := map[group][]int{}
-	for _, i := range again {
-		node := *out[i].Spec.NodeName
-		if j, ok := first[node]; ok {
-			g := group{node, out[j].Spec.Driver, out[j].Spec.Pool.Name}
-			at[g] = append(at[g], j)
-			delete(first, node)
-		}
-		g := group{node, out[i].Spec.Driver, out[i].Spec.Pool.Name}
-		at[g] = append(at[g], i)
-	}
-	for _, positions := range at {
-		if len(positions) < 2 {
-			continue
-		}
-		group := make([]int, len(positions)) // the positions by their slice's best rank
-		copy(group, positions)
-		slices.SortStableFunc(group, func(a, b int) int { return cmp.Compare(best[a], best[b]) })
-		moved := make([]*resourceapi.ResourceSlice, len(group))
-		for j, i := range group {
-			moved[j] = out[i]
-		}
-		for j, i := range positions {
-			out[i] = moved[j]
-		}
-	}
-	return out
 }
 
 // rankOf ranks each device of a preference by its first place in it.
@@ -214,29 +171,36 @@ func rankOf(prefer []DeviceName) map[DeviceName]int {
 // notRanked is the rank of a device the order does not list.
 const notRanked = int(^uint(0) >> 1)
 
-// reorderDevices returns the slice with its ranked devices first, by rank,
-// and the best rank in it; the slice itself when nothing moves.
-func reorderDevices(s *resourceapi.ResourceSlice, rank map[DeviceName]int) (best int, out *resourceapi.ResourceSlice) {
+// reorderDevices returns the slice's devices with the ranked ones first,
+// by rank, the others after them in published order, and the best rank
+// among them; the published list itself when nothing moves.
+func reorderDevices(s *resourceapi.ResourceSlice, rank map[DeviceName]int) (best int, devices []resourceapi.Device) {
+	return byRank(s.Spec.Driver, s.Spec.Pool.Name, s.Spec.Devices, rank)
+}
+
+// byRank returns devices of a driver's pool with the ranked ones first, by
+// rank, the others after them in their order, and the best rank among
+// them; devices itself when nothing moves, else a sorted copy.
+func byRank(driver, pool string, devices []resourceapi.Device, rank map[DeviceName]int) (best int, out []resourceapi.Device) {
 	rankOf := func(d *resourceapi.Device) int {
-		if r, ok := rank[DeviceName{Driver: s.Spec.Driver, Pool: s.Spec.Pool.Name, Device: d.Name}]; ok {
+		if r, ok := rank[DeviceName{Driver: driver, Pool: pool, Device: d.Name}]; ok {
 			return r
 		}
 		return notRanked
 	}
 	best = notRanked
 	moved := false
-	for i := range s.Spec.Devices {
-		r := rankOf(&s.Spec.Devices[i])
+	for i := range devices {
+		r := rankOf(&devices[i])
 		best = min(best, r)
-		if i > 0 && r < rankOf(&s.Spec.Devices[i-1]) {
+		if i > 0 && r < rankOf(&devices[i-1]) {
 			moved = true
 		}
 	}
 	if !moved {
-		return best, s
+		return best, devices
 	}
-	c := *s // a shallow copy: only the device list is new
-	c.Spec.Devices = slices.Clone(s.Spec.Devices)
-	slices.SortStableFunc(c.Spec.Devices, func(a, b resourceapi.Device) int { return cmp.Compare(rankOf(&a), rankOf(&b)) })
-	return best, &c
+	out = slices.Clone(devices)
+	slices.SortStableFunc(out, func(a, b resourceapi.Device) int { return cmp.Compare(rankOf(&a), rankOf(&b)) })
+	return best, out
 }

@@ -74,8 +74,13 @@ func TestReorder(t *testing.T) {
 		all   []*resourceapi.ResourceSlice
 		order Order
 		want  string
-		// same lists the positions whose slice must be the listed object.
-		same []int
+		// same lists the positions whose slice must be the listed object,
+		// published lists those whose device list must be the listed one
+		// (not a copy).
+		same, published []int
+		// several is set where a node has several slices of a pool: their
+		// devices are ordered afresh in every cycle, not through the memo.
+		several bool
 	}{{
 		name:  "the preferred devices first, in the order's sequence; the rest in published order",
 		all:   []*resourceapi.ResourceSlice{slice("a", "a", "a", 1, "g0", "g1", "g2", "g3")},
@@ -88,34 +93,46 @@ func TestReorder(t *testing.T) {
 		want:  "shared:g0 b:g0,g1 a:g1,g0",
 		same:  []int{0, 1},
 	}, {
-		name:  "a slice already in the preferred order is the listed object",
-		all:   []*resourceapi.ResourceSlice{slice("a", "a", "a", 1, "g0", "g1", "g2")},
-		order: Order{"a": names("a", "g0", "g1")},
-		want:  "a:g0,g1,g2",
-		same:  []int{0},
+		name:      "a slice already in the preferred order keeps its published device list",
+		all:       []*resourceapi.ResourceSlice{slice("a", "a", "a", 1, "g0", "g1", "g2")},
+		order:     Order{"a": names("a", "g0", "g1")},
+		want:      "a:g0,g1,g2",
+		published: []int{0},
 	}, {
-		name:  "devices of another pool or driver are not the order's",
-		all:   []*resourceapi.ResourceSlice{slice("a", "a", "other", 1, "g0", "g1")},
-		order: Order{"a": names("a", "g1")},
-		want:  "a:g0,g1",
-		same:  []int{0},
+		name:      "devices of another pool or driver are not the order's",
+		all:       []*resourceapi.ResourceSlice{slice("a", "a", "other", 1, "g0", "g1")},
+		order:     Order{"a": names("a", "g1")},
+		want:      "a:g0,g1",
+		published: []int{0},
 	}, {
-		name: "a node's slices of one pool: the one with the most preferred device takes the first of their places; other slices stay",
+		name: "a node's slices of one pool list its devices in the preferred order, filling the slices by name with as many as each publishes; other slices stay",
 		all: []*resourceapi.ResourceSlice{
 			slice("a-1", "a", "a", 2, "g0", "g1"), slice("b", "b", "b", 1, "g0"), slice("a-2", "a", "a", 2, "g2", "g3"),
 		},
-		order: Order{"a": names("a", "g3", "g1")},
-		want:  "a-2:g3,g2 b:g0 a-1:g1,g0",
-		same:  []int{1},
+		order:   Order{"a": names("a", "g3", "g1")},
+		want:    "a-1:g3,g1 b:g0 a-2:g0,g2",
+		same:    []int{1},
+		several: true,
 	}, {
-		name: "a node's first slice in another pool: only the pool with several slices regroups, by each slice's best rank (g4 0, g2 1, none)",
+		name: "a pool's slices listed out of name order take its places by name",
+		all: []*resourceapi.ResourceSlice{
+			slice("a-2", "a", "a", 2, "g2", "g3"), slice("b", "b", "b", 1, "g0"), slice("a-1", "a", "a", 2, "g0", "g1"),
+		},
+		order:   Order{"a": names("a", "g1")},
+		want:    "a-1:g1,g0 b:g0 a-2:g2,g3",
+		same:    []int{1},
+		several: true,
+	}, {
+		name: "a node's slice in another pool stays: only the pool with several slices regroups",
 		all: []*resourceapi.ResourceSlice{
 			slice("a-x", "a", "x", 1, "g0", "g1"), slice("a-1", "a", "a", 3, "g0", "g1"), slice("b", "b", "b", 1, "g0"),
 			slice("a-2", "a", "a", 3, "g2", "g3"), slice("a-3", "a", "a", 3, "g4"),
 		},
-		order: Order{"a": names("a", "g4", "g2")},
-		want:  "a-x:g0,g1 a-3:g4 b:g0 a-2:g2,g3 a-1:g0,g1",
-		same:  []int{0, 2},
+		order:     Order{"a": names("a", "g4", "g2")},
+		want:      "a-x:g0,g1 a-1:g4,g2 b:g0 a-2:g0,g1 a-3:g3",
+		same:      []int{2},
+		published: []int{0},
+		several:   true,
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -133,16 +150,21 @@ func TestReorder(t *testing.T) {
 					t.Errorf("slice %d is a copy, want the listed object", i)
 				}
 			}
+			for _, i := range tt.published {
+				if &got[i].Spec.Devices[0] != &tt.all[i].Spec.Devices[0] {
+					t.Errorf("slice %d lists a copy of its devices, want the published list", i)
+				}
+			}
 			// Through the memo the listing is the same, and a second
-			// cycle with the same preference gets the same objects.
+			// cycle with the same preference gets the same device lists.
 			memo := &reorderMemo{}
 			first, second := reorder(tt.all, tt.order, memo), reorder(tt.all, tt.order, memo)
 			if listing(first) != tt.want || listing(second) != tt.want {
 				t.Errorf("through the memo: %s, then %s; want %s", listing(first), listing(second), tt.want)
 			}
 			for i := range first {
-				if first[i] != second[i] {
-					t.Errorf("through the memo, slice %d was made again", i)
+				if !tt.several && &first[i].Spec.Devices[0] != &second[i].Spec.Devices[0] {
+					t.Errorf("through the memo, the devices of slice %d were reordered again", i)
 				}
 			}
 		})

@@ -8,12 +8,15 @@
 // that satisfy it, in the order the driver lists them. No scheduler hook
 // scores devices. But the allocator takes its slices from the scheduler's
 // DRA manager, and a plugin may be built with a handle of its own: this
-// one builds DynamicResources with a DRA manager that lists the slices of
-// the pod's cycle with the preferred devices first. GPUPlacement writes the
-// preference in its PreFilter (WriteOrder), for every node that publishes
-// GPUs, from the same policy that places annotation pods; this plugin's
-// PreFilter hands it to the manager for DynamicResources' PreFilter, which
-// builds the cycle's allocator, and takes it back after.
+// one builds DynamicResources with a DRA manager whose listing of the
+// pod's cycle has, for each node, a twin of its slices: a copy whose device
+// list this plugin's Filter sets to the node's preferred order just before
+// DynamicResources allocates there. GPUPlacement writes its Preferences in
+// its PreFilter (WritePreferences), from the same policy that places
+// annotation pods; this plugin's PreFilter hands them to the manager for
+// DynamicResources' PreFilter, which builds the cycle's allocator from the
+// listing, and its Filter asks them for the node's devices, so that the
+// policy places the pod on the nodes the scheduler filters only.
 //
 // Only the order changes. Selectors, CEL, matchAttribute, firstAvailable,
 // admin access, device taints, consumable capacity and partitionable
@@ -25,19 +28,22 @@
 // A profile enables GPUDynamicResources in multiPoint after GPUPlacement
 // and disables DynamicResources (docs/dra.md); the two cannot both be
 // enabled (they register the same pod index, and the scheduler refuses to
-// start). Without an order in the cycle (no GPUPlacement, or a pod whose
+// start). Without Preferences in the cycle (no GPUPlacement, or a pod whose
 // claims the policy does not read) it is DynamicResources, exactly.
 package gpudra
 
 import (
 	"context"
 	"fmt"
+	"path"
+	"reflect"
 	"sync"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	"k8s.io/dynamic-resource-allocation/structured"
 	configv1 "k8s.io/kube-scheduler/config/v1"
 	fwk "k8s.io/kube-scheduler/framework"
 	schedconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
@@ -52,17 +58,21 @@ import (
 // Name is the plugin's name in a scheduler profile.
 const Name = "GPUDynamicResources"
 
-// Plugin is DynamicResources with the device order of the cycle's pod.
-// Every extension point but PreFilter is DynamicResources' own.
+// Plugin is DynamicResources with each node's devices listed in the order
+// of the cycle's Preferences. Every extension point but PreFilter and
+// Filter is DynamicResources' own.
 type Plugin struct {
 	*dynamicresources.DynamicResources
 	manager *orderedManager
-	// cycle keeps one PreFilter at a time on the manager's order.
+	// parallelizer and inFilter arrange the twins (arrangeInFilter).
+	parallelizer fwk.Parallelizer
+	inFilter     bool
+	// cycle keeps one PreFilter at a time on the manager's Preferences.
 	cycle sync.Mutex
 }
 
 // New builds DynamicResources over the scheduler's DRA manager with the
-// cycle's device order applied. Its args are DynamicResources' own
+// cycle's Preferences applied. Its args are DynamicResources' own
 // (filterTimeout, bindingTimeout), defaulted as for DynamicResources.
 func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
 	fts := feature.NewSchedulerFeaturesFromGates(utilfeature.DefaultFeatureGate)
@@ -70,7 +80,7 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", Name, err)
 	}
-	p := &Plugin{}
+	p := &Plugin{parallelizer: h.Parallelizer(), inFilter: arrangeInFilter(ctx, fts)}
 	handle := h
 	if h.SharedDRAManager() != nil {
 		p.manager = &orderedManager{SharedDRAManager: h.SharedDRAManager()}
@@ -125,20 +135,75 @@ func argsOf(obj runtime.Object, fts feature.Features) (*schedconfig.DynamicResou
 func (p *Plugin) Name() string { return Name }
 
 // PreFilter is DynamicResources' PreFilter, which reads the slices the
-// cycle's allocator uses, with the manager listing them in the order
-// GPUPlacement wrote for the pod.
+// cycle's allocator uses, with the manager listing twins of the slices the
+// cycle's Preferences may reorder (twinListing), kept for Filter.
 func (p *Plugin) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
-	if p.manager == nil {
+	prefs := preferencesOf(state)
+	if p.manager == nil || prefs == nil {
 		return p.DynamicResources.PreFilter(ctx, state, pod, nodes)
 	}
 	p.cycle.Lock()
 	defer p.cycle.Unlock()
-	if order := orderOf(state); order != nil {
-		p.manager.order.Store(&order)
-		defer p.manager.order.Store(nil)
+	p.manager.prefs.Store(&prefs)
+	defer p.manager.prefs.Store(nil)
+	result, status := p.DynamicResources.PreFilter(ctx, state, pod, nodes)
+	if twins := p.manager.listed.Swap(nil); twins != nil && status.IsSuccess() {
+		twins.prepare(ctx, p.inFilter, nodes, prefs, p.parallelizer)
+		state.Write(twinsKey, &cycleTwins{twins: twins, prefs: prefs})
 	}
-	return p.DynamicResources.PreFilter(ctx, state, pod, nodes)
+	return result, status
 }
+
+// arrangeInFilter reports whether the structured allocator DynamicResources
+// builds for the features reads the devices of a slice only when it
+// allocates on a node of the slice's pool: the incubating and experimental
+// implementations, which take the slices of the node and of its pools.
+// Then, where no pool spans nodes, each node's twins are arranged in the
+// node's Filter. The stable implementation reads every slice's devices on
+// every node, so with it, as with pools that span nodes, every node's
+// twins are arranged in PreFilter, before any allocation.
+// (TestTwinListingArrangesTheFilteredNodes runs each implementation,
+// under -race too.)
+func arrangeInFilter(ctx context.Context, fts feature.Features) bool {
+	probe, err := structured.NewAllocator(ctx, dynamicresources.AllocatorFeatures(fts), structured.AllocatedState{}, nil, nil, nil)
+	if err != nil {
+		return false
+	}
+	t := reflect.TypeOf(probe)
+	if t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch path.Base(t.PkgPath()) {
+	case "incubating", "experimental":
+		return true
+	}
+	return false
+}
+
+// Filter is DynamicResources' Filter, with the node's devices listed in
+// the preferred order first when the cycle's allocator was built from a
+// twin listing.
+func (p *Plugin) Filter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeInfo fwk.NodeInfo) *fwk.Status {
+	if data, err := state.Read(twinsKey); err == nil {
+		c := data.(*cycleTwins)
+		c.twins.arrange(ctx, nodeInfo, c.prefs)
+	}
+	return p.DynamicResources.Filter(ctx, state, pod, nodeInfo)
+}
+
+// twinsKey is where PreFilter leaves the cycle's twin listing.
+const twinsKey fwk.StateKey = "Twins" + Name
+
+// cycleTwins is the twin listing the cycle's allocator was built from, and
+// the Preferences that arrange it.
+type cycleTwins struct {
+	twins *twinListing
+	prefs Preferences
+}
+
+// Clone implements fwk.StateData: the listing is the cycle's allocator's,
+// shared by the state's clones.
+func (c *cycleTwins) Clone() fwk.StateData { return c }
 
 // withDRAManager is a framework handle with another DRA manager.
 type withDRAManager struct {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"maps"
 	"slices"
+	"sync/atomic"
 
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -16,13 +17,27 @@ import (
 	"github.com/gpusched/gpusched/pkg/plugins/internal/nodehost"
 )
 
-// draChoice is the policy's choice of devices for the pod on each node that
-// publishes GPUs of the driver and takes the ask: the demand as the engine
-// places it there and the GPUs chosen. Immutable.
+// draChoice is the policy's choice of devices for the pod on each node
+// that publishes GPUs of the driver and takes the ask, made when it is
+// first asked for (at): from GPUDynamicResources' Filter of the node, which
+// lists the chosen devices first for DRA's allocator, or from Score. The
+// inputs, read in PreFilter, do not change within the cycle, so a node's
+// choice is the same whenever it is made; each is made once, or twice when
+// two asks for the node race (the first kept).
 type draChoice struct {
-	nodes map[string]nodeChoice
+	p          *Placer
+	cycle      *Cycle
+	ask        *gpu.ClaimAsk
+	base       gpu.Demand
+	maxima     gpu.Maxima
+	selections *selectionSet
+	models     []string
+	only       func(fwk.NodeInfo) bool
+	nodes      []atomic.Pointer[nodeChoice] // by the node's number in cycle.pub
 }
 
+// nodeChoice is the choice on one node: the demand as the engine places
+// it there, the GPUs chosen and the devices they name, in preferred order.
 type nodeChoice struct {
 	demand gpu.Demand
 	chosen gpu.DeviceSet
@@ -30,10 +45,87 @@ type nodeChoice struct {
 	// (gpu.Policy.PlaceAndScore), which holds its score too: Score asks
 	// the memo again rather than scoring chosen afresh.
 	memoized bool
+	devices  []gpudra.DeviceName
 }
+
+// noChoice marks a node where the policy chooses nothing: DRA decides
+// there alone, first fit.
+var noChoice = &nodeChoice{}
 
 // Clone implements fwk.StateData.
 func (c *draChoice) Clone() fwk.StateData { return c }
+
+// Driver implements gpudra.Preferences.
+func (c *draChoice) Driver() string { return c.p.reader.src.Driver }
+
+// Of implements gpudra.Preferences: the devices chosen on the node.
+func (c *draChoice) Of(ctx context.Context, node fwk.NodeInfo) []gpudra.DeviceName {
+	if nc := c.at(ctx, node); nc != nil {
+		return nc.devices
+	}
+	return nil
+}
+
+// at is the choice on the node, made on first use; nil where the policy
+// chooses nothing.
+func (c *draChoice) at(ctx context.Context, nodeInfo fwk.NodeInfo) *nodeChoice {
+	name := nodeInfo.Node().Name
+	i, ok := c.cycle.pub.index[name]
+	if !ok {
+		return nil
+	}
+	nc := c.nodes[i].Load()
+	if nc == nil {
+		c.nodes[i].CompareAndSwap(nil, c.choose(ctx, i, name, nodeInfo))
+		nc = c.nodes[i].Load()
+	}
+	if nc == noChoice {
+		return nil
+	}
+	return nc
+}
+
+// choose places the ask on the node the cycle's listing numbers i, with
+// the policy and the request Score uses (the node's host, the cluster's
+// maxima), among the GPUs the ask's class and selectors select; noChoice
+// where it does not fit or where the allocator decides alone.
+func (c *draChoice) choose(ctx context.Context, i int, name string, nodeInfo fwk.NodeInfo) *nodeChoice {
+	p, cycle := c.p, c.cycle
+	if c.only != nil && !c.only(nodeInfo) {
+		return noChoice
+	}
+	d := cycle.pub.invs[i]
+	sel := c.selections.atIndex(ctx, p.reader, cycle, i, name, d)
+	if !sel.ok || sel.partitions || sel.gpus == 0 {
+		return noChoice // the allocator decides alone: first fit
+	}
+	eligible := sel.gpus
+	demand, ok := d.DemandOf(c.ask.Count, c.ask.MemoryMiB, eligible, c.base)
+	if !ok {
+		return noChoice
+	}
+	demand.Models = c.models
+	if demand.IsShare() {
+		eligible &= sel.shareable // a share needs a device that allows several allocations
+	}
+	view := cycle.viewAt(i, name, d)
+	req := gpu.Request{Demand: &demand, Host: nodehost.Of(c.maxima, nodeInfo), Exclude: excludeOutside(eligible, d.Inventory)}
+	nc := &nodeChoice{demand: demand}
+	var fit gpu.Fit
+	if req.Exclude == nil && p.policy.Info().NeedsShapes {
+		// The view's memo answers, with the score, while the node keeps
+		// its view: most nodes do not change between two cycles.
+		nc.chosen, fit, _ = p.policy.PlaceAndScore(view, &req)
+		nc.memoized = true
+	} else {
+		nc.chosen, fit = p.policy.Place(view, &req)
+	}
+	if !fit.OK() {
+		return noChoice
+	}
+	nc.devices = cycle.devicesAt(i, name, nc.chosen)
+	return nc
+}
 
 // draChoiceOf is the cycle's choice, or nil.
 func draChoiceOf(state fwk.CycleState) *draChoice {
@@ -73,7 +165,8 @@ func (p *Placer) choosesDRADevices() bool {
 
 // PreFilterClaims prepares a pod with claims of its own: the classes its
 // unallocated claims ask for, for Filter (FilterClaims), and the policy's
-// choice of their devices when it reads them (gpu.AskOfClaims). filter is false when
+// choice of their devices when it reads them (gpu.AskOfClaims), made node
+// by node as they are filtered. filter is false when
 // the pod has no claim to allocate: Filter has nothing to check.
 func (p *Placer) PreFilterClaims(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo, base *gpu.Demand) (filter bool) {
 	claims, ok := p.claimsToAllocate(ctx, pod)
@@ -112,76 +205,25 @@ func (p *Placer) ChooseForDeferred(ctx context.Context, state fwk.CycleState, no
 	p.chooseDRADevices(ctx, state, cycle, nodes, &gpu.ClaimAsk{Class: class.Name, Count: demand.Count}, *demand, cycle.servesGPUsByDRA)
 }
 
-// chooseDRADevices places the ask on every node that publishes GPUs of the
-// driver, with the policy and the request Score uses (the node's host, the
-// cluster's maxima), among the GPUs the ask's class and selectors select;
-// and leaves the choice for Score and the device order for
-// GPUDynamicResources (gpudra.WriteOrder), so that DRA allocates what the
-// policy chose. Nodes where the policy finds no fit get no order: DRA
-// decides there alone, first fit. base is the pod's demand without GPUs
-// (its CPU and memory); only, when set, limits the nodes chosen on.
+// chooseDRADevices prepares the policy's choice of devices for the ask
+// on every node that publishes GPUs of the driver (draChoice, made node by
+// node as the nodes are filtered), for Score, and hands it to
+// GPUDynamicResources as the pod's Preferences (gpudra.WritePreferences),
+// so that DRA allocates what the policy chose. Nodes where the policy
+// finds no fit get no preference: DRA decides there alone, first fit.
+// base is the pod's demand without GPUs (its CPU and memory); only, when
+// set, limits the nodes chosen on.
 func (p *Placer) chooseDRADevices(ctx context.Context, state fwk.CycleState, cycle *Cycle, nodes []fwk.NodeInfo, ask *gpu.ClaimAsk, base gpu.Demand, only func(fwk.NodeInfo) bool) {
-	var maxima gpu.Maxima // those Score's request has (the plugin's PreScore)
+	choice := &draChoice{p: p, cycle: cycle, ask: ask, base: base, only: only,
+		nodes: make([]atomic.Pointer[nodeChoice], len(cycle.pub.invs))}
 	if p.policy.Info().HostAware {
-		maxima = p.clusterMaxima(nodes, cycle)
+		choice.maxima = p.clusterMaxima(nodes, cycle) // those Score's request has (the plugin's PreScore)
 	}
-	type result struct {
-		node   string // "" where the policy chose nothing
-		choice nodeChoice
-		order  []gpudra.DeviceName
-	}
-	results := make([]result, len(nodes))
 	selector := p.reader.selectorOf(ask)
-	selections := p.reader.selectionsOf(cycle, selector)
-	models, _ := p.reader.modelsOf(ctx, cycle, selector)
-	p.handle.Parallelizer().Until(ctx, len(nodes), func(i int) {
-		nodeInfo := nodes[i]
-		name := nodeInfo.Node().Name
-		at, ok := cycle.pub.index[name] // one look-up per node: every array below is by it
-		if !ok || (only != nil && !only(nodeInfo)) {
-			return
-		}
-		d := cycle.pub.invs[at]
-		sel := selections.atIndex(ctx, p.reader, cycle, at, name, d)
-		if !sel.ok || sel.partitions || sel.gpus == 0 {
-			return // the allocator decides alone: first fit
-		}
-		eligible := sel.gpus
-		demand, ok := d.DemandOf(ask.Count, ask.MemoryMiB, eligible, base)
-		if !ok {
-			return
-		}
-		demand.Models = models
-		if demand.IsShare() {
-			eligible &= sel.shareable // a share needs a device that allows several allocations
-		}
-		view := cycle.viewAt(at, name, d)
-		req := gpu.Request{Demand: &demand, Host: nodehost.Of(maxima, nodeInfo), Exclude: excludeOutside(eligible, d.Inventory)}
-		c := nodeChoice{demand: demand}
-		var fit gpu.Fit
-		if req.Exclude == nil && p.policy.Info().NeedsShapes {
-			// The view's memo answers, with the score, while the node keeps
-			// its view: most nodes do not change between two cycles.
-			c.chosen, fit, _ = p.policy.PlaceAndScore(view, &req)
-			c.memoized = true
-		} else {
-			c.chosen, fit = p.policy.Place(view, &req)
-		}
-		if !fit.OK() {
-			return
-		}
-		results[i] = result{node: name, choice: c, order: cycle.devicesAt(at, name, c.chosen)}
-	}, p.reader.owner)
-	choice := &draChoice{nodes: make(map[string]nodeChoice, len(cycle.nodes))}
-	order := make(gpudra.Order, len(cycle.nodes))
-	for _, r := range results {
-		if r.node != "" {
-			choice.nodes[r.node] = r.choice
-			order[r.node] = r.order
-		}
-	}
+	choice.selections = p.reader.selectionsOf(cycle, selector)
+	choice.models, _ = p.reader.modelsOf(ctx, cycle, selector)
 	state.Write(draChoiceKey, choice)
-	gpudra.WriteOrder(state, order)
+	gpudra.WritePreferences(state, choice)
 }
 
 // onlyAmong excludes every GPU outside a set: those the claim cannot take.

@@ -118,7 +118,7 @@ func (p *Placer) Score(ctx context.Context, state fwk.CycleState, pod *v1.Pod, n
 	name := nodeInfo.Node().Name
 	view := cycle.viewOf(name, d)
 	if choice := draChoiceOf(state); choice != nil {
-		if c, ok := choice.nodes[name]; ok {
+		if c := choice.at(ctx, nodeInfo); c != nil {
 			req := gpu.Request{Demand: &c.demand, Host: host}
 			// The memo answers for the typical pods, census and prices of
 			// now (PreFilter's may have moved since): its score is the
