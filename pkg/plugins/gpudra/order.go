@@ -27,9 +27,10 @@ type Preferences interface {
 	Driver() string
 	// Of is the devices preferred on the node, best first; none where the
 	// policy prefers none (DRA then decides there alone, first fit). It is
-	// called from Filter, concurrently for different nodes, at most once
-	// per node and cycle by this plugin, and must answer the same for a
-	// node within a cycle (Score reads the same choice).
+	// called at most once per node and cycle by this plugin, from the
+	// node's Filter or, where the allocator needs every node arranged
+	// first, from PreFilter, concurrently for different nodes; Score reads
+	// the same choice.
 	Of(ctx context.Context, node fwk.NodeInfo) []DeviceName
 }
 
@@ -77,8 +78,9 @@ func preferencesOf(state fwk.CycleState) Preferences {
 type orderedManager struct {
 	fwk.SharedDRAManager
 	prefs atomic.Pointer[Preferences]
-	// listed is the twin listing made while prefs was set, for the
-	// PreFilter that set it to keep for the cycle's Filter.
+	// listed is the twin listing made while prefs was set, listed again
+	// if DynamicResources lists twice, for the PreFilter that set it to
+	// keep for the cycle's Filter.
 	listed atomic.Pointer[twinListing]
 	memo   reorderMemo
 }
@@ -99,6 +101,9 @@ func (l orderedLister) ListWithDeviceTaintRules() ([]*resourceapi.ResourceSlice,
 	prefs := l.m.prefs.Load()
 	if prefs == nil {
 		return all, nil
+	}
+	if twins := l.m.listed.Load(); twins != nil {
+		return twins.listing, nil // listed again in the same PreFilter
 	}
 	twins := newTwinListing(all, ofDriver((*prefs).Driver()), &l.m.memo)
 	l.m.listed.Store(twins)

@@ -134,6 +134,35 @@ func TestReorder(t *testing.T) {
 		published: []int{0},
 		several:   true,
 	}}
+	// A pool republished: generation 1's slice still listed beside 2's.
+	oldGen, newGen := slice("a-1", "a", "a", 1, "g0", "g1"), slice("a-2", "a", "a", 1, "g2", "g3")
+	oldGen.Spec.Pool.Generation, newGen.Spec.Pool.Generation = 1, 2
+	// A pool of shared counters only, published in two slices.
+	counters := func(name string) *resourceapi.ResourceSlice {
+		s := slice(name, "a", "c", 2)
+		s.Spec.SharedCounters = []resourceapi.CounterSet{{Name: name, Counters: map[string]resourceapi.Counter{"memory": {Value: resource.MustParse("80Gi")}}}}
+		return s
+	}
+	tests = append(tests, []struct {
+		name            string
+		all             []*resourceapi.ResourceSlice
+		order           Order
+		want            string
+		same, published []int
+		several         bool
+	}{{
+		name:    "slices of two generations of a pool are ordered apart: no device moves to the other generation",
+		all:     []*resourceapi.ResourceSlice{oldGen, newGen},
+		order:   Order{"a": names("a", "g1", "g3")},
+		want:    "a-1:g1,g0 a-2:g3,g2",
+		several: true,
+	}, {
+		name:    "a pool of counters only keeps its slices as they are",
+		all:     []*resourceapi.ResourceSlice{counters("a-c1"), counters("a-c2"), slice("a", "a", "a", 1, "g0", "g1")},
+		order:   Order{"a": names("a", "g1")},
+		want:    "a-c1: a-c2: a:g1,g0",
+		several: true,
+	}}...)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			before := listing(tt.all)

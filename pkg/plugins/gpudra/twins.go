@@ -25,8 +25,9 @@ import (
 // only the twins' device lists change, a node's only in that node's Filter
 // and before its allocation (once per cycle); and the allocator reads the
 // devices of a slice only when it allocates on a node of the slice's pool,
-// and of other slices only their node, driver and pool, which no Filter
-// writes. The listed slices themselves are never modified.
+// and of other slices only their node, driver and pool (name and
+// generation), which no Filter writes. Otherwise (prepare) every node is
+// arranged in PreFilter. The listed slices themselves are never modified.
 type twinListing struct {
 	listing []*resourceapi.ResourceSlice
 	// twins and originals are by twin number; at is each twin's place in
@@ -40,7 +41,8 @@ type twinListing struct {
 	arranged []sync.Once
 	memo     *reorderMemo
 	// poolsOfOneNode is set when every twin's pool is named after its
-	// node, so that no pool spans nodes.
+	// node and every slice it covers is local to a node, so that no pool
+	// spans nodes.
 	poolsOfOneNode bool
 }
 
@@ -69,7 +71,13 @@ func newTwinListing(all []*resourceapi.ResourceSlice, covers func(*resourceapi.R
 	var several []int32 // the last twin of each node with several, when its second was listed
 	t := int32(0)
 	for i, s := range all {
-		if s.Spec.NodeName == nil || !covers(s) {
+		if !covers(s) {
+			continue
+		}
+		if s.Spec.NodeName == nil {
+			// A slice of no one node may name a node's pool: the allocator
+			// then reads that pool's twins when it allocates elsewhere.
+			l.poolsOfOneNode = false
 			continue
 		}
 		l.twins[t], l.originals[t], l.at[t] = *s, s, int32(i)
@@ -103,13 +111,18 @@ func (l *twinListing) nodeTwins(last int32) []int32 {
 	return out
 }
 
-// pools groups a node's twins by pool, each group in listing order.
+// pools groups a node's twins by pool and generation, each group in
+// listing order: while a driver republishes a pool, slices of two
+// generations may be listed, and the allocator takes the newest only.
 func (l *twinListing) pools(twins []int32) [][]int32 {
-	type poolID struct{ driver, pool string }
+	type poolID struct {
+		driver, pool string
+		generation   int64
+	}
 	var ids []poolID
 	var out [][]int32
 	for _, t := range twins {
-		id := poolID{l.twins[t].Spec.Driver, l.twins[t].Spec.Pool.Name}
+		id := poolID{l.twins[t].Spec.Driver, l.twins[t].Spec.Pool.Name, l.twins[t].Spec.Pool.Generation}
 		k := slices.Index(ids, id)
 		if k < 0 {
 			ids, out = append(ids, id), append(out, nil)
@@ -186,8 +199,10 @@ func (l *twinListing) arrangeTwins(last int32, prefer []DeviceName) {
 				holders = append(holders, t)
 			}
 		}
-		if len(holders) == 1 {
-			_, l.twins[holders[0]].Spec.Devices = l.memo.devices(l.originals[holders[0]], prefer, len(l.listing))
+		if len(holders) < 2 {
+			for _, t := range holders {
+				_, l.twins[t].Spec.Devices = l.memo.devices(l.originals[t], prefer, len(l.listing))
+			}
 			continue
 		}
 		slices.SortStableFunc(holders, func(a, b int32) int { return cmp.Compare(l.twins[a].Name, l.twins[b].Name) })
@@ -228,7 +243,7 @@ func Reorder(all []*resourceapi.ResourceSlice, order Order) []*resourceapi.Resou
 
 // reorder is Reorder, through memo when it is not nil.
 func reorder(all []*resourceapi.ResourceSlice, order Order, memo *reorderMemo) []*resourceapi.ResourceSlice {
-	listed := func(s *resourceapi.ResourceSlice) bool { return len(order[*s.Spec.NodeName]) > 0 }
+	listed := func(s *resourceapi.ResourceSlice) bool { return s.Spec.NodeName != nil && len(order[*s.Spec.NodeName]) > 0 }
 	l := newTwinListing(all, listed, memo)
 	for node, last := range l.last {
 		l.arrangeTwins(last, order[node])

@@ -19,6 +19,7 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework/parallelize"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
+	"k8s.io/utils/ptr"
 )
 
 // gpuClass selects every device of the test driver.
@@ -66,8 +67,10 @@ func allocate(t *testing.T, all []*resourceapi.ResourceSlice, node string, claim
 // pool in two slices, each implementation of the allocator takes the
 // preferred devices, though they lie in different slices and the slices
 // are listed out of name order (the newer allocators take a pool's slices
-// by name, the stable one in listed order). Moving whole slices instead
-// gets g2,g3: the slice with g3 first, and g2 beside g3 before g1.
+// by name, the stable one in listed order). Moving whole slices instead,
+// with the slice holding the best device first, gets g2,g3 from the stable
+// allocator (g2 beside g3 comes before g1) and first fit, g0,g1, from the
+// newer ones, which sort the slices back by name.
 func TestAllocatorTakesAPoolsPreferredDevices(t *testing.T) {
 	for _, impl := range []string{"stable", "incubating", "experimental"} {
 		t.Run(impl, func(t *testing.T) {
@@ -167,26 +170,35 @@ func TestTwinListingArrangesTheFilteredNodes(t *testing.T) {
 	}
 }
 
-// TestTwinListingOfPoolsSpanningNodes: where a pool is not named after its
-// node (it may span nodes), every node's twins are arranged in PreFilter
-// whatever the allocator.
+// TestTwinListingOfPoolsSpanningNodes: where a pool may span nodes (a
+// node's pool not named after it, or a slice of the driver local to no one
+// node, which may name a node's pool), every node's twins are arranged in
+// PreFilter whatever the allocator.
 func TestTwinListingOfPoolsSpanningNodes(t *testing.T) {
 	ni := framework.NewNodeInfo()
 	ni.SetNode(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "a"}})
 	for _, tt := range []struct {
 		pool     string
+		nonLocal bool
 		inFilter bool
 		asks     int
 	}{
 		{pool: "a", inFilter: true, asks: 0},
 		{pool: "a", inFilter: false, asks: 1},
 		{pool: "shared", inFilter: true, asks: 1},
+		{pool: "a", nonLocal: true, inFilter: true, asks: 1},
 	} {
 		prefs := &countingPreferences{asks: map[string]int{}}
-		l := newTwinListing([]*resourceapi.ResourceSlice{slice("a", "a", tt.pool, 1, "g0", "g3")}, ofDriver(testDriver), &reorderMemo{})
+		all := []*resourceapi.ResourceSlice{slice("a", "a", tt.pool, 1, "g0", "g3")}
+		if tt.nonLocal {
+			s := slice("everywhere", "", "a", 1, "g9")
+			s.Spec.NodeName, s.Spec.AllNodes = nil, ptr.To(true)
+			all = append(all, s)
+		}
+		l := newTwinListing(all, ofDriver(testDriver), &reorderMemo{})
 		l.prepare(context.Background(), tt.inFilter, []fwk.NodeInfo{ni}, prefs, parallelize.NewParallelizer(1))
 		if got := prefs.asks["a"]; got != tt.asks {
-			t.Errorf("pool %s, arranged in Filter %t: asked %d times in PreFilter, want %d", tt.pool, tt.inFilter, got, tt.asks)
+			t.Errorf("pool %s, a slice of no one node %t, arranged in Filter %t: asked %d times in PreFilter, want %d", tt.pool, tt.nonLocal, tt.inFilter, got, tt.asks)
 		}
 	}
 }

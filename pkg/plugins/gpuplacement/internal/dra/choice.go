@@ -20,10 +20,11 @@ import (
 // draChoice is the policy's choice of devices for the pod on each node
 // that publishes GPUs of the driver and takes the ask, made when it is
 // first asked for (at): from GPUDynamicResources' Filter of the node, which
-// lists the chosen devices first for DRA's allocator, or from Score. The
-// inputs, read in PreFilter, do not change within the cycle, so a node's
-// choice is the same whenever it is made; each is made once, or twice when
-// two asks for the node race (the first kept).
+// lists the chosen devices first for DRA's allocator, or from Score. Its
+// inputs are read in PreFilter but for the node's CPU and memory, which are
+// those of the node the first asker hands it (Filter may hand it with pods
+// nominated to it, or without preemption's victims); each is made once, or
+// twice when two asks for the node race (the first kept).
 type draChoice struct {
 	p          *Placer
 	cycle      *Cycle

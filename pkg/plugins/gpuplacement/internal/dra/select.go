@@ -132,6 +132,12 @@ func (s *selectionSet) atIndex(ctx context.Context, r *Reader, cycle *Cycle, i i
 	}
 	nodeSlices := cycle.onNode[node]
 	sd := r.evaluate(ctx, node, d, nodeSlices, s.sel.exprs)
+	if ctx.Err() != nil {
+		// Cut short (Filter's context ends once enough nodes fit): a
+		// selector may have failed for it, so nothing is kept, and the
+		// allocator decides alone.
+		return &selectedDevices{}
+	}
 	sd.slices, sd.class = nodeSlices, s.sel.class
 	if !indexed {
 		return sd
