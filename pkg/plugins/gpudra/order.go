@@ -130,26 +130,29 @@ type reorderMemo struct {
 // reordered is a slice's devices reordered for a node's preference.
 type reordered struct {
 	prefer  []DeviceName
-	best    int
 	devices []resourceapi.Device
 }
 
-// devices is reorderDevices through the memo, when it is not nil.
-func (m *reorderMemo) devices(s *resourceapi.ResourceSlice, prefer []DeviceName, listed int) (best int, devices []resourceapi.Device) {
+// devices is the slice's devices in the preference's order (byRank),
+// through the memo when it is not nil.
+func (m *reorderMemo) devices(s *resourceapi.ResourceSlice, prefer []DeviceName, listed int) []resourceapi.Device {
+	reorder := func() []resourceapi.Device {
+		return byRank(s.Spec.Driver, s.Spec.Pool.Name, s.Spec.Devices, rankOf(prefer))
+	}
 	if m == nil {
-		return reorderDevices(s, rankOf(prefer))
+		return reorder()
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if e, ok := m.entries[s]; ok && samePreference(e.prefer, prefer) {
-		return e.best, e.devices
+		return e.devices
 	}
 	if m.entries == nil || len(m.entries) > 2*listed {
 		m.entries = make(map[*resourceapi.ResourceSlice]reordered, listed)
 	}
-	best, devices = reorderDevices(s, rankOf(prefer))
-	m.entries[s] = reordered{prefer: prefer, best: best, devices: devices}
-	return best, devices
+	devices := reorder()
+	m.entries[s] = reordered{prefer: prefer, devices: devices}
+	return devices
 }
 
 // samePreference reports whether two preferences list the same devices;
@@ -176,36 +179,24 @@ func rankOf(prefer []DeviceName) map[DeviceName]int {
 // notRanked is the rank of a device the order does not list.
 const notRanked = int(^uint(0) >> 1)
 
-// reorderDevices returns the slice's devices with the ranked ones first,
-// by rank, the others after them in published order, and the best rank
-// among them; the published list itself when nothing moves.
-func reorderDevices(s *resourceapi.ResourceSlice, rank map[DeviceName]int) (best int, devices []resourceapi.Device) {
-	return byRank(s.Spec.Driver, s.Spec.Pool.Name, s.Spec.Devices, rank)
-}
-
 // byRank returns devices of a driver's pool with the ranked ones first, by
-// rank, the others after them in their order, and the best rank among
-// them; devices itself when nothing moves, else a sorted copy.
-func byRank(driver, pool string, devices []resourceapi.Device, rank map[DeviceName]int) (best int, out []resourceapi.Device) {
+// rank, the others after them in their order: devices itself when nothing
+// moves, else a sorted copy.
+func byRank(driver, pool string, devices []resourceapi.Device, rank map[DeviceName]int) []resourceapi.Device {
 	rankOf := func(d *resourceapi.Device) int {
 		if r, ok := rank[DeviceName{Driver: driver, Pool: pool, Device: d.Name}]; ok {
 			return r
 		}
 		return notRanked
 	}
-	best = notRanked
 	moved := false
-	for i := range devices {
-		r := rankOf(&devices[i])
-		best = min(best, r)
-		if i > 0 && r < rankOf(&devices[i-1]) {
-			moved = true
-		}
+	for i := 1; i < len(devices) && !moved; i++ {
+		moved = rankOf(&devices[i]) < rankOf(&devices[i-1])
 	}
 	if !moved {
-		return best, devices
+		return devices
 	}
-	out = slices.Clone(devices)
+	out := slices.Clone(devices)
 	slices.SortStableFunc(out, func(a, b resourceapi.Device) int { return cmp.Compare(rankOf(&a), rankOf(&b)) })
-	return best, out
+	return out
 }

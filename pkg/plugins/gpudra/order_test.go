@@ -69,6 +69,15 @@ func names(node string, devices ...string) []DeviceName {
 func TestReorder(t *testing.T) {
 	nonLocal := slice("shared", "", "shared", 1, "g0")
 	nonLocal.Spec.NodeName, nonLocal.Spec.AllNodes = nil, ptr.To(true)
+	// A pool republished: generation 1's slice still listed beside 2's.
+	oldGen, newGen := slice("a-1", "a", "a", 1, "g0", "g1"), slice("a-2", "a", "a", 1, "g2", "g3")
+	oldGen.Spec.Pool.Generation, newGen.Spec.Pool.Generation = 1, 2
+	// A pool of shared counters only, published in two slices.
+	counters := func(name string) *resourceapi.ResourceSlice {
+		s := slice(name, "a", "c", 2)
+		s.Spec.SharedCounters = []resourceapi.CounterSet{{Name: name, Counters: map[string]resourceapi.Counter{"memory": {Value: resource.MustParse("80Gi")}}}}
+		return s
+	}
 	tests := []struct {
 		name  string
 		all   []*resourceapi.ResourceSlice
@@ -133,24 +142,7 @@ func TestReorder(t *testing.T) {
 		same:      []int{2},
 		published: []int{0},
 		several:   true,
-	}}
-	// A pool republished: generation 1's slice still listed beside 2's.
-	oldGen, newGen := slice("a-1", "a", "a", 1, "g0", "g1"), slice("a-2", "a", "a", 1, "g2", "g3")
-	oldGen.Spec.Pool.Generation, newGen.Spec.Pool.Generation = 1, 2
-	// A pool of shared counters only, published in two slices.
-	counters := func(name string) *resourceapi.ResourceSlice {
-		s := slice(name, "a", "c", 2)
-		s.Spec.SharedCounters = []resourceapi.CounterSet{{Name: name, Counters: map[string]resourceapi.Counter{"memory": {Value: resource.MustParse("80Gi")}}}}
-		return s
-	}
-	tests = append(tests, []struct {
-		name            string
-		all             []*resourceapi.ResourceSlice
-		order           Order
-		want            string
-		same, published []int
-		several         bool
-	}{{
+	}, {
 		name:    "slices of two generations of a pool are ordered apart: no device moves to the other generation",
 		all:     []*resourceapi.ResourceSlice{oldGen, newGen},
 		order:   Order{"a": names("a", "g1", "g3")},
@@ -162,7 +154,7 @@ func TestReorder(t *testing.T) {
 		order:   Order{"a": names("a", "g1")},
 		want:    "a-c1: a-c2: a:g1,g0",
 		several: true,
-	}}...)
+	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			before := listing(tt.all)

@@ -188,7 +188,7 @@ func (l *twinListing) arrange(ctx context.Context, node fwk.NodeInfo, prefs Pref
 // lists them.
 func (l *twinListing) arrangeTwins(last int32, prefer []DeviceName) {
 	if l.prev[last] < 0 { // one slice on the node: the common case
-		_, l.twins[last].Spec.Devices = l.memo.devices(l.originals[last], prefer, len(l.listing))
+		l.twins[last].Spec.Devices = l.memo.devices(l.originals[last], prefer, len(l.listing))
 		return
 	}
 	rank := rankOf(prefer)
@@ -201,7 +201,7 @@ func (l *twinListing) arrangeTwins(last int32, prefer []DeviceName) {
 		}
 		if len(holders) < 2 {
 			for _, t := range holders {
-				_, l.twins[t].Spec.Devices = l.memo.devices(l.originals[t], prefer, len(l.listing))
+				l.twins[t].Spec.Devices = l.memo.devices(l.originals[t], prefer, len(l.listing))
 			}
 			continue
 		}
@@ -211,7 +211,7 @@ func (l *twinListing) arrangeTwins(last int32, prefer []DeviceName) {
 			devices = append(devices, l.originals[t].Spec.Devices...)
 		}
 		spec := &l.twins[holders[0]].Spec
-		_, devices = byRank(spec.Driver, spec.Pool.Name, devices, rank)
+		devices = byRank(spec.Driver, spec.Pool.Name, devices, rank)
 		for _, t := range holders {
 			n := len(l.originals[t].Spec.Devices)
 			l.twins[t].Spec.Devices, devices = devices[:n:n], devices[n:]
@@ -221,15 +221,12 @@ func (l *twinListing) arrangeTwins(last int32, prefer []DeviceName) {
 
 // Reorder returns the slices as the allocator sees them once every node
 // the order lists is filtered: each such node's slices are twins (copies
-// of the listed objects) whose devices are in the order's preference (in
-// each slice, the listed devices first, in the order's sequence, the
-// others after them in published order; among the node's slices of one
-// pool, the list with the most preferred device in the slice the
-// allocator takes first). Other slices are the listed objects, and the
-// listing and its objects are not modified. Nothing else changes: names,
-// pools, generations, counters and every device's fields are the
-// published ones, so an allocation from the result is one from the
-// published slices.
+// of the listed objects) whose devices are in the order's preference, as
+// arrangeTwins lists them. Other slices are the listed objects, and the
+// listing and its objects are not modified. Every device stays in its
+// pool and generation with its published fields, and names, counters and
+// node selection are the published ones, so an allocation from the
+// result is one from the published slices.
 //
 // The structured allocator takes the first devices that satisfy a claim,
 // trying pools, then slices (by name, or in listed order for the stable
@@ -243,7 +240,9 @@ func Reorder(all []*resourceapi.ResourceSlice, order Order) []*resourceapi.Resou
 
 // reorder is Reorder, through memo when it is not nil.
 func reorder(all []*resourceapi.ResourceSlice, order Order, memo *reorderMemo) []*resourceapi.ResourceSlice {
-	listed := func(s *resourceapi.ResourceSlice) bool { return s.Spec.NodeName != nil && len(order[*s.Spec.NodeName]) > 0 }
+	listed := func(s *resourceapi.ResourceSlice) bool {
+		return s.Spec.NodeName != nil && len(order[*s.Spec.NodeName]) > 0
+	}
 	l := newTwinListing(all, listed, memo)
 	for node, last := range l.last {
 		l.arrangeTwins(last, order[node])
