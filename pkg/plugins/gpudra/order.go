@@ -83,6 +83,11 @@ type orderedManager struct {
 	// keep for the cycle's Filter.
 	listed atomic.Pointer[twinListing]
 	memo   reorderMemo
+	// kept is the last twin listing and the driver it covers, whose twins
+	// the next listing of the same slices takes again (twinListing.again).
+	keptMu     sync.Mutex
+	kept       *twinListing
+	keptDriver string
 }
 
 // ResourceSlices implements fwk.SharedDRAManager.
@@ -105,9 +110,26 @@ func (l orderedLister) ListWithDeviceTaintRules() ([]*resourceapi.ResourceSlice,
 	if twins := l.m.listed.Load(); twins != nil {
 		return twins.listing, nil // listed again in the same PreFilter
 	}
-	twins := newTwinListing(all, ofDriver((*prefs).Driver()), &l.m.memo)
+	twins := l.m.twins(all, (*prefs).Driver())
 	l.m.listed.Store(twins)
 	return twins.listing, nil
+}
+
+// twins is the twin listing of all for the driver's slices: the kept
+// listing's twins again when all lists the same slices, else new ones.
+// It is called in PreFilter, when the last cycle is over.
+func (m *orderedManager) twins(all []*resourceapi.ResourceSlice, driver string) *twinListing {
+	m.keptMu.Lock()
+	defer m.keptMu.Unlock()
+	var twins *twinListing
+	if m.kept != nil && m.keptDriver == driver {
+		twins = m.kept.again(all)
+	}
+	if twins == nil {
+		twins = newTwinListing(all, ofDriver(driver), &m.memo)
+	}
+	m.kept, m.keptDriver = twins, driver
+	return twins
 }
 
 // ofDriver admits the slices of a driver, or of every driver for "".

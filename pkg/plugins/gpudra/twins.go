@@ -12,7 +12,8 @@ import (
 
 // twinListing is a cycle's listing of the ResourceSlices in which every
 // slice it covers (those of the preferences' driver local to one node) is
-// a twin: a shallow copy of the listed slice, made in PreFilter, whose
+// a twin: a shallow copy of the listed slice, made in PreFilter and kept
+// for later cycles while the same slices are listed (twinSet), whose
 // device list is set to the node's preferred order (arrange) before
 // DynamicResources allocates there. Where the allocator allows it
 // (arrangeInFilter), a node's twins are arranged in the node's Filter, so
@@ -30,16 +31,37 @@ import (
 // arranged in PreFilter. The listed slices themselves are never modified.
 type twinListing struct {
 	listing []*resourceapi.ResourceSlice
-	// twins and originals are by twin number; at is each twin's place in
-	// listing, and prev the twin of the same node listed before it, or -1.
-	twins     []resourceapi.ResourceSlice
-	originals []*resourceapi.ResourceSlice
-	at        []int32
-	prev      []int32
-	// last is each covered node's last twin; arranged is by that twin.
-	last     map[string]int32
+	*twinSet
+	// at is each twin's place in listing; arranged is by a node's last
+	// twin.
+	at       []int32
 	arranged []sync.Once
 	memo     *reorderMemo
+}
+
+// twinSet is the twins of the slices of one listing, kept for the next
+// listings of the same slice objects in whatever order (again): the
+// scheduler's DRA manager lists the same slices, in no fixed order, from
+// one cycle to the next until a driver publishes anew, and copying every
+// slice each cycle costs more at 5000 nodes than the rest of the listing.
+// Between cycles, only the device lists of the twins the last cycle
+// arranged (moved) differ from their originals.
+type twinSet struct {
+	// twins and originals are by twin number; prev is the twin of the
+	// same node listed before it when the set was made, or -1.
+	twins     []resourceapi.ResourceSlice
+	originals []*resourceapi.ResourceSlice
+	prev      []int32
+	// last is each covered node's last twin; several is the last twin of
+	// each node with several.
+	last    map[string]int32
+	several []int32
+	// moved is by twin: its devices are not its original's. A twin's
+	// entry is written by the arrangement of its node only.
+	moved []bool
+	// index is every listed slice's twin, or -1 for a slice not covered;
+	// made by the first again.
+	index map[*resourceapi.ResourceSlice]int32
 	// poolsOfOneNode is set when every twin's pool is named after its
 	// node and every slice it covers is local to a node, so that no pool
 	// spans nodes.
@@ -57,18 +79,21 @@ func newTwinListing(all []*resourceapi.ResourceSlice, covers func(*resourceapi.R
 			n++
 		}
 	}
-	l := &twinListing{
-		listing:        slices.Clone(all),
+	set := &twinSet{
 		twins:          make([]resourceapi.ResourceSlice, n),
 		originals:      make([]*resourceapi.ResourceSlice, n),
-		at:             make([]int32, n),
 		prev:           make([]int32, n),
 		last:           make(map[string]int32, n),
-		arranged:       make([]sync.Once, n),
-		memo:           memo,
+		moved:          make([]bool, n),
 		poolsOfOneNode: true,
 	}
-	var several []int32 // the last twin of each node with several, when its second was listed
+	l := &twinListing{
+		listing:  slices.Clone(all),
+		twinSet:  set,
+		at:       make([]int32, n),
+		arranged: make([]sync.Once, n),
+		memo:     memo,
+	}
 	t := int32(0)
 	for i, s := range all {
 		if !covers(s) {
@@ -77,27 +102,74 @@ func newTwinListing(all []*resourceapi.ResourceSlice, covers func(*resourceapi.R
 		if s.Spec.NodeName == nil {
 			// A slice of no one node may name a node's pool: the allocator
 			// then reads that pool's twins when it allocates elsewhere.
-			l.poolsOfOneNode = false
+			set.poolsOfOneNode = false
 			continue
 		}
-		l.twins[t], l.originals[t], l.at[t] = *s, s, int32(i)
-		l.listing[i] = &l.twins[t]
+		set.twins[t], set.originals[t], l.at[t] = *s, s, int32(i)
+		l.listing[i] = &set.twins[t]
 		node := *s.Spec.NodeName
-		l.poolsOfOneNode = l.poolsOfOneNode && s.Spec.Pool.Name == node
-		l.prev[t] = -1
-		if j, ok := l.last[node]; ok {
-			l.prev[t] = j
-			if l.prev[j] < 0 {
-				several = append(several, t)
+		set.poolsOfOneNode = set.poolsOfOneNode && s.Spec.Pool.Name == node
+		set.prev[t] = -1
+		if j, ok := set.last[node]; ok {
+			set.prev[t] = j
+			if set.prev[j] < 0 {
+				set.several = append(set.several, t)
 			}
 		}
-		l.last[node] = t
+		set.last[node] = t
 		t++
 	}
-	for _, t := range several {
-		l.listPoolsByName(l.last[*l.originals[t].Spec.NodeName])
+	for k, t := range set.several {
+		set.several[k] = set.last[*set.originals[t].Spec.NodeName]
 	}
+	l.listPoolsByName()
 	return l
+}
+
+// again is the listing of all, a listing of the same slice objects as l's
+// in any order, with l's twins, their devices reset to their originals'
+// (a new cycle's listing); nil when all lists other slices. The cycle of
+// l must be over: its allocator reads the twins.
+func (l *twinListing) again(all []*resourceapi.ResourceSlice) *twinListing {
+	set := l.twinSet
+	if len(all) != len(l.listing) {
+		return nil
+	}
+	if set.index == nil {
+		set.index = make(map[*resourceapi.ResourceSlice]int32, len(l.listing))
+		for _, s := range l.listing {
+			set.index[s] = -1
+		}
+		for t, at := range l.at {
+			delete(set.index, l.listing[at])
+			set.index[set.originals[t]] = int32(t)
+		}
+	}
+	next := &twinListing{
+		listing:  make([]*resourceapi.ResourceSlice, len(all)),
+		twinSet:  set,
+		at:       make([]int32, len(set.twins)),
+		arranged: make([]sync.Once, len(set.twins)),
+		memo:     l.memo,
+	}
+	for i, s := range all {
+		t, ok := set.index[s]
+		switch {
+		case !ok:
+			return nil
+		case t < 0:
+			next.listing[i] = s
+		default:
+			next.listing[i], next.at[t] = &set.twins[t], int32(i)
+		}
+	}
+	for t, moved := range set.moved {
+		if moved {
+			set.twins[t].Spec.Devices, set.moved[t] = set.originals[t].Spec.Devices, false
+		}
+	}
+	next.listPoolsByName()
+	return next
 }
 
 // nodeTwins is the twins of the node whose last twin is last, in listing
@@ -133,22 +205,31 @@ func (l *twinListing) pools(twins []int32) [][]int32 {
 	return out
 }
 
-// listPoolsByName lists the twins of each pool of a node by slice name, in
-// the places the pool's slices had: the order in which the newer
-// allocators (incubating, experimental) take a pool's slices, which sort
-// them by name, and so the stable one, which keeps the listing's order,
-// takes them in the same order.
-func (l *twinListing) listPoolsByName(last int32) {
-	for _, pool := range l.pools(l.nodeTwins(last)) {
-		places := make([]int32, len(pool))
-		for k, t := range pool {
-			places[k] = l.at[t]
+// listPoolsByName lists the twins of each pool of a node with several by
+// slice name, in the places the pool's slices had: the order in which the
+// newer allocators (incubating, experimental) take a pool's slices, which
+// sort them by name, and so the stable one, which keeps the listing's
+// order, takes them in the same order.
+func (l *twinListing) listPoolsByName() {
+	for _, last := range l.several {
+		for _, pool := range l.pools(l.nodeTwins(last)) {
+			l.listPoolByName(pool)
 		}
-		slices.SortStableFunc(pool, func(a, b int32) int { return cmp.Compare(l.twins[a].Name, l.twins[b].Name) })
-		for k, t := range pool {
-			l.at[t] = places[k]
-			l.listing[places[k]] = &l.twins[t]
-		}
+	}
+}
+
+// listPoolByName lists the twins of one pool by slice name in the places
+// they have.
+func (l *twinListing) listPoolByName(pool []int32) {
+	places := make([]int32, len(pool))
+	for k, t := range pool {
+		places[k] = l.at[t]
+	}
+	slices.Sort(places) // a kept set's twins are in the order of its first listing
+	slices.SortStableFunc(pool, func(a, b int32) int { return cmp.Compare(l.twins[a].Name, l.twins[b].Name) })
+	for k, t := range pool {
+		l.at[t] = places[k]
+		l.listing[places[k]] = &l.twins[t]
 	}
 }
 
@@ -188,7 +269,7 @@ func (l *twinListing) arrange(ctx context.Context, node fwk.NodeInfo, prefs Pref
 // lists them.
 func (l *twinListing) arrangeTwins(last int32, prefer []DeviceName) {
 	if l.prev[last] < 0 { // one slice on the node: the common case
-		l.twins[last].Spec.Devices = l.memo.devices(l.originals[last], prefer, len(l.listing))
+		l.twins[last].Spec.Devices, l.moved[last] = l.memo.devices(l.originals[last], prefer, len(l.listing)), true
 		return
 	}
 	rank := rankOf(prefer)
@@ -201,7 +282,7 @@ func (l *twinListing) arrangeTwins(last int32, prefer []DeviceName) {
 		}
 		if len(holders) < 2 {
 			for _, t := range holders {
-				l.twins[t].Spec.Devices = l.memo.devices(l.originals[t], prefer, len(l.listing))
+				l.twins[t].Spec.Devices, l.moved[t] = l.memo.devices(l.originals[t], prefer, len(l.listing)), true
 			}
 			continue
 		}
@@ -214,7 +295,7 @@ func (l *twinListing) arrangeTwins(last int32, prefer []DeviceName) {
 		devices = byRank(spec.Driver, spec.Pool.Name, devices, rank)
 		for _, t := range holders {
 			n := len(l.originals[t].Spec.Devices)
-			l.twins[t].Spec.Devices, devices = devices[:n:n], devices[n:]
+			l.twins[t].Spec.Devices, devices, l.moved[t] = devices[:n:n], devices[n:], true
 		}
 	}
 }
