@@ -172,8 +172,8 @@ func (l *twinListing) again(all []*resourceapi.ResourceSlice) *twinListing {
 	return next
 }
 
-// nodeTwins is the twins of the node whose last twin is last, in listing
-// order.
+// nodeTwins is the twins of the node whose last twin is last, in the order
+// of the listing that made the set.
 func (l *twinListing) nodeTwins(last int32) []int32 {
 	var out []int32
 	for t := last; t >= 0; t = l.prev[t] {
@@ -183,8 +183,8 @@ func (l *twinListing) nodeTwins(last int32) []int32 {
 	return out
 }
 
-// pools groups a node's twins by pool and generation, each group in
-// listing order: while a driver republishes a pool, slices of two
+// pools groups a node's twins by pool and generation, each group in the
+// order of nodeTwins: while a driver republishes a pool, slices of two
 // generations may be listed, and the allocator takes the newest only.
 func (l *twinListing) pools(twins []int32) [][]int32 {
 	type poolID struct {
