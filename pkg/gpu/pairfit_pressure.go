@@ -170,11 +170,11 @@ func (c *priceCache) pressedPrices(base *sharePrices) *sharePrices {
 
 // pricingOn is what a priced strategy's answers on n depend on beyond the
 // view, the demand, the host, the typical pods and the census (memoKey):
-// the LP's prices, and which of the classes of n's GPUs are charged now. A
-// class charged or lifted elsewhere leaves n's answers as they were, so
-// that only the nodes of a model whose pressure changed are scored again.
-func (c *priceCache) pricingOn(n *NodeGPUs, typical []TypicalPod) (*sharePrices, uint64) {
-	s := c.pricesFor(typical)
+// the LP's prices s (fleetPrices), and which of the classes of n's GPUs
+// are charged now. A class charged or lifted elsewhere leaves n's answers
+// as they were, so that only the nodes of a model whose pressure changed
+// are scored again.
+func (s *sharePrices) pricingOn(n *NodeGPUs) (*sharePrices, uint64) {
 	if s.base == nil {
 		return s, allClasses // the LP's own prices: every class charged, whatever n's
 	}
@@ -194,21 +194,32 @@ func (c *priceCache) pricingOn(n *NodeGPUs, typical []TypicalPod) (*sharePrices,
 	return base, pressed & mine
 }
 
-// pricesNow is what the policy's answers on n depend on beyond the view,
-// the demand, the host, the typical pods and the census, for the memo of
-// a view's answers (memoKey): PairFit's and FragFit's prices and pressed
-// classes on n (pricingOn); nil for a strategy without prices, and for
-// FragFit where it reads none (no fleet, or no typical pod limited to
-// models: fragFit.pressure).
-func (p *Policy) pricesNow(n *NodeGPUs, typical []TypicalPod) (*sharePrices, uint64) {
+// fleetPrices is the prices the policy's answers read now, with the
+// pressure the fleet's free room calls for: PairFit's and FragFit's (the
+// same *sharePrices while the LP's prices and the pressed classes stay);
+// nil for a strategy without prices, and for FragFit where it reads none
+// (no fleet, or no typical pod limited to models: fragFit.pressure).
+func (p *Policy) fleetPrices(typical []TypicalPod) *sharePrices {
 	switch s := p.strategy.(type) {
 	case *pairFit:
-		return s.prices.pricingOn(n, typical)
+		return s.prices.pricesFor(typical)
 	case fragFit:
 		if s.prices == nil || s.prices.fleet == nil || !slices.ContainsFunc(typical, func(t TypicalPod) bool { return len(t.Demand.Models) > 0 }) {
-			return nil, 0
+			return nil
 		}
-		return s.prices.pricingOn(n, typical)
+		return s.prices.pricesFor(typical)
 	}
-	return nil, 0
+	return nil
+}
+
+// pricesNow is what the policy's answers on n depend on beyond the view,
+// the demand, the host, the typical pods and the census, for the memo of
+// a view's answers (memoKey): the prices and pressed classes on n
+// (fleetPrices, pricingOn); nil and 0 for a policy without prices.
+func (p *Policy) pricesNow(n *NodeGPUs, typical []TypicalPod) (*sharePrices, uint64) {
+	s := p.fleetPrices(typical)
+	if s == nil {
+		return nil, 0
+	}
+	return s.pricingOn(n)
 }

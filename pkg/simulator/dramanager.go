@@ -105,7 +105,7 @@ func (m *draManager) commit(pod *v1.Pod) (gpu.Assignment, error) {
 }
 
 // claimSpecs is the spec of each of the pod's claims, for the Filter memo
-// (filterMemo) to key the pod by what it claims rather than by the names of
+// (nodeMemo) to key the pod by what it claims rather than by the names of
 // its claims. False when a claim cannot stand for its name: it does not
 // exist, is allocated already, or has a request with a list of
 // alternatives, whose allocation DynamicResources' Score reads from the

@@ -72,7 +72,9 @@ type Env struct {
 	// of the observation's rows; index finds a node's.
 	names, models []string
 	index         map[string]int
-	columns       []string
+	// at is index by the episode's NodeInfos (position).
+	at      map[fwk.NodeInfo]int
+	columns []string
 	// rows caches each node's row for pods that do not fit it: the node's
 	// state alone, valid while the node's generation is gen.
 	rows []cachedRow
@@ -202,7 +204,7 @@ func NewEnv(opts EnvOptions) (*Env, error) {
 func (e *Env) Close() {
 	if e.ep != nil {
 		e.ep.close()
-		e.ep, e.pending, e.probe, e.scorers = nil, nil, nil, nil
+		e.ep, e.pending, e.probe, e.scorers, e.at = nil, nil, nil, nil, nil
 		for i := range e.rows {
 			e.rows[i].gen = -1
 		}

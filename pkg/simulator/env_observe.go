@@ -38,7 +38,7 @@ func (e *Env) setMask(d *decision) error {
 	e.fit = fit
 	e.mask = make([]byte, len(e.names))
 	for _, ni := range fit {
-		e.mask[e.index[ni.Node().Name]] = 1
+		e.mask[e.position(ni)] = 1
 	}
 	return nil
 }
@@ -89,7 +89,7 @@ func (e *Env) fitRows(d *decision, fit []fwk.NodeInfo, demand *gpu.Demand, value
 	}
 	var miss []fwk.NodeInfo
 	for _, ni := range fit {
-		i := e.index[ni.Node().Name]
+		i := e.position(ni)
 		if rows := e.rows[i].fit; cached && k < len(rows) && rows[k] != nil {
 			copy(values[i*width:], rows[k])
 		} else {
@@ -104,13 +104,13 @@ func (e *Env) fitRows(d *decision, fit []fwk.NodeInfo, demand *gpu.Demand, value
 			// fits set.
 			one := binary.LittleEndian.AppendUint32(nil, math.Float32bits(1))
 			for _, ni := range fit {
-				copy(values[e.index[ni.Node().Name]*width+4*e.fitsColumn:], one)
+				copy(values[e.position(ni)*width+4*e.fitsColumn:], one)
 			}
 			return nil
 		}
 		m := policyservice.Matrix(feats, demand, nil).Values
 		for j, ni := range miss {
-			i := e.index[ni.Node().Name]
+			i := e.position(ni)
 			row := m[j*base : (j+1)*base]
 			copy(values[i*width:], row)
 			if cached {
@@ -124,11 +124,11 @@ func (e *Env) fitRows(d *decision, fit []fwk.NodeInfo, demand *gpu.Demand, value
 	if !cached {
 		return nil
 	}
-	for _, ns := range d.scores {
+	for j, ns := range d.scores { // the scores of d.feasible, in its order
 		for _, ps := range ns.Scores {
 			if ps.Name == gpuplacement.Name {
 				v := float32(float64(ps.Score) / float64(e.scoreWeight) / float64(fwk.MaxNodeScore))
-				binary.LittleEndian.PutUint32(values[e.index[ns.Name]*width+4*e.builtinColumn:], math.Float32bits(v))
+				binary.LittleEndian.PutUint32(values[e.position(d.feasible[j])*width+4*e.builtinColumn:], math.Float32bits(v))
 			}
 		}
 	}
@@ -155,7 +155,7 @@ func (e *Env) scoreRows(d *decision, fit []fwk.NodeInfo, values []byte) error {
 	width, base := 4*len(e.columns), 4*len(gpu.FeatureColumns())
 	for k := range e.scoreTypes {
 		for j, ni := range fit {
-			at := e.index[ni.Node().Name]*width + base + 4*k
+			at := e.position(ni)*width + base + 4*k
 			binary.LittleEndian.PutUint32(values[at:], math.Float32bits(float32(scores[k][j])))
 		}
 	}
@@ -223,7 +223,7 @@ func (e *Env) nodeRows(values []byte) error {
 	}
 	var stale []fwk.NodeInfo
 	for _, ni := range all {
-		if i, ok := e.index[ni.Node().Name]; ok && e.rows[i].gen != ni.GetGeneration() {
+		if i, ok := e.positionOK(ni); ok && e.rows[i].gen != ni.GetGeneration() {
 			stale = append(stale, ni)
 		}
 	}
@@ -240,7 +240,7 @@ func (e *Env) nodeRows(values []byte) error {
 			return fmt.Errorf("describing the nodes: %w", err)
 		}
 		for j, ni := range stale {
-			row := &e.rows[e.index[ni.Node().Name]]
+			row := &e.rows[e.position(ni)]
 			clear(row.fit) // no fitting rows yet; the slice is kept for them
 			row.gen, row.values, row.fit = ni.GetGeneration(), policyservice.Matrix(feats[j:j+1], &gpu.Demand{}, nil).Values, row.fit[:0]
 		}
@@ -250,6 +250,31 @@ func (e *Env) nodeRows(values []byte) error {
 		copy(values[i*width:(i+1)*width], e.rows[i].values)
 	}
 	return nil
+}
+
+// position is the node's position among the environment's nodes (its
+// action, its row), found by its NodeInfo: the episode's snapshot keeps a
+// node's NodeInfo for the node's life, so that finding the row of each of
+// a cycle's nodes hashes a pointer, not the node's name.
+func (e *Env) position(ni fwk.NodeInfo) int {
+	i, _ := e.positionOK(ni)
+	return i
+}
+
+// positionOK is position, and false for a node the environment does not
+// list.
+func (e *Env) positionOK(ni fwk.NodeInfo) (int, bool) {
+	if i, ok := e.at[ni]; ok {
+		return i, true
+	}
+	i, ok := e.index[ni.Node().Name]
+	if ok {
+		if e.at == nil {
+			e.at = map[fwk.NodeInfo]int{}
+		}
+		e.at[ni] = i
+	}
+	return i, ok
 }
 
 // info is the episode's progress.

@@ -39,10 +39,10 @@ type Options struct {
 	// GPUPlacement would reject (see fragTracker.screen); results are the
 	// same either way, only slower without it.
 	NoScreen bool
-	// NoFilterMemo turns off the memo of Filter verdicts per node and pod
-	// shape (see filterMemo); results are the same either way, only slower
-	// without it.
-	NoFilterMemo bool
+	// NoMemo turns off the memo of Filter verdicts and raw scores per node
+	// and pod shape (see nodeMemo); results are the same either way, only
+	// slower without it.
+	NoMemo bool
 	// Select, when set, limits the runs to those it returns true for, given
 	// the indices of the run's profile and seed: a shard of a sweep
 	// (Shard.Selects).
@@ -259,8 +259,8 @@ func (r *runner) newEpisode(ctx context.Context) (*episode, error) {
 			}
 		}
 	}
-	if !r.opts.NoFilterMemo {
-		e.sched.filterMemo = newFilterMemo(filterNames(e.sched.fw), e.dra, r.opts.Telemetry != nil)
+	if !r.opts.NoMemo {
+		e.sched.memo = newNodeMemo(filterNames(e.sched.fw), scoreNames(e.sched.fw), e.dra, r.opts.Telemetry != nil)
 	}
 	e.curve = newCurve(r.capacity)
 	if !r.profile.Migrations.IsZero() {

@@ -122,9 +122,27 @@ type scheduler struct {
 	// rank orders the nodes for TieBreakNodeOrder: a permutation drawn
 	// from the run's seed. nil for TieBreakRandom.
 	rank map[string]int
-	// filterMemo, when set, remembers the Filter plugins' verdicts per node
-	// and pod shape (see filterMemo).
-	filterMemo *filterMemo
+	// memo, when set, remembers the Filter plugins' verdicts and the Score
+	// plugins' raw scores per node and pod shape (see nodeMemo).
+	memo *nodeMemo
+	// filtering is the buffers of filter's scan of every node, reused
+	// from cycle to cycle: nothing of them leaves filter.
+	filtering struct {
+		statuses  []*fwk.Status
+		fits      []bool
+		todo, run []int
+	}
+}
+
+// resize is buf with length n, zeroed, reusing its array when it is large
+// enough.
+func resize[T any](buf []T, n int) []T {
+	if cap(buf) < n {
+		return make([]T, n)
+	}
+	buf = buf[:n]
+	clear(buf)
+	return buf
 }
 
 // newScheduler builds a run's scheduler over nodes. With dra set, the
@@ -269,18 +287,12 @@ func (s *scheduler) decide(ctx context.Context, pod *v1.Pod) (*decision, placeme
 	}
 	d := &decision{state: state, pod: pod, nodes: nodes,
 		partial: numFeasibleNodesToFind(s.pct, len(nodes)) < len(nodes)}
-	var screened map[string]int
+	var screen screenCheck
 	if s.screen != nil && s.pct != nil && *s.pct == 100 {
-		nodes, screened = screenNodes(nodes, s.screen(pod))
+		screen = s.screen(pod)
 	}
-	feasible, rejected := s.filter(ctx, state, pod, nodes)
+	feasible, rejected := s.filter(ctx, state, pod, nodes, screen)
 	if len(feasible) == 0 {
-		for r, n := range screened {
-			if rejected == nil {
-				rejected = map[string]int{}
-			}
-			rejected[r] += n
-		}
 		return nil, placement{reason: fitMessage(len(d.nodes), rejected)}
 	}
 	d.feasible, d.node = feasible, feasible[0].Node().Name
@@ -288,7 +300,7 @@ func (s *scheduler) decide(ctx context.Context, pod *v1.Pod) (*decision, placeme
 		if status := s.fw.RunPreScorePlugins(ctx, state, pod, feasible); !status.IsSuccess() {
 			return nil, placement{reason: status.Message()}
 		}
-		scores, status := s.fw.RunScorePlugins(ctx, state, pod, feasible)
+		scores, status := s.score(ctx, state, pod, feasible)
 		if !status.IsSuccess() {
 			return nil, placement{reason: status.Message()}
 		}
@@ -313,7 +325,7 @@ func (s *scheduler) refresh() error {
 // Reserve, Permit, and the bind into the cache.
 func (s *scheduler) commit(ctx context.Context, d *decision, node string) placement {
 	state, pod := d.state, d.pod
-	if s.dra != nil && s.filterMemo != nil && len(pod.Spec.ResourceClaims) > 0 {
+	if s.dra != nil && s.memo != nil && len(pod.Spec.ResourceClaims) > 0 {
 		// The DRA plugins' Filter keeps the allocation Reserve writes in
 		// the cycle state, and a remembered verdict skipped it.
 		nodeInfo, err := s.snapshot.NodeInfos().Get(node)
@@ -395,36 +407,32 @@ func (s *scheduler) measured(uid string) *v1.Pod {
 	return s.bound[uid]
 }
 
-// screenNodes keeps the nodes the check accepts and counts the reasons of
-// those it rejects.
-func screenNodes(nodes []fwk.NodeInfo, check screenCheck) ([]fwk.NodeInfo, map[string]int) {
+// screenNodes runs the screen's check on the nodes at indices and appends
+// those it accepts to kept; a node it rejects gets a status with the
+// check's reasons in statuses, as the Filter plugins would reject it.
+func screenNodes(nodes []fwk.NodeInfo, indices []int, check screenCheck, statuses []*fwk.Status, kept []int) []int {
 	if check == nil {
-		return nodes, nil
+		return append(kept, indices...)
 	}
-	kept := make([]fwk.NodeInfo, 0, len(nodes))
-	var rejected map[string]int
-	for i, n := range nodes {
-		ok, reasons := check(i, n.Node().Name)
-		if ok {
-			kept = append(kept, n)
-			continue
-		}
-		if rejected == nil {
-			rejected = map[string]int{}
-		}
-		for _, r := range reasons {
-			rejected[r]++
+	for _, i := range indices {
+		if ok, reasons := check(i, nodes[i].Node().Name); ok {
+			kept = append(kept, i)
+		} else {
+			statuses[i] = fwk.NewStatus(fwk.Unschedulable, reasons...)
 		}
 	}
-	return kept, rejected
+	return kept
 }
 
 // filter runs the Filter plugins on nodes. When the profile scores every
 // node (percentageOfNodesToScore 100, or fewer than 100 nodes), all nodes are
 // filtered in parallel and the feasible ones kept in node order, so a seeded
-// run is reproducible. Otherwise, like kube-scheduler, it scans from where
-// the last cycle stopped until it has found enough feasible nodes.
-func (s *scheduler) filter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) (feasible []fwk.NodeInfo, rejected map[string]int) {
+// run is reproducible: a node whose verdict the memo remembers is not
+// filtered again, and of the others those the screen rejects (given only
+// when every node is scored) are not filtered. Otherwise, like
+// kube-scheduler, it scans from where the last cycle stopped until it has
+// found enough feasible nodes.
+func (s *scheduler) filter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo, screen screenCheck) (feasible []fwk.NodeInfo, rejected map[string]int) {
 	reject := func(st *fwk.Status) {
 		if rejected == nil {
 			rejected = map[string]int{}
@@ -435,22 +443,38 @@ func (s *scheduler) filter(ctx context.Context, state fwk.CycleState, pod *v1.Po
 	}
 	want := numFeasibleNodesToFind(s.pct, len(nodes))
 	if want >= len(nodes) {
-		statuses := make([]*fwk.Status, len(nodes))
-		shape, memo := s.filterMemo.shape(state, pod)
-		todo := nodeIndices(len(nodes))
+		b := &s.filtering
+		b.statuses, b.fits = resize(b.statuses, len(nodes)), resize(b.fits, len(nodes))
+		statuses, fits := b.statuses, b.fits
+		shape, memo := s.memo.shape(state, pod)
 		if memo {
-			todo = s.filterMemo.recall(shape, nodes, statuses)
+			b.todo = s.memo.recall(shape, nodes, statuses, fits, b.todo[:0])
+		} else {
+			b.todo = b.todo[:0]
+			for i := range nodes {
+				b.todo = append(b.todo, i)
+			}
 		}
-		s.fw.Parallelizer().Until(ctx, len(todo), func(k int) {
-			statuses[todo[k]] = s.fw.RunFilterPlugins(ctx, state, pod, nodes[todo[k]])
+		todo := b.todo
+		b.run = screenNodes(nodes, todo, screen, statuses, b.run[:0])
+		run := b.run
+		s.fw.Parallelizer().Until(ctx, len(run), func(k int) {
+			i := run[k]
+			statuses[i] = s.fw.RunFilterPlugins(ctx, state, pod, nodes[i])
+			fits[i] = statuses[i].IsSuccess()
 		}, "Filter")
 		if memo {
-			s.filterMemo.remember(shape, nodes, statuses, todo)
+			s.memo.remember(shape, nodes, statuses, todo)
 		}
-		for i, st := range statuses {
-			if st.IsSuccess() {
+		for i, ok := range fits {
+			if ok {
 				feasible = append(feasible, nodes[i])
-			} else {
+			}
+		}
+		if len(feasible) == 0 {
+			// Why, for the failure's message; a node that fits has
+			// no reasons to count.
+			for _, st := range statuses {
 				reject(st)
 			}
 		}

@@ -378,6 +378,7 @@ func statusOf(fit gpu.Fit) *fwk.Status {
 // host-aware policy it records the largest node capacities in the
 // snapshot, which the policy normalizes by. With the External strategy it
 // then asks the policy service to score the nodes (preScoreExternal).
+// Last it records what the cycle's scores depend on (NodeLocalScores).
 func (p *GPUPlacement) PreScore(ctx context.Context, state fwk.CycleState, pod *v1.Pod, feasible []fwk.NodeInfo) *fwk.Status {
 	data, err := state.Read(stateKey)
 	if err != nil {
@@ -396,6 +397,7 @@ func (p *GPUPlacement) PreScore(ctx context.Context, state fwk.CycleState, pod *
 	if p.external != nil {
 		p.preScoreExternal(ctx, state, pod, feasible)
 	}
+	p.writeScoresKey(state, data.(*podState))
 	return nil
 }
 

@@ -17,7 +17,7 @@ import (
 // nodeLocalFilters are the Filter plugins whose verdict on a node depends
 // on the pod and that node's NodeInfo alone (its Node object and its pods),
 // with GPUPlacement's as long as no GPU is excluded by telemetry (see
-// newFilterMemo). The others read the
+// newNodeMemo). The others read the
 // whole cluster (InterPodAffinity, PodTopologySpread) or the API (volumes).
 var nodeLocalFilters = []string{
 	"NodeName", "NodeUnschedulable", "TaintToleration", "NodeAffinity", "NodePorts", "NodeResourcesFit",
@@ -34,13 +34,24 @@ var nodeLocalFilters = []string{
 // commits to again (scheduler.commit).
 var draFilters = []string{dynamicResources, gpudra.Name}
 
-// filterMemo remembers the Filter plugins' verdict on each node for each
-// pod shape, and hands it back while the node's NodeInfo has the same
+// nodeLocalScorers are the Score plugins whose raw score of a node depends
+// on the pod and that node's NodeInfo alone, with GPUPlacement's as long as
+// its NodeLocalScores says so (its key then joins the memo's, see
+// scoreRow). The others read the whole cluster (InterPodAffinity,
+// PodTopologySpread, ImageLocality's spread of images) or telemetry.
+var nodeLocalScorers = []string{
+	"NodeResourcesFit", "NodeResourcesBalancedAllocation", "TaintToleration", "NodeAffinity", gpuplacement.Name,
+}
+
+// nodeMemo remembers what the node-local plugins said of each node for each
+// pod shape, the Filter plugins' verdict and the Score plugins' raw
+// scores, and hands it back while the node's NodeInfo has the same
 // generation (it changes with the node and with every pod that comes or
 // goes): most nodes are unchanged between two pods, and pods of a trace
-// come in few shapes. It applies to a cycle only when every Filter plugin
-// that runs in it (not skipped by its PreFilter) is node-local.
-type filterMemo struct {
+// come in few shapes. Verdicts apply to a cycle only when every Filter
+// plugin that runs in it (not skipped by its PreFilter) is node-local,
+// scores only when every Score plugin that runs is (scorememo.go).
+type nodeMemo struct {
 	// others are the profile's Filter plugins that are not node-local; a
 	// cycle that runs any of them is not remembered.
 	others []string
@@ -52,29 +63,45 @@ type filterMemo struct {
 	// is the last verdict for the shape on node i, with the generation of
 	// the NodeInfo it was made on. A cycle reads one shape's row, in node
 	// order.
-	index    map[string]int
+	index    map[fwk.NodeInfo]int
 	verdicts [][]verdict
+	// listed is the list of nodes last numbered, listedNumbers their
+	// numbers (see numbers).
+	listed        []fwk.NodeInfo
+	listedNumbers []int
 	// claims, on the DRA path, is the spec of each of a pod's claims, or
 	// false when a claim cannot stand for its name (see
 	// draManager.claimSpecs); nil on the annotation path.
 	claims func(*v1.Pod) ([]resourceapi.ResourceClaimSpec, bool)
+	// scorers are the profile's Score plugins when all are node-local
+	// (nil otherwise: no scores are remembered); scores[shape] is the
+	// shape's raw scores (scoreRow), keyed by GPUPlacement's scores key
+	// through epoch (scorememo.go).
+	scorers []string
+	scores  []*scoreRow
+	epoch   scoresEpoch
+	// served counts the nodes whose raw scores were handed back.
+	served int
 }
 
+// verdict is the Filter plugins' status on a node, and whether it is a
+// fit, kept beside it so that a cycle reading verdicts need not follow the
+// pointer.
 type verdict struct {
-	known      bool
-	generation int64
-	status     *fwk.Status
+	known, fits bool
+	generation  int64
+	status      *fwk.Status
 }
 
-// newFilterMemo returns the memo for a profile whose Filter plugins are
-// filters, on the DRA path when dra is set; nil when GPUPlacement's
-// verdicts depend on more than the node (GPUs excluded by replayed
-// telemetry).
-func newFilterMemo(filters []string, dra *draManager, telemetry bool) *filterMemo {
+// newNodeMemo returns the memo for a profile whose Filter plugins are
+// filters and whose Score plugins are scorers, on the DRA path when dra is
+// set; nil when GPUPlacement's verdicts depend on more than the node (GPUs
+// excluded by replayed telemetry).
+func newNodeMemo(filters, scorers []string, dra *draManager, telemetry bool) *nodeMemo {
 	if telemetry {
 		return nil
 	}
-	m := &filterMemo{shapeOf: map[*v1.Pod]int32{}, shapes: map[string]int32{}, index: map[string]int{}}
+	m := &nodeMemo{shapeOf: map[*v1.Pod]int32{}, shapes: map[string]int32{}, index: map[fwk.NodeInfo]int{}}
 	local := nodeLocalFilters
 	if dra != nil {
 		local = slices.Concat(nodeLocalFilters, draFilters)
@@ -85,12 +112,16 @@ func newFilterMemo(filters []string, dra *draManager, telemetry bool) *filterMem
 			m.others = append(m.others, f)
 		}
 	}
+	if !slices.ContainsFunc(scorers, func(name string) bool { return !slices.Contains(nodeLocalScorers, name) }) {
+		m.scorers = scorers
+	}
 	return m
 }
 
-// shape is the pod's shape for this cycle, or false when the cycle runs a
-// Filter plugin that is not node-local (or the pod cannot be keyed).
-func (m *filterMemo) shape(state fwk.CycleState, pod *v1.Pod) (int32, bool) {
+// shape is the pod's shape for this cycle's Filter verdicts, or false when
+// the cycle runs a Filter plugin that is not node-local (or the pod cannot
+// be keyed).
+func (m *nodeMemo) shape(state fwk.CycleState, pod *v1.Pod) (int32, bool) {
 	if m == nil {
 		return 0, false
 	}
@@ -100,6 +131,12 @@ func (m *filterMemo) shape(state fwk.CycleState, pod *v1.Pod) (int32, bool) {
 			return 0, false
 		}
 	}
+	return m.podShape(pod)
+}
+
+// podShape is the pod's shape, numbered at its first sight; false when the
+// pod cannot be keyed.
+func (m *nodeMemo) podShape(pod *v1.Pod) (int32, bool) {
 	if id, ok := m.shapeOf[pod]; ok {
 		return id, true
 	}
@@ -122,12 +159,13 @@ func (m *filterMemo) shape(state fwk.CycleState, pod *v1.Pod) (int32, bool) {
 		id = int32(len(m.shapes))
 		m.shapes[key] = id
 		m.verdicts = append(m.verdicts, nil)
+		m.scores = append(m.scores, nil)
 	}
 	m.shapeOf[pod] = id
 	return id, true
 }
 
-// shapeKey is what node-local Filter plugins can read of a pod: all of it
+// shapeKey is what node-local plugins can read of a pod: all of it
 // but its name, UID, labels and other metadata besides its namespace and
 // annotations (GPUPlacement reads its demand from annotations). A pod's
 // claims count by their specs (claims, in the order of the pod's), not
@@ -150,14 +188,14 @@ func shapeKey(pod *v1.Pod, claims []resourceapi.ResourceClaimSpec) (string, erro
 	return string(b), err
 }
 
-// recall fills in statuses[i] for the nodes whose verdict for the shape
-// is remembered and current, and returns the indices of the others.
-func (m *filterMemo) recall(shape int32, nodes []fwk.NodeInfo, statuses []*fwk.Status) (missing []int) {
-	missing = make([]int, 0, len(nodes))
-	row := m.verdicts[shape]
+// recall fills in statuses[i], and fits[i] when it is a fit, for the nodes
+// whose verdict for the shape is remembered and current, and appends the
+// indices of the others to missing.
+func (m *nodeMemo) recall(shape int32, nodes []fwk.NodeInfo, statuses []*fwk.Status, fits []bool, missing []int) []int {
+	row, numbers := m.verdicts[shape], m.numbers(nodes)
 	for i, n := range nodes {
-		if j := m.indexOf(n); j < len(row) && row[j].known && row[j].generation == n.GetGeneration() {
-			statuses[i] = row[j].status
+		if j := numbers[i]; j < len(row) && row[j].known && row[j].generation == n.GetGeneration() {
+			statuses[i], fits[i] = row[j].status, row[j].fits
 			continue
 		}
 		missing = append(missing, i)
@@ -166,7 +204,8 @@ func (m *filterMemo) recall(shape int32, nodes []fwk.NodeInfo, statuses []*fwk.S
 }
 
 // remember keeps the verdicts statuses[i] for the nodes at indices.
-func (m *filterMemo) remember(shape int32, nodes []fwk.NodeInfo, statuses []*fwk.Status, indices []int) {
+func (m *nodeMemo) remember(shape int32, nodes []fwk.NodeInfo, statuses []*fwk.Status, indices []int) {
+	numbers := m.numbers(nodes)
 	if len(m.verdicts[shape]) < len(m.index) {
 		m.verdicts[shape] = append(m.verdicts[shape], make([]verdict, len(m.index)-len(m.verdicts[shape]))...)
 	}
@@ -175,7 +214,7 @@ func (m *filterMemo) remember(shape int32, nodes []fwk.NodeInfo, statuses []*fwk
 		if !lasting(statuses[i]) {
 			continue
 		}
-		row[m.indexOf(nodes[i])] = verdict{known: true, generation: nodes[i].GetGeneration(), status: statuses[i]}
+		row[numbers[i]] = verdict{known: true, fits: statuses[i].IsSuccess(), generation: nodes[i].GetGeneration(), status: statuses[i]}
 	}
 }
 
@@ -190,30 +229,48 @@ func lasting(status *fwk.Status) bool {
 	return false
 }
 
-// indexOf is the node's number in the memo, given on first sight.
-func (m *filterMemo) indexOf(n fwk.NodeInfo) int {
-	name := n.Node().Name
-	i, ok := m.index[name]
-	if !ok {
-		i = len(m.index)
-		m.index[name] = i
+// numbers is the memo's number of each of the nodes (indexOf). The
+// numbers of the list last asked about are kept with it: the scheduler's
+// snapshot lists its nodes in the same slice from cycle to cycle, making a
+// new one when a node comes or goes, and the memo holds the slice it keeps
+// numbers for, so that the slice's array cannot be reused for another.
+func (m *nodeMemo) numbers(nodes []fwk.NodeInfo) []int {
+	if len(nodes) == len(m.listed) && (len(nodes) == 0 || &nodes[0] == &m.listed[0]) {
+		return m.listedNumbers
 	}
-	return i
+	m.listed, m.listedNumbers = nodes, make([]int, len(nodes))
+	for i, n := range nodes {
+		m.listedNumbers[i] = m.indexOf(n)
+	}
+	return m.listedNumbers
 }
 
-// nodeIndices is 0..n−1.
-func nodeIndices(n int) []int {
-	out := make([]int, n)
-	for i := range out {
-		out[i] = i
+// indexOf is the node's number in the memo, given on first sight of its
+// NodeInfo. The scheduler's snapshot keeps a node's NodeInfo, updating it
+// in place, for as long as the node exists (a node added again has a new
+// one, and a new number), so the look-up hashes a pointer, not the name.
+func (m *nodeMemo) indexOf(n fwk.NodeInfo) int {
+	i, ok := m.index[n]
+	if !ok {
+		i = len(m.index)
+		m.index[n] = i
 	}
-	return out
+	return i
 }
 
 // filterNames is the framework's Filter plugins.
 func filterNames(f framework.Framework) []string {
 	var names []string
 	for _, pl := range f.ListPlugins().Filter.Enabled {
+		names = append(names, pl.Name)
+	}
+	return names
+}
+
+// scoreNames is the framework's Score plugins, in the order it runs them.
+func scoreNames(f framework.Framework) []string {
+	var names []string
+	for _, pl := range f.ListPlugins().Score.Enabled {
 		names = append(names, pl.Name)
 	}
 	return names
