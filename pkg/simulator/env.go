@@ -73,11 +73,12 @@ type Env struct {
 	names, models []string
 	index         map[string]int
 	// at is index by the episode's NodeInfos (position).
-	at      map[fwk.NodeInfo]int
+	at      map[*framework.NodeInfo]int
 	columns []string
-	// rows caches each node's row for pods that do not fit it: the node's
-	// state alone, valid while the node's generation is gen.
-	rows []cachedRow
+	// rows caches the nodes' rows (envRows); scratch is the buffer their
+	// descriptions are written to before they are copied there.
+	rows    envRows
+	scratch []byte
 	// fitsColumn and builtinColumn are the indices of the "fits" and
 	// "builtin_score" columns.
 	fitsColumn, builtinColumn int
@@ -100,7 +101,7 @@ type Env struct {
 	// which node rows without the pod's columns are described with.
 	probe *framework.CycleState
 	// demands numbers the demands whose fitting rows are cached
-	// (cachedRow.fit), so that a step looks a node's row up by index.
+	// (envRows.fit), so that a step finds their rows by index.
 	demands map[gpu.DemandKey]int
 
 	ep *episode
@@ -113,14 +114,38 @@ type Env struct {
 	timings EnvTimings
 }
 
-// cachedRow is a node's rows at one generation of the node: for pods that
-// do not fit (values), and for pods that fit, by the demand's number in
-// Env.demands (fit), whose builtin_score column is rewritten at each step
-// from the cycle's scores.
-type cachedRow struct {
-	gen    int64
+// envRows is the nodes' rows kept from step to step, each at one
+// generation of its node, in matrices of a row per node in the order of
+// the observation (pointer-free, and copied to an observation in one
+// piece): for pods that do not fit the node (values, of gen), and for pods
+// that fit, by the demand's number in Env.demands (fit), whose
+// builtin_score column is rewritten at each step from the cycle's scores.
+type envRows struct {
+	// gen is the generation of each node that values describes, -1 for
+	// none.
+	gen    []int64
 	values []byte
-	fit    [][]byte
+	fit    []fitRows
+}
+
+// fitRows is the rows of the nodes for one demand that fits them: node i's
+// at values[i*width:], described at its generation gen[i] (-1: none).
+type fitRows struct {
+	gen    []int64
+	values []byte
+}
+
+// forget marks every row as described at no generation: a new episode's
+// nodes are other NodeInfos.
+func (r *envRows) forget() {
+	for i := range r.gen {
+		r.gen[i] = -1
+	}
+	for k := range r.fit {
+		for i := range r.fit[k].gen {
+			r.fit[k].gen[i] = -1
+		}
+	}
 }
 
 // maxCachedDemands bounds the demands whose fitting rows are cached (a
@@ -168,7 +193,7 @@ func NewEnv(opts EnvOptions) (*Env, error) {
 		return nil, err
 	}
 	e := &Env{opts: sim, reward: opts.Reward, capacity: trace.CapacityMilli(opts.Nodes), typical: typicalPods(opts.Pods),
-		index: map[string]int{}, columns: gpu.FeatureColumns(), rows: make([]cachedRow, len(opts.Nodes)), nextSeed: 42}
+		index: map[string]int{}, columns: gpu.FeatureColumns(), nextSeed: 42}
 	e.fitsColumn, e.builtinColumn = slices.Index(e.columns, "fits"), slices.Index(e.columns, gpu.BuiltinScoreColumn)
 	if len(opts.ScoreColumns) > 0 && findGPUPlacementArgs(opts.Profile.Profile) == nil {
 		return nil, fmt.Errorf("score columns %v: profile %s has no %s plugin to score with", opts.ScoreColumns, opts.Profile.Name, gpuplacement.Name)
@@ -195,8 +220,9 @@ func NewEnv(opts EnvOptions) (*Env, error) {
 			model = inv.Devices[0].Model
 		}
 		e.models = append(e.models, model)
-		e.rows[i].gen = -1
 	}
+	e.rows = envRows{gen: make([]int64, len(opts.Nodes)), values: make([]byte, 4*len(e.columns)*len(opts.Nodes))}
+	e.rows.forget()
 	return e, nil
 }
 
@@ -205,9 +231,7 @@ func (e *Env) Close() {
 	if e.ep != nil {
 		e.ep.close()
 		e.ep, e.pending, e.probe, e.scorers, e.at = nil, nil, nil, nil, nil
-		for i := range e.rows {
-			e.rows[i].gen = -1
-		}
+		e.rows.forget()
 	}
 }
 

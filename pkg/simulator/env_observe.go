@@ -87,11 +87,15 @@ func (e *Env) fitRows(d *decision, fit []fwk.NodeInfo, demand *gpu.Demand, value
 	if cached {
 		k, cached = e.demandNumber(demand.Key())
 	}
+	var rows *fitRows
+	if cached {
+		rows = e.fitRowsOf(k, base)
+	}
 	var miss []fwk.NodeInfo
 	for _, ni := range fit {
 		i := e.position(ni)
-		if rows := e.rows[i].fit; cached && k < len(rows) && rows[k] != nil {
-			copy(values[i*width:], rows[k])
+		if rows != nil && rows.gen[i] == e.rows.gen[i] {
+			copy(values[i*width:], rows.values[i*base:(i+1)*base])
 		} else {
 			miss = append(miss, ni)
 		}
@@ -108,16 +112,15 @@ func (e *Env) fitRows(d *decision, fit []fwk.NodeInfo, demand *gpu.Demand, value
 			}
 			return nil
 		}
-		m := policyservice.Matrix(feats, demand, nil).Values
+		m := policyservice.Matrix(feats, demand, e.scratch).Values
+		e.scratch = m
 		for j, ni := range miss {
 			i := e.position(ni)
 			row := m[j*base : (j+1)*base]
 			copy(values[i*width:], row)
-			if cached {
-				if len(e.rows[i].fit) <= k {
-					e.rows[i].fit = append(e.rows[i].fit, make([][]byte, k+1-len(e.rows[i].fit))...)
-				}
-				e.rows[i].fit[k] = row
+			if rows != nil {
+				copy(rows.values[i*base:], row)
+				rows.gen[i] = ni.GetGeneration()
 			}
 		}
 	}
@@ -160,6 +163,20 @@ func (e *Env) scoreRows(d *decision, fit []fwk.NodeInfo, values []byte) error {
 		}
 	}
 	return nil
+}
+
+// fitRowsOf is the cached rows of the demand numbered k, base bytes each,
+// made on first use.
+func (e *Env) fitRowsOf(k, base int) *fitRows {
+	for len(e.rows.fit) <= k {
+		n := len(e.names)
+		rows := fitRows{gen: make([]int64, n), values: make([]byte, n*base)}
+		for i := range rows.gen {
+			rows.gen[i] = -1
+		}
+		e.rows.fit = append(e.rows.fit, rows)
+	}
+	return &e.rows.fit[k]
 }
 
 // demandNumber is the number of a demand in e.demands, given it at its
@@ -222,11 +239,14 @@ func (e *Env) nodeRows(values []byte) error {
 		return err
 	}
 	var stale []fwk.NodeInfo
+	var at []int
 	for _, ni := range all {
-		if i, ok := e.positionOK(ni); ok && e.rows[i].gen != ni.GetGeneration() {
+		if i, ok := e.positionOK(ni); ok && e.rows.gen[i] != ni.GetGeneration() {
 			stale = append(stale, ni)
+			at = append(at, i)
 		}
 	}
+	width := 4 * len(e.columns)
 	if len(stale) > 0 {
 		if e.probe == nil {
 			e.probe = framework.NewCycleState()
@@ -239,23 +259,26 @@ func (e *Env) nodeRows(values []byte) error {
 		if err != nil {
 			return fmt.Errorf("describing the nodes: %w", err)
 		}
+		m := policyservice.Matrix(feats, &gpu.Demand{}, e.scratch).Values
+		e.scratch = m
+		base := len(m) / len(stale)
 		for j, ni := range stale {
-			row := &e.rows[e.position(ni)]
-			clear(row.fit) // no fitting rows yet; the slice is kept for them
-			row.gen, row.values, row.fit = ni.GetGeneration(), policyservice.Matrix(feats[j:j+1], &gpu.Demand{}, nil).Values, row.fit[:0]
+			// The score columns of a node the pod does not fit are 0.
+			i := at[j]
+			row := e.rows.values[i*width : (i+1)*width]
+			clear(row)
+			copy(row, m[j*base:(j+1)*base])
+			e.rows.gen[i] = ni.GetGeneration()
 		}
 	}
-	width := 4 * len(e.columns)
-	for i := range e.rows {
-		copy(values[i*width:(i+1)*width], e.rows[i].values)
-	}
+	copy(values, e.rows.values)
 	return nil
 }
 
 // position is the node's position among the environment's nodes (its
 // action, its row), found by its NodeInfo: the episode's snapshot keeps a
-// node's NodeInfo for the node's life, so that finding the row of each of
-// a cycle's nodes hashes a pointer, not the node's name.
+// node's *framework.NodeInfo for the node's life, so that finding the row
+// of each of a cycle's nodes hashes a pointer, not the node's name.
 func (e *Env) position(ni fwk.NodeInfo) int {
 	i, _ := e.positionOK(ni)
 	return i
@@ -264,15 +287,18 @@ func (e *Env) position(ni fwk.NodeInfo) int {
 // positionOK is position, and false for a node the environment does not
 // list.
 func (e *Env) positionOK(ni fwk.NodeInfo) (int, bool) {
-	if i, ok := e.at[ni]; ok {
-		return i, true
+	p, own := ni.(*framework.NodeInfo)
+	if own {
+		if i, ok := e.at[p]; ok {
+			return i, true
+		}
 	}
 	i, ok := e.index[ni.Node().Name]
-	if ok {
+	if ok && own {
 		if e.at == nil {
-			e.at = map[fwk.NodeInfo]int{}
+			e.at = map[*framework.NodeInfo]int{}
 		}
-		e.at[ni] = i
+		e.at[p] = i
 	}
 	return i, ok
 }
