@@ -72,8 +72,10 @@ type Env struct {
 	// of the observation's rows; index finds a node's.
 	names, models []string
 	index         map[string]int
-	// at is index by the episode's NodeInfos (position).
+	// at is index by the episode's NodeInfos (position), listed the
+	// positions of the list of nodes last asked about (positions).
 	at      map[*framework.NodeInfo]int
+	listed  listNumbers
 	columns []string
 	// rows caches the nodes' rows (envRows); scratch is the buffer their
 	// descriptions are written to before they are copied there.
@@ -109,8 +111,10 @@ type Env struct {
 	// when no episode is under way or it is over.
 	pending *decision
 	mask    []byte
-	// fit is the nodes of the mask, for the observation's rows.
+	// fit is the nodes of the mask, for the observation's rows, and fitAt
+	// their positions.
 	fit     []fwk.NodeInfo
+	fitAt   []int
 	timings EnvTimings
 }
 
@@ -230,7 +234,7 @@ func NewEnv(opts EnvOptions) (*Env, error) {
 func (e *Env) Close() {
 	if e.ep != nil {
 		e.ep.close()
-		e.ep, e.pending, e.probe, e.scorers, e.at = nil, nil, nil, nil, nil
+		e.ep, e.pending, e.probe, e.scorers, e.at, e.listed = nil, nil, nil, nil, nil, listNumbers{}
 		e.rows.forget()
 	}
 }

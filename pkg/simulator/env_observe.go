@@ -35,10 +35,20 @@ func (e *Env) setMask(d *decision) error {
 	if err != nil {
 		return err
 	}
-	e.fit = fit
+	e.fit, e.fitAt = fit, e.fitAt[:0]
+	if !d.partial { // fit is d.feasible
+		listed := e.positions(d.nodes)
+		for _, j := range d.at {
+			e.fitAt = append(e.fitAt, listed[j])
+		}
+	} else {
+		for _, ni := range fit {
+			e.fitAt = append(e.fitAt, e.position(ni))
+		}
+	}
 	e.mask = make([]byte, len(e.names))
-	for _, ni := range fit {
-		e.mask[e.position(ni)] = 1
+	for _, i := range e.fitAt {
+		e.mask[i] = 1
 	}
 	return nil
 }
@@ -92,12 +102,13 @@ func (e *Env) fitRows(d *decision, fit []fwk.NodeInfo, demand *gpu.Demand, value
 		rows = e.fitRowsOf(k, base)
 	}
 	var miss []fwk.NodeInfo
-	for _, ni := range fit {
-		i := e.position(ni)
+	var missAt []int
+	for j, ni := range fit {
+		i := e.fitAt[j]
 		if rows != nil && rows.gen[i] == e.rows.gen[i] {
 			copy(values[i*width:], rows.values[i*base:(i+1)*base])
 		} else {
-			miss = append(miss, ni)
+			miss, missAt = append(miss, ni), append(missAt, i)
 		}
 	}
 	if len(miss) > 0 {
@@ -107,15 +118,15 @@ func (e *Env) fitRows(d *decision, fit []fwk.NodeInfo, demand *gpu.Demand, value
 			// leaves GPUPlacement no state: its rows are the nodes' state,
 			// fits set.
 			one := binary.LittleEndian.AppendUint32(nil, math.Float32bits(1))
-			for _, ni := range fit {
-				copy(values[e.position(ni)*width+4*e.fitsColumn:], one)
+			for _, i := range e.fitAt {
+				copy(values[i*width+4*e.fitsColumn:], one)
 			}
 			return nil
 		}
 		m := policyservice.Matrix(feats, demand, e.scratch).Values
 		e.scratch = m
 		for j, ni := range miss {
-			i := e.position(ni)
+			i := missAt[j]
 			row := m[j*base : (j+1)*base]
 			copy(values[i*width:], row)
 			if rows != nil {
@@ -127,11 +138,11 @@ func (e *Env) fitRows(d *decision, fit []fwk.NodeInfo, demand *gpu.Demand, value
 	if !cached {
 		return nil
 	}
-	for j, ns := range d.scores { // the scores of d.feasible, in its order
+	for j, ns := range d.scores { // the scores of d.feasible, which is fit
 		for _, ps := range ns.Scores {
 			if ps.Name == gpuplacement.Name {
 				v := float32(float64(ps.Score) / float64(e.scoreWeight) / float64(fwk.MaxNodeScore))
-				binary.LittleEndian.PutUint32(values[e.position(d.feasible[j])*width+4*e.builtinColumn:], math.Float32bits(v))
+				binary.LittleEndian.PutUint32(values[e.fitAt[j]*width+4*e.builtinColumn:], math.Float32bits(v))
 			}
 		}
 	}
@@ -157,8 +168,8 @@ func (e *Env) scoreRows(d *decision, fit []fwk.NodeInfo, values []byte) error {
 	}
 	width, base := 4*len(e.columns), 4*len(gpu.FeatureColumns())
 	for k := range e.scoreTypes {
-		for j, ni := range fit {
-			at := e.position(ni)*width + base + 4*k
+		for j := range fit {
+			at := e.fitAt[j]*width + base + 4*k
 			binary.LittleEndian.PutUint32(values[at:], math.Float32bits(float32(scores[k][j])))
 		}
 	}
@@ -240,8 +251,9 @@ func (e *Env) nodeRows(values []byte) error {
 	}
 	var stale []fwk.NodeInfo
 	var at []int
-	for _, ni := range all {
-		if i, ok := e.positionOK(ni); ok && e.rows.gen[i] != ni.GetGeneration() {
+	positions := e.positions(all)
+	for j, ni := range all {
+		if i := positions[j]; i >= 0 && e.rows.gen[i] != ni.GetGeneration() {
 			stale = append(stale, ni)
 			at = append(at, i)
 		}
@@ -273,6 +285,19 @@ func (e *Env) nodeRows(values []byte) error {
 	}
 	copy(values, e.rows.values)
 	return nil
+}
+
+// positions is the position of each of the nodes, -1 for a node the
+// environment does not list, kept for the list last asked about
+// (listNumbers): the snapshot's list of every node, or the nodes its
+// PreFilter left.
+func (e *Env) positions(nodes []fwk.NodeInfo) []int {
+	return e.listed.of(nodes, func(ni fwk.NodeInfo) int {
+		if i, ok := e.positionOK(ni); ok {
+			return i
+		}
+		return -1
+	})
 }
 
 // position is the node's position among the environment's nodes (its

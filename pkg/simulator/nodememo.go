@@ -65,10 +65,8 @@ type nodeMemo struct {
 	// order.
 	index    nodeNumbers
 	verdicts [][]verdict
-	// listed is the list of nodes last numbered, listedNumbers their
-	// numbers (see numbers).
-	listed        []fwk.NodeInfo
-	listedNumbers []int
+	// listed is the numbers of the nodes last listed (numbers).
+	listed listNumbers
 	// claims, on the DRA path, is the spec of each of a pod's claims, or
 	// false when a claim cannot stand for its name (see
 	// draManager.claimSpecs); nil on the annotation path.
@@ -229,20 +227,33 @@ func lasting(status *fwk.Status) bool {
 	return false
 }
 
-// numbers is the memo's number of each of the nodes (indexOf). The
-// numbers of the list last asked about are kept with it: the scheduler's
-// snapshot lists its nodes in the same slice from cycle to cycle, making a
-// new one when a node comes or goes, and the memo holds the slice it keeps
-// numbers for, so that the slice's array cannot be reused for another.
+// numbers is the memo's number of each of the nodes (indexOf), kept for
+// the list last asked about (listNumbers).
 func (m *nodeMemo) numbers(nodes []fwk.NodeInfo) []int {
-	if len(nodes) == len(m.listed) && (len(nodes) == 0 || &nodes[0] == &m.listed[0]) {
-		return m.listedNumbers
+	return m.listed.of(nodes, m.indexOf)
+}
+
+// listNumbers keeps a number for each node of the list last asked about.
+// The scheduler's snapshot lists its nodes in the same slice from cycle to
+// cycle, making a new one when a node comes or goes, so the numbers of a
+// cycle's nodes are found without a look-up per node. The slice is held
+// with its numbers, so that its array cannot be reused for another list.
+type listNumbers struct {
+	listed  []fwk.NodeInfo
+	numbers []int
+}
+
+// of is the number of each of the nodes, by number unless nodes is the
+// list last asked about.
+func (l *listNumbers) of(nodes []fwk.NodeInfo, number func(fwk.NodeInfo) int) []int {
+	if len(nodes) == len(l.listed) && (len(nodes) == 0 || &nodes[0] == &l.listed[0]) {
+		return l.numbers
 	}
-	m.listed, m.listedNumbers = nodes, make([]int, len(nodes))
+	l.listed, l.numbers = nodes, make([]int, len(nodes))
 	for i, n := range nodes {
-		m.listedNumbers[i] = m.indexOf(n)
+		l.numbers[i] = number(n)
 	}
-	return m.listedNumbers
+	return l.numbers
 }
 
 // indexOf is the node's number in the memo, given on first sight of its

@@ -253,6 +253,8 @@ type decision struct {
 	pod      *v1.Pod
 	nodes    []fwk.NodeInfo
 	feasible []fwk.NodeInfo
+	// at is the index in nodes of each feasible node.
+	at []int
 	// partial is set when Filter scanned only part of nodes
 	// (numFeasibleNodesToFind): feasible need not be every node that fits.
 	partial bool
@@ -291,16 +293,16 @@ func (s *scheduler) decide(ctx context.Context, pod *v1.Pod) (*decision, placeme
 	if s.screen != nil && s.pct != nil && *s.pct == 100 {
 		screen = s.screen(pod)
 	}
-	feasible, rejected := s.filter(ctx, state, pod, nodes, screen)
+	feasible, at, rejected := s.filter(ctx, state, pod, nodes, screen)
 	if len(feasible) == 0 {
 		return nil, placement{reason: fitMessage(len(d.nodes), rejected)}
 	}
-	d.feasible, d.node = feasible, feasible[0].Node().Name
+	d.feasible, d.at, d.node = feasible, at, feasible[0].Node().Name
 	if len(feasible) > 1 {
 		if status := s.fw.RunPreScorePlugins(ctx, state, pod, feasible); !status.IsSuccess() {
 			return nil, placement{reason: status.Message()}
 		}
-		scores, status := s.score(ctx, state, pod, feasible)
+		scores, status := s.score(ctx, d)
 		if !status.IsSuccess() {
 			return nil, placement{reason: status.Message()}
 		}
@@ -431,8 +433,9 @@ func screenNodes(nodes []fwk.NodeInfo, indices []int, check screenCheck, statuse
 // filtered again, and of the others those the screen rejects (given only
 // when every node is scored) are not filtered. Otherwise, like
 // kube-scheduler, it scans from where the last cycle stopped until it has
-// found enough feasible nodes.
-func (s *scheduler) filter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo, screen screenCheck) (feasible []fwk.NodeInfo, rejected map[string]int) {
+// found enough feasible nodes. at is the index in nodes of each feasible
+// node.
+func (s *scheduler) filter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo, screen screenCheck) (feasible []fwk.NodeInfo, at []int, rejected map[string]int) {
 	reject := func(st *fwk.Status) {
 		if rejected == nil {
 			rejected = map[string]int{}
@@ -468,7 +471,7 @@ func (s *scheduler) filter(ctx context.Context, state fwk.CycleState, pod *v1.Po
 		}
 		for i, ok := range fits {
 			if ok {
-				feasible = append(feasible, nodes[i])
+				feasible, at = append(feasible, nodes[i]), append(at, i)
 			}
 		}
 		if len(feasible) == 0 {
@@ -478,12 +481,12 @@ func (s *scheduler) filter(ctx context.Context, state fwk.CycleState, pod *v1.Po
 				reject(st)
 			}
 		}
-		return feasible, rejected
+		return feasible, at, rejected
 	}
 	for i := 0; i < len(nodes) && len(feasible) < want; i++ {
 		j := (s.nextNode + i) % len(nodes)
 		if st := s.fw.RunFilterPlugins(ctx, state, pod, nodes[j]); st.IsSuccess() {
-			feasible = append(feasible, nodes[j])
+			feasible, at = append(feasible, nodes[j]), append(at, j)
 		} else {
 			reject(st)
 		}
@@ -491,7 +494,7 @@ func (s *scheduler) filter(ctx context.Context, state fwk.CycleState, pod *v1.Po
 			s.nextNode = (j + 1) % len(nodes)
 		}
 	}
-	return feasible, rejected
+	return feasible, at, rejected
 }
 
 // numFeasibleNodesToFind is kube-scheduler's rule: with fewer than 100

@@ -127,21 +127,23 @@ func (r *scoreRow) remember(i int, generation int64, epoch int32, raw []fwk.Plug
 	return true
 }
 
-// score runs the Score plugins on the feasible nodes and normalizes and
-// weighs their scores, as the framework's RunScorePlugins does, taking the
-// raw scores of the nodes the memo remembers (scoreRow) from it.
-func (s *scheduler) score(ctx context.Context, state fwk.CycleState, pod *v1.Pod, feasible []fwk.NodeInfo) ([]fwk.NodePluginScores, *fwk.Status) {
+// score runs the Score plugins on the decision's feasible nodes and
+// normalizes and weighs their scores, as the framework's RunScorePlugins
+// does, taking the raw scores of the nodes the memo remembers (scoreRow)
+// from it.
+func (s *scheduler) score(ctx context.Context, d *decision) ([]fwk.NodePluginScores, *fwk.Status) {
+	state, pod, feasible := d.state, d.pod, d.feasible
 	row, names, epoch := s.memo.scoreRow(state, pod)
 	if row == nil {
 		return s.fw.RunScorePlugins(ctx, state, pod, feasible)
 	}
 	n := len(names)
 	scores := make([]fwk.NodePluginScores, len(feasible))
-	at := make([]int, len(feasible))
+	at, numbers := make([]int, len(feasible)), s.memo.numbers(d.nodes)
 	raw := make([]fwk.PluginScore, len(feasible)*n)
 	var todo []int
 	for i, ni := range feasible {
-		at[i] = s.memo.indexOf(ni)
+		at[i] = numbers[d.at[i]]
 		out := raw[i*n : (i+1)*n : (i+1)*n]
 		if row.recall(at[i], ni.GetGeneration(), epoch, out) {
 			scores[i] = fwk.NodePluginScores{Name: ni.Node().Name, RawScores: out}
