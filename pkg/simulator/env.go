@@ -95,7 +95,7 @@ type Env struct {
 	// strategy in Enforce mode: a policy service's or a model's), so that
 	// they cannot stand for the builtin_score column.
 	scoreWeight int64
-	// noCache describes every fitting node anew at every step (tests).
+	// noCache describes every node anew at every step (tests).
 	noCache bool
 	// nextSeed is the seed of a reset without one.
 	nextSeed int64

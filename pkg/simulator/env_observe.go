@@ -243,7 +243,8 @@ func (e *Env) fitting(d *decision) ([]fwk.NodeInfo, error) {
 // nodeRows writes every node's row for a pod that does not fit it into
 // values: the node's state alone, cached while the node's generation is
 // the cached one. Rows are described for a probe pod of one GPU (e.probe):
-// a row without the pod-dependent columns is the same for every pod.
+// a row without the pod-dependent columns is the same for every pod. With
+// noCache every row is described anew, straight into values.
 func (e *Env) nodeRows(values []byte) error {
 	all, err := e.ep.sched.snapshot.NodeInfos().List()
 	if err != nil {
@@ -253,7 +254,7 @@ func (e *Env) nodeRows(values []byte) error {
 	var at []int
 	positions := e.positions(all)
 	for j, ni := range all {
-		if i := positions[j]; i >= 0 && e.rows.gen[i] != ni.GetGeneration() {
+		if i := positions[j]; i >= 0 && (e.noCache || e.rows.gen[i] != ni.GetGeneration()) {
 			stale = append(stale, ni)
 			at = append(at, i)
 		}
@@ -277,13 +278,19 @@ func (e *Env) nodeRows(values []byte) error {
 		for j, ni := range stale {
 			// The score columns of a node the pod does not fit are 0.
 			i := at[j]
+			if e.noCache {
+				copy(values[i*width:], m[j*base:(j+1)*base])
+				continue
+			}
 			row := e.rows.values[i*width : (i+1)*width]
 			clear(row)
 			copy(row, m[j*base:(j+1)*base])
 			e.rows.gen[i] = ni.GetGeneration()
 		}
 	}
-	copy(values, e.rows.values)
+	if !e.noCache {
+		copy(values, e.rows.values)
+	}
 	return nil
 }
 

@@ -222,10 +222,10 @@ func featureValue(m *pb.FeatureMatrix, i, j int) float32 {
 	return math.Float32frombits(uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24)
 }
 
-// TestEnvironmentCachedRowsMatchFeatures: the rows of fitting nodes taken
-// from the cache, with the built-in score from the cycle's scores, are the
-// rows GPUPlacement's feature extractor describes anew, byte for byte, at
-// every step of an episode.
+// TestEnvironmentCachedRowsMatchFeatures: the rows taken from the caches,
+// of fitting nodes with the built-in score from the cycle's scores and of
+// the others, are the rows GPUPlacement's feature extractor describes
+// anew, byte for byte, at every step of an episode.
 func TestEnvironmentCachedRowsMatchFeatures(t *testing.T) {
 	for _, policy := range []string{"FragFit", "BestFit"} {
 		t.Run(policy, func(t *testing.T) {
