@@ -10,8 +10,9 @@ import (
 // TestAnswerKey: a policy's answer key stays equal while what its answers
 // read beyond the node stays, and changes when the answers change for a
 // node that did not: the fleet's census here (TestPairFitFleetChange:
-// the same T4 node's loss goes from 333 to 1). Policies that read nothing
-// beyond the node have the zero key.
+// the same T4 node's loss goes from 333 to 1), and the typical pods a
+// window learns. Policies that read nothing beyond the node have the zero
+// key.
 func TestAnswerKey(t *testing.T) {
 	shapes := gpu.StaticShapes{{Demand: gpu.Demand{Count: 1, Milli: 1000}, Weight: 0.5}, {Demand: gpu.Demand{Count: 1, Milli: 1000, Models: []string{"T4"}}, Weight: 0.5}}
 	f := fleetOf(twoT4TwoA100)
@@ -31,6 +32,19 @@ func TestAnswerKey(t *testing.T) {
 	}
 	if p.AnswerKey() == before {
 		t.Errorf("the answer on the same node went from %d to %d and the key stayed %v", s, after, before)
+	}
+
+	// The typical pods alone: a window that learns a new shape (64
+	// observations recompute it) changes the key of a policy without a
+	// fleet, whose prices follow the typical pods.
+	window := gpu.NewShapeWindow(100, shapes)
+	learner := gpu.MustPolicy(gpu.PolicyPairFit, gpu.PolicyConfig{Shapes: window})
+	before = learner.AnswerKey()
+	for range 64 {
+		window.Observe(gpu.Demand{Count: 2, Milli: 1000})
+	}
+	if learner.AnswerKey() == before {
+		t.Error("the window's typical pods changed and the key stayed")
 	}
 
 	for _, policy := range []gpu.PolicyType{gpu.PolicyBestFit, gpu.PolicySpread, gpu.PolicyRandom} {

@@ -35,15 +35,23 @@ func (e *Env) setMask(d *decision) error {
 	if err != nil {
 		return err
 	}
-	e.fit, e.fitAt = fit, e.fitAt[:0]
-	if !d.partial { // fit is d.feasible
-		listed := e.positions(d.nodes)
-		for _, j := range d.at {
-			e.fitAt = append(e.fitAt, listed[j])
+	// The nodes that fit with their positions; a node the environment
+	// does not list (none: its nodes are the episode's) cannot be chosen.
+	e.fit, e.fitAt = fit[:0:0], e.fitAt[:0]
+	var listed []int
+	if !d.partial && len(d.at) == len(fit) { // fit is d.feasible
+		listed = e.positions(d.nodes)
+	}
+	for j, ni := range fit {
+		i, ok := -1, false
+		if listed != nil {
+			i = listed[d.at[j]]
+			ok = i >= 0
+		} else {
+			i, ok = e.positionOK(ni)
 		}
-	} else {
-		for _, ni := range fit {
-			e.fitAt = append(e.fitAt, e.position(ni))
+		if ok {
+			e.fit, e.fitAt = append(e.fit, ni), append(e.fitAt, i)
 		}
 	}
 	e.mask = make([]byte, len(e.names))
@@ -92,7 +100,7 @@ func (e *Env) observe(d *decision) (*pb.Observation, error) {
 // Filter scan), the rows are described anew.
 func (e *Env) fitRows(d *decision, fit []fwk.NodeInfo, demand *gpu.Demand, values []byte) error {
 	width, base := 4*len(e.columns), 4*len(gpu.FeatureColumns())
-	cached := !e.noCache && !d.partial && d.scores != nil && e.scoreWeight > 0
+	cached := !e.noCache && !d.partial && d.scores != nil && len(d.scores) == len(fit) && e.scoreWeight > 0
 	k := -1
 	if cached {
 		k, cached = e.demandNumber(demand.Key())
@@ -294,8 +302,8 @@ func (e *Env) nodeRows(values []byte) error {
 	return nil
 }
 
-// positions is the position of each of the nodes, -1 for a node the
-// environment does not list, kept for the list last asked about
+// positions is the position of each of the nodes (positionOK), -1 for a
+// node the environment does not list, kept for the list last asked about
 // (listNumbers): the snapshot's list of every node, or the nodes its
 // PreFilter left.
 func (e *Env) positions(nodes []fwk.NodeInfo) []int {
@@ -307,17 +315,11 @@ func (e *Env) positions(nodes []fwk.NodeInfo) []int {
 	})
 }
 
-// position is the node's position among the environment's nodes (its
-// action, its row), found by its NodeInfo: the episode's snapshot keeps a
-// node's *framework.NodeInfo for the node's life, so that finding the row
-// of each of a cycle's nodes hashes a pointer, not the node's name.
-func (e *Env) position(ni fwk.NodeInfo) int {
-	i, _ := e.positionOK(ni)
-	return i
-}
-
-// positionOK is position, and false for a node the environment does not
-// list.
+// positionOK is the node's position among the environment's nodes (its
+// action, its row), found by its NodeInfo, and false for a node the
+// environment does not list: the episode's snapshot keeps a node's
+// *framework.NodeInfo for the node's life, so that finding the row of each
+// of a cycle's nodes hashes a pointer, not the node's name.
 func (e *Env) positionOK(ni fwk.NodeInfo) (int, bool) {
 	p, own := ni.(*framework.NodeInfo)
 	if own {

@@ -543,3 +543,34 @@ func TestEnvironmentScoreColumns(t *testing.T) {
 		}
 	}
 }
+
+// TestEnvironmentWithMigrations: with a migration budget, a pod that fits
+// nowhere until pods move is observed with the one node its plan makes
+// room on, and an episode of builtin actions is simulate's run: the same
+// unallocated %, placed and failed pods. The run must move pods, or the
+// test tests nothing.
+func TestEnvironmentWithMigrations(t *testing.T) {
+	nodes, pods := trace.Synthetic(trace.SyntheticOptions{Nodes: 24})
+	profile := defaultProfiles(t, "PairFit")[0]
+	profile.Migrations = MigrationBudget{Fraction: 0.05}
+	env, err := NewEnv(EnvOptions{Nodes: nodes, Pods: pods, Profile: profile, Arrival: trace.ArrivalFGD, TieBreak: report.TieBreakRandom})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(env.Close)
+	runs, err := Simulate(context.Background(), Options{Nodes: nodes, Pods: pods, Profiles: []Profile{profile},
+		Arrival: trace.ArrivalFGD, TieBreak: report.TieBreakRandom, Seeds: []int64{1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := runs[0]
+	if want.Migrations == nil || want.Migrations.Moves == 0 {
+		t.Fatalf("simulate moved no pod (%v): the test tests nothing", want.Migrations)
+	}
+	info, _ := runBuiltin(t, env, 1)
+	if got := info.UnallocatedPctAt_100; got == nil || want.UnallocatedPctAt100 == nil || *got != *want.UnallocatedPctAt100 ||
+		int(info.PlacedPods) != want.Placed || int(info.FailedPods) != want.Failed {
+		t.Errorf("environment unallocated %v%%, placed %d, failed %d; simulate %v%%, %d, %d",
+			got, info.PlacedPods, info.FailedPods, want.UnallocatedPctAt100, want.Placed, want.Failed)
+	}
+}

@@ -330,7 +330,7 @@ func (s *scheduler) decideOn(ctx context.Context, pod *v1.Pod, node string) *dec
 	if !s.fw.RunFilterPlugins(ctx, state, pod, ni).IsSuccess() {
 		return nil
 	}
-	return &decision{state: state, pod: pod, nodes: []fwk.NodeInfo{ni}, feasible: []fwk.NodeInfo{ni}, node: node}
+	return &decision{state: state, pod: pod, nodes: []fwk.NodeInfo{ni}, feasible: []fwk.NodeInfo{ni}, at: []int{0}, node: node}
 }
 
 // withMigrations is profiles, each followed by a variant per budget of the

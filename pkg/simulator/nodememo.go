@@ -9,6 +9,7 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
+	"github.com/gpusched/gpusched/pkg/gpu"
 	"github.com/gpusched/gpusched/pkg/plugins/gpudra"
 	"github.com/gpusched/gpusched/pkg/plugins/gpuplacement"
 	"github.com/gpusched/gpusched/pkg/plugins/gpuresourcesfit"
@@ -93,10 +94,13 @@ type verdict struct {
 
 // newNodeMemo returns the memo for a profile whose Filter plugins are
 // filters and whose Score plugins are scorers, on the DRA path when dra is
-// set; nil when GPUPlacement's verdicts depend on more than the node (GPUs
-// excluded by replayed telemetry).
-func newNodeMemo(filters, scorers []string, dra *draManager, telemetry bool) *nodeMemo {
-	if telemetry {
+// set; nil when GPUPlacement's verdicts depend on more than the node:
+// GPUs excluded by replayed telemetry, or nodes whose GPUs hold
+// reservations, which expire with the clock (reservations). On the DRA
+// path no scores are remembered: NodeResourcesFit's scores read DRA's
+// devices too, and GPUPlacement's the devices the cycle's claims get.
+func newNodeMemo(filters, scorers []string, dra *draManager, telemetry, reservations bool) *nodeMemo {
+	if telemetry || reservations {
 		return nil
 	}
 	m := &nodeMemo{shapeOf: map[*v1.Pod]int32{}, shapes: map[string]int32{}}
@@ -110,10 +114,19 @@ func newNodeMemo(filters, scorers []string, dra *draManager, telemetry bool) *no
 			m.others = append(m.others, f)
 		}
 	}
-	if !slices.ContainsFunc(scorers, func(name string) bool { return !slices.Contains(nodeLocalScorers, name) }) {
+	if dra == nil && !slices.ContainsFunc(scorers, func(name string) bool { return !slices.Contains(nodeLocalScorers, name) }) {
 		m.scorers = scorers
 	}
 	return m
+}
+
+// holdReservations reports whether any of the nodes' GPUs hold reservations
+// (gpu.AnnotationReservations).
+func holdReservations(nodes []*v1.Node) bool {
+	return slices.ContainsFunc(nodes, func(n *v1.Node) bool {
+		_, ok := n.Annotations[gpu.AnnotationReservations]
+		return ok
+	})
 }
 
 // shape is the pod's shape for this cycle's Filter verdicts, or false when
@@ -258,8 +271,9 @@ func (l *listNumbers) of(nodes []fwk.NodeInfo, number func(fwk.NodeInfo) int) []
 
 // indexOf is the node's number in the memo, given on first sight of its
 // NodeInfo. The scheduler's snapshot keeps a node's NodeInfo, updating it
-// in place, for as long as the node exists (a node added again has a new
-// one, and a new number), so the look-up hashes a pointer, not the name.
+// in place, for as long as the node is in the snapshot (its generation
+// tells whether it changed), so the look-up hashes a pointer, not the
+// name.
 func (m *nodeMemo) indexOf(n fwk.NodeInfo) int {
 	return m.index.number(n)
 }

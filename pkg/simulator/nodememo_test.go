@@ -74,7 +74,7 @@ func TestFilterMemoServesDefaultProfile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := newNodeMemo(filterNames(s.fw), scoreNames(s.fw), nil, false)
+	m := newNodeMemo(filterNames(s.fw), scoreNames(s.fw), nil, false, false)
 	for _, tp := range pods[:20] {
 		pod := tp.Pod
 		state := framework.NewCycleState()
@@ -93,13 +93,15 @@ func TestFilterMemoServesDefaultProfile(t *testing.T) {
 // RunScorePlugins on the same cycle state, pod by pod as pods are placed:
 // for PairFit with pods limited to a model, so that GPUPlacement's scores
 // key changes during the run (the check that it does is below), for
-// FragFit, and for a profile whose other Score plugins are node-local too. The memo
+// FragFit, for a profile whose other Score plugins are node-local too, and
+// for one that filters only part of the 120 nodes per cycle; two
+// goroutines score the nodes the memo does not answer. The memo
 // must also serve: a test of a memo that never hands back a score proves
 // nothing.
 func TestScoreMemoMatchesFramework(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	nodes, pods := trace.Synthetic(trace.SyntheticOptions{Nodes: 60, Seed: 7})
+	nodes, pods := trace.Synthetic(trace.SyntheticOptions{Nodes: 120, Seed: 7})
 	pods = limitToModels(t, pods, 4, "G2")
 	withScorers := defaultProfiles(t, "PairFit")[0]
 	withScorers.Name, withScorers.Profile = "PairFit with node-local scorers", withScorers.Profile.DeepCopy()
@@ -107,16 +109,20 @@ func TestScoreMemoMatchesFramework(t *testing.T) {
 		withScorers.Profile.Plugins.PreScore.Enabled = append(withScorers.Profile.Plugins.PreScore.Enabled, schedconfig.Plugin{Name: name})
 		withScorers.Profile.Plugins.Score.Enabled = append(withScorers.Profile.Plugins.Score.Enabled, schedconfig.Plugin{Name: name, Weight: 2})
 	}
-	for _, profile := range []Profile{defaultProfiles(t, "PairFit")[0], defaultProfiles(t, "FragFit")[0], withScorers} {
+	partial := defaultProfiles(t, "PairFit")[0]
+	half := int32(50)
+	partial.Name, partial.Profile = "PairFit scoring half the nodes", partial.Profile.DeepCopy()
+	partial.Profile.PercentageOfNodesToScore = &half
+	for _, profile := range []Profile{defaultProfiles(t, "PairFit")[0], defaultProfiles(t, "FragFit")[0], withScorers, partial} {
 		registry, err := runRegistry(nil, &replayClock{}, typicalPods(pods))
 		if err != nil {
 			t.Fatal(err)
 		}
-		s, err := newScheduler(ctx, registry, profile, nodes, 1, 1, report.TieBreakRandom, nil)
+		s, err := newScheduler(ctx, registry, profile, nodes, 1, 2, report.TieBreakRandom, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		s.memo = newNodeMemo(filterNames(s.fw), scoreNames(s.fw), nil, false)
+		s.memo = newNodeMemo(filterNames(s.fw), scoreNames(s.fw), nil, false, false)
 		if s.memo.scorers == nil {
 			t.Fatalf("profile %s: the memo keeps no scores: its Score plugins %v are not all node-local (%v)", profile.Name, scoreNames(s.fw), nodeLocalScorers)
 		}

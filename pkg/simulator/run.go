@@ -260,7 +260,7 @@ func (r *runner) newEpisode(ctx context.Context) (*episode, error) {
 		}
 	}
 	if !r.opts.NoMemo {
-		e.sched.memo = newNodeMemo(filterNames(e.sched.fw), scoreNames(e.sched.fw), e.dra, r.opts.Telemetry != nil)
+		e.sched.memo = newNodeMemo(filterNames(e.sched.fw), scoreNames(e.sched.fw), e.dra, r.opts.Telemetry != nil, holdReservations(r.opts.Nodes))
 	}
 	e.curve = newCurve(r.capacity)
 	if !r.profile.Migrations.IsZero() {

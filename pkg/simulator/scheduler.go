@@ -466,7 +466,7 @@ func (s *scheduler) filter(ctx context.Context, state fwk.CycleState, pod *v1.Po
 			statuses[i] = s.fw.RunFilterPlugins(ctx, state, pod, nodes[i])
 			fits[i] = statuses[i].IsSuccess()
 		}, "Filter")
-		if memo {
+		if memo && ctx.Err() == nil { // a cancelled scan left nodes unfiltered
 			s.memo.remember(shape, nodes, statuses, todo)
 		}
 		for i, ok := range fits {

@@ -20,7 +20,7 @@ import (
 // policy's typical pods, the fleet's census and prices) is the same. The
 // scores are then normalized and weighed over all the feasible nodes, as
 // the framework does, so a cycle's scores are exactly those of
-// RunScorePlugins (TestNodeMemoChangesNothing).
+// RunScorePlugins (TestScoreMemoMatchesFramework).
 
 // scoreRow is one pod shape's remembered raw scores: for the node numbered
 // i (nodeMemo.index), entries[i], and its plugins' scores at
@@ -63,29 +63,36 @@ func (e *scoresEpoch) at(key gpuplacement.ScoresKey) int32 {
 // scores are not remembered: a Score plugin that runs is not node-local,
 // GPUPlacement's scores depend on more than the node, or the pod cannot be
 // keyed.
-func (m *nodeMemo) scoreRow(state fwk.CycleState, pod *v1.Pod) (row *scoreRow, names []string, epoch int32) {
+func (m *nodeMemo) scoreRow(state fwk.CycleState, pod *v1.Pod) (row *scoreRow, names []string, key gpuplacement.ScoresKey, epoch int32) {
 	if m == nil || m.scorers == nil {
-		return nil, nil, 0
+		return nil, nil, key, 0
 	}
 	skipped := state.GetSkipScorePlugins()
 	names = slices.DeleteFunc(slices.Clone(m.scorers), skipped.Has)
-	var key gpuplacement.ScoresKey
-	if slices.Contains(names, gpuplacement.Name) {
-		var ok bool
-		if key, ok = gpuplacement.NodeLocalScores(state); !ok {
-			return nil, nil, 0
-		}
+	key, ok := scoresKey(state, names)
+	if !ok {
+		return nil, nil, key, 0
 	}
 	shape, ok := m.podShape(pod)
 	if !ok {
-		return nil, nil, 0
+		return nil, nil, key, 0
 	}
 	row = m.scores[shape]
 	if row == nil || !slices.Equal(row.names, names) {
 		row = &scoreRow{names: names}
 		m.scores[shape] = row
 	}
-	return row, names, m.epoch.at(key)
+	return row, names, key, m.epoch.at(key)
+}
+
+// scoresKey is GPUPlacement's scores key now when it is among the Score
+// plugins named, the zero key when it is not; false when its scores are
+// not node-local.
+func scoresKey(state fwk.CycleState, names []string) (gpuplacement.ScoresKey, bool) {
+	if !slices.Contains(names, gpuplacement.Name) {
+		return gpuplacement.ScoresKey{}, true
+	}
+	return gpuplacement.NodeLocalScores(state)
 }
 
 // recall writes the node numbered i's raw scores into out, when they were
@@ -133,7 +140,7 @@ func (r *scoreRow) remember(i int, generation int64, epoch int32, raw []fwk.Plug
 // from it.
 func (s *scheduler) score(ctx context.Context, d *decision) ([]fwk.NodePluginScores, *fwk.Status) {
 	state, pod, feasible := d.state, d.pod, d.feasible
-	row, names, epoch := s.memo.scoreRow(state, pod)
+	row, names, key, epoch := s.memo.scoreRow(state, pod)
 	if row == nil {
 		return s.fw.RunScorePlugins(ctx, state, pod, feasible)
 	}
@@ -168,9 +175,13 @@ func (s *scheduler) score(ctx context.Context, d *decision) ([]fwk.NodePluginSco
 	if failed != nil {
 		return nil, fwk.AsStatus(fmt.Errorf("running Score plugins: %w", failed))
 	}
-	for _, i := range todo {
-		if !row.remember(at[i], feasible[i].GetGeneration(), epoch, scores[i].RawScores) {
-			break // another set of plugins ran: nothing of the cycle is kept
+	// Scores taken while the key moved (the fleet's room moved the
+	// prices) are of neither key: they are not kept.
+	if again, ok := scoresKey(state, names); ok && again == key {
+		for _, i := range todo {
+			if !row.remember(at[i], feasible[i].GetGeneration(), epoch, scores[i].RawScores) {
+				break // another set of plugins ran: nothing of the cycle is kept
+			}
 		}
 	}
 	if status := s.fw.NormalizeScores(ctx, state, pod, scores); !status.IsSuccess() {

@@ -19,40 +19,52 @@ type ScoresKey struct {
 }
 
 // NodeLocalScores is, after PreScore, the key of the plugin's scores in the
-// cycle, when each node's score depends on the pod's demand, the node's
-// NodeInfo (its Node object and its pods) and the key alone: a front end
-// may then keep a node's raw score for a pod shape while the node and the
-// key stay the same (the simulator does, see its nodeMemo). ok is false
-// when a score depends on more (a policy service's or a model's scores
-// under the External strategy, devices DRA allocates, GPUs excluded by
-// health, a reservation the pod may take) or PreScore did not run.
+// cycle as it is now, when each node's score depends on the pod's demand,
+// the node's NodeInfo (its Node object and its pods) and the key alone: a
+// front end may then keep a node's raw score for a pod shape while the
+// node and the key stay the same (the simulator does, see its nodeMemo),
+// and should read the key again after scoring, since the fleet's free room
+// may move the prices while nodes are scored. ok is false when a score
+// depends on more (a policy service's or a model's scores under the
+// External strategy, devices DRA allocates, GPUs excluded by health, a
+// reservation the pod may take) or PreScore did not run. A node whose GPUs
+// hold reservations for other pods (gpu.AnnotationReservations) changes
+// when they expire, without a new NodeInfo: a front end keeping scores
+// must not keep those nodes' (the simulator keeps none on such clusters).
 func NodeLocalScores(state fwk.CycleState) (key ScoresKey, ok bool) {
 	data, err := state.Read(scoresKeyKey)
 	if err != nil {
 		return ScoresKey{}, false
 	}
 	s := data.(*scoresKeyState)
-	return s.key, s.local
+	if !s.local {
+		return ScoresKey{}, false
+	}
+	return ScoresKey{maxima: s.maxima, answers: s.policy.AnswerKey()}, true
 }
 
-// scoresKeyKey is where PreScore leaves its scores' key.
+// scoresKeyKey is where PreScore leaves what its scores' key is made of.
 const scoresKeyKey fwk.StateKey = "PreScore" + Name + "/ScoresKey"
 
+// scoresKeyState is what NodeLocalScores makes the key of: the cycle's
+// maxima and the policy, whose answer key is read when asked (only the
+// simulator asks; a scheduler's cycle pays a state write).
 type scoresKeyState struct {
-	key   ScoresKey
-	local bool
+	maxima gpu.Maxima
+	policy *gpu.Policy
+	local  bool
 }
 
 // Clone implements fwk.StateData; scoresKeyState is never modified.
 func (s *scoresKeyState) Clone() fwk.StateData { return s }
 
-// writeScoresKey records the key of the cycle's scores (NodeLocalScores),
-// once PreScore wrote everything else the scores read.
+// writeScoresKey records what the cycle's scores depend on
+// (NodeLocalScores), once PreScore wrote everything else the scores read.
 func (p *GPUPlacement) writeScoresKey(state fwk.CycleState, s *podState) {
-	local := !s.mayTakeReservation && dra.CycleOf(state) == nil && externalOf(state) == nil && gpuhealth.Read(state) == nil
-	key := ScoresKey{answers: p.policy.AnswerKey()}
+	out := &scoresKeyState{policy: p.policy,
+		local: !s.mayTakeReservation && dra.CycleOf(state) == nil && externalOf(state) == nil && gpuhealth.Read(state) == nil}
 	if data, err := state.Read(hostKey); err == nil {
-		key.maxima = data.(*hostState).maxima
+		out.maxima = data.(*hostState).maxima
 	}
-	state.Write(scoresKeyKey, &scoresKeyState{key: key, local: local})
+	state.Write(scoresKeyKey, out)
 }
