@@ -175,12 +175,15 @@ func (s *scheduler) score(ctx context.Context, d *decision) ([]fwk.NodePluginSco
 	if failed != nil {
 		return nil, fwk.AsStatus(fmt.Errorf("running Score plugins: %w", failed))
 	}
+	if err := ctx.Err(); err != nil { // the scan stopped with nodes unscored
+		return nil, fwk.AsStatus(fmt.Errorf("running Score plugins: %w", err))
+	}
 	// Scores taken while the key moved (the fleet's room moved the
 	// prices) are of neither key: they are not kept.
 	if again, ok := scoresKey(state, names); ok && again == key {
 		for _, i := range todo {
 			if !row.remember(at[i], feasible[i].GetGeneration(), epoch, scores[i].RawScores) {
-				break // another set of plugins ran: nothing of the cycle is kept
+				break // not the row's plugins (then for every node): none is kept
 			}
 		}
 	}
