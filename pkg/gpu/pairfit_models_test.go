@@ -98,19 +98,29 @@ func TestPairFitModelPrices(t *testing.T) {
 // prices depend on it. With 998 T4s the T4s get 500 T4 items and 499 of
 // the others: pressure 1 − 998/999, and a pod of any model loses
 // 2000 + 1 − 1000 − 1000 = 1 there (333 before: TestPairFitModelPrices).
+// The policy's answer key (gpu.AnswerKey), by which front ends keep
+// answers outside the engine, stays while nothing changes and changes with
+// the census.
 func TestPairFitFleetChange(t *testing.T) {
 	shapes := gpu.StaticShapes{{Demand: gpu.Demand{Count: 1, Milli: 1000}, Weight: 0.5}, {Demand: gpu.Demand{Count: 1, Milli: 1000, Models: []string{"T4"}}, Weight: 0.5}}
 	f := fleetOf(twoT4TwoA100)
 	p := gpu.MustPolicy(gpu.PolicyPairFit, gpu.PolicyConfig{Shapes: shapes, Fleet: f})
 	t4 := nodeWithPods(t, gt.MakeGPUNode("t4").GFD("T4", 2, 0))
 	req := gpu.Request{Demand: &gpu.Demand{Count: 1, Milli: 1000}, Host: knownHost(64000)}
+	key := p.AnswerKey()
 	if _, _, s := p.PlaceAndScore(t4, &req); pairFitFieldsOf(s).loss != 333 {
 		t.Fatalf("before: %s, want loss 333", pairFitParts(s))
+	}
+	if again := p.AnswerKey(); again != key {
+		t.Fatalf("the answer key changed with nothing else: %v, then %v", key, again)
 	}
 	more := gpu.ModelGPUs{{Model: "A100", GPUs: 2}, {Model: "T4", GPUs: 998}}
 	f.census.Store(&more)
 	if _, _, s := p.PlaceAndScore(t4, &req); pairFitFieldsOf(s).loss != 1 {
 		t.Errorf("after the fleet grew: %s, want loss 1", pairFitParts(s))
+	}
+	if p.AnswerKey() == key {
+		t.Errorf("the loss on the same node went from 333 to 1 and the answer key stayed %v", key)
 	}
 }
 

@@ -72,9 +72,8 @@ type Env struct {
 	// of the observation's rows; index finds a node's.
 	names, models []string
 	index         map[string]int
-	// at is index by the episode's NodeInfos (position), listed the
-	// positions of the list of nodes last asked about (positions).
-	at      map[*framework.NodeInfo]int
+	// listed is the positions of the list of nodes last asked about
+	// (positions).
 	listed  listNumbers
 	columns []string
 	// rows caches the nodes' rows (envRows); scratch is the buffer their
@@ -234,7 +233,7 @@ func NewEnv(opts EnvOptions) (*Env, error) {
 func (e *Env) Close() {
 	if e.ep != nil {
 		e.ep.close()
-		e.ep, e.pending, e.probe, e.scorers, e.at, e.listed = nil, nil, nil, nil, nil, listNumbers{}
+		e.ep, e.pending, e.probe, e.scorers, e.listed = nil, nil, nil, nil, listNumbers{}
 		e.rows.forget()
 	}
 }

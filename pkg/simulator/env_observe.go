@@ -316,24 +316,9 @@ func (e *Env) positions(nodes []fwk.NodeInfo) []int {
 }
 
 // positionOK is the node's position among the environment's nodes (its
-// action, its row), found by its NodeInfo, and false for a node the
-// environment does not list: the episode's snapshot keeps a node's
-// *framework.NodeInfo for the node's life, so that finding the row of each
-// of a cycle's nodes hashes a pointer, not the node's name.
+// action, its row), and false for a node the environment does not list.
 func (e *Env) positionOK(ni fwk.NodeInfo) (int, bool) {
-	p, own := ni.(*framework.NodeInfo)
-	if own {
-		if i, ok := e.at[p]; ok {
-			return i, true
-		}
-	}
 	i, ok := e.index[ni.Node().Name]
-	if ok && own {
-		if e.at == nil {
-			e.at = map[*framework.NodeInfo]int{}
-		}
-		e.at[p] = i
-	}
 	return i, ok
 }
 

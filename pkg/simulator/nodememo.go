@@ -64,7 +64,7 @@ type nodeMemo struct {
 	// is the last verdict for the shape on node i, with the generation of
 	// the NodeInfo it was made on. A cycle reads one shape's row, in node
 	// order.
-	index    nodeNumbers
+	index    map[string]int
 	verdicts [][]verdict
 	// listed is the numbers of the nodes last listed (numbers).
 	listed listNumbers
@@ -103,7 +103,7 @@ func newNodeMemo(filters, scorers []string, dra *draManager, telemetry, reservat
 	if telemetry || reservations {
 		return nil
 	}
-	m := &nodeMemo{shapeOf: map[*v1.Pod]int32{}, shapes: map[string]int32{}}
+	m := &nodeMemo{shapeOf: map[*v1.Pod]int32{}, shapes: map[string]int32{}, index: map[string]int{}}
 	local := nodeLocalFilters
 	if dra != nil {
 		local = slices.Concat(nodeLocalFilters, draFilters)
@@ -217,8 +217,8 @@ func (m *nodeMemo) recall(shape int32, nodes []fwk.NodeInfo, statuses []*fwk.Sta
 // remember keeps the verdicts statuses[i] for the nodes at indices.
 func (m *nodeMemo) remember(shape int32, nodes []fwk.NodeInfo, statuses []*fwk.Status, indices []int) {
 	numbers := m.numbers(nodes)
-	if len(m.verdicts[shape]) < m.index.len() {
-		m.verdicts[shape] = append(m.verdicts[shape], make([]verdict, m.index.len()-len(m.verdicts[shape]))...)
+	if len(m.verdicts[shape]) < len(m.index) {
+		m.verdicts[shape] = append(m.verdicts[shape], make([]verdict, len(m.index)-len(m.verdicts[shape]))...)
 	}
 	row := m.verdicts[shape]
 	for _, i := range indices {
@@ -270,49 +270,16 @@ func (l *listNumbers) of(nodes []fwk.NodeInfo, number func(fwk.NodeInfo) int) []
 }
 
 // indexOf is the node's number in the memo, given on first sight of its
-// NodeInfo. The scheduler's snapshot keeps a node's NodeInfo, updating it
-// in place, for as long as the node is in the snapshot (its generation
-// tells whether it changed), so the look-up hashes a pointer, not the
 // name.
 func (m *nodeMemo) indexOf(n fwk.NodeInfo) int {
-	return m.index.number(n)
-}
-
-// nodeNumbers numbers nodes by their NodeInfo, in the order first seen:
-// by the scheduler's own *framework.NodeInfo, whose map hashes a word, or
-// by name for another implementation.
-type nodeNumbers struct {
-	byInfo map[*framework.NodeInfo]int
-	byName map[string]int
-}
-
-// number is n's number, given on first sight.
-func (nn *nodeNumbers) number(n fwk.NodeInfo) int {
-	if p, ok := n.(*framework.NodeInfo); ok {
-		i, seen := nn.byInfo[p]
-		if !seen {
-			i = nn.len()
-			if nn.byInfo == nil {
-				nn.byInfo = map[*framework.NodeInfo]int{}
-			}
-			nn.byInfo[p] = i
-		}
-		return i
-	}
 	name := n.Node().Name
-	i, seen := nn.byName[name]
-	if !seen {
-		i = nn.len()
-		if nn.byName == nil {
-			nn.byName = map[string]int{}
-		}
-		nn.byName[name] = i
+	i, ok := m.index[name]
+	if !ok {
+		i = len(m.index)
+		m.index[name] = i
 	}
 	return i
 }
-
-// len is how many nodes are numbered.
-func (nn *nodeNumbers) len() int { return len(nn.byInfo) + len(nn.byName) }
 
 // filterNames is the framework's Filter plugins.
 func filterNames(f framework.Framework) []string {
