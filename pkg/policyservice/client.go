@@ -238,11 +238,11 @@ func (s *Scorer) checkModel(scores []float64, name func(int) string) ([]float64,
 
 // wholeNames are the names of out's whole node list, in its order.
 func wholeNames(out *outgoing, nodes []gpu.NodeFeatures) []string {
-	names := make([]string, len(out.order))
+	out.names = slices.Grow(out.names[:0], len(out.order))[:len(out.order)]
 	for k, i := range out.order {
-		names[k] = nodes[i].Name
+		out.names[k] = nodes[i].Name
 	}
-	return names
+	return out.names
 }
 
 // checkReply returns the reply's scores in the order of names, the

@@ -45,16 +45,21 @@ type session struct {
 	// keeps at each slot.
 	slots map[string]int32
 	table []tableEntry
-	// rows holds each slot's feature row, row-major.
-	rows []float32
+	// spare is the memory of the session's tracked request, used again by
+	// the next one: one is in flight at a time, and its answer is the last
+	// that reads it.
+	spare outgoing
 }
 
 // tableEntry is a slot's node as the service holds it. gpus is the
 // entry's own copy, so that the table does not keep the callers' arrays
 // alive.
 type tableEntry struct {
-	f    gpu.NodeFeatures
-	gpus []gpu.GPUFeatures
+	// demand is the pod shape the entry's row was made for: the row is a
+	// function of the features and the demand (gpu.NodeFeatures.AppendRow).
+	demand gpu.DemandKey
+	f      gpu.NodeFeatures
+	gpus   []gpu.GPUFeatures
 }
 
 func newSession() *session {
@@ -76,10 +81,20 @@ type outgoing struct {
 	sentSlots []int32
 	reset     bool
 	tables    *Tables
-	// nodes and rows are what the request was built from.
-	nodes []gpu.NodeFeatures
-	rows  []float32
-	width int
+	// nodes and demand are what the request was built from; demandKey
+	// is the demand's key.
+	nodes     []gpu.NodeFeatures
+	demand    *gpu.Demand
+	demandKey gpu.DemandKey
+	// row is fill's memory for one node's row.
+	row []float32
+	// reused and builtinScores are the request's slots of reused nodes and
+	// their builtin scores; reusedFrom their places in nodes. names is the
+	// whole list's names (wholeNames).
+	reused        []int32
+	builtinScores []float64
+	reusedFrom    []int
+	names         []string
 }
 
 // request builds the request for a pod over nodes: incremental when the
@@ -88,20 +103,12 @@ type outgoing struct {
 // whole without the session while another request is in flight.
 func (s *session) request(pod *v1.Pod, d *gpu.Demand, nodes []gpu.NodeFeatures, fallback gpu.PolicyType) *outgoing {
 	columns := gpu.FeatureColumns()
-	width := len(columns)
-	builtin := slices.Index(columns, gpu.BuiltinScoreColumn)
-	rows := make([]float32, 0, width*len(nodes))
-	for i := range nodes {
-		rows = nodes[i].AppendRow(rows, d)
-	}
-	row := func(i int) []float32 { return rows[i*width : (i+1)*width] }
-	out := &outgoing{order: make([]int, 0, len(nodes)), nodes: nodes, rows: rows, width: width}
-
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.next++
 	req := &pb.ScoreRequest{Pod: PodMessage(pod, d), FallbackPolicy: string(fallback), Sequence: s.next}
 	if s.inFlight {
+		out := &outgoing{order: make([]int, 0, len(nodes)), nodes: nodes, demand: d}
 		for i := range nodes {
 			out.order = append(out.order, i)
 		}
@@ -109,25 +116,29 @@ func (s *session) request(pod *v1.Pod, d *gpu.Demand, nodes []gpu.NodeFeatures, 
 		s.fill(req, out, len(nodes), columns)
 		return out
 	}
-	s.inFlight, out.tracked = true, true
+	// The session's one tracked request at a time builds in the session's
+	// buffers (spare): nothing reads them once the session has its answer.
+	s.inFlight = true
+	out := &s.spare
+	*out = outgoing{order: out.order[:0], nodes: nodes, demand: d, demandKey: d.Key(), row: out.row[:0],
+		tracked: true, sentSlots: out.sentSlots[:0],
+		reused: out.reused[:0], builtinScores: out.builtinScores[:0], reusedFrom: out.reusedFrom[:0], names: out.names[:0]}
 	req.Session = s.id
 	if s.version == 0 || s.tooLarge(len(nodes)) || slices.IndexFunc(nodes, nonFiniteBuiltin) >= 0 {
 		s.whole(req, out, columns)
 		return out
 	}
-	// Reuse a node whose slot holds the same node and row, but for the
+	// Reuse a node whose slot holds the same node, but for the builtin
+	// score, for the same pod shape: its row is then the same but for the
 	// builtin score, which builtin_scores carries and the service writes
-	// into the row as a float32: so only where the row holds exactly that.
-	var reusedFrom []int
+	// into the row; so only where the row holds that score.
 	next := int32(len(s.table))
 	for i := range nodes {
 		slot, ok := s.slots[nodes[i].Name]
-		r := row(i)
-		if ok && sameNode(&s.table[slot].f, &nodes[i]) && sameRow(s.rows[int(slot)*width:(int(slot)+1)*width], r, builtin) &&
-			math.Float32bits(r[builtin]) == math.Float32bits(float32(nodes[i].BuiltinScore)) {
-			req.Reused = append(req.Reused, slot)
-			req.BuiltinScores = append(req.BuiltinScores, nodes[i].BuiltinScore)
-			reusedFrom = append(reusedFrom, i)
+		if ok && s.table[slot].demand == out.demandKey && rowHoldsBuiltin(&nodes[i]) && sameNode(&s.table[slot].f, &nodes[i]) {
+			out.reused = append(out.reused, slot)
+			out.builtinScores = append(out.builtinScores, nodes[i].BuiltinScore)
+			out.reusedFrom = append(out.reusedFrom, i)
 			continue
 		}
 		if !ok {
@@ -136,9 +147,11 @@ func (s *session) request(pod *v1.Pod, d *gpu.Demand, nodes []gpu.NodeFeatures, 
 		out.order = append(out.order, i)
 		out.sentSlots = append(out.sentSlots, slot)
 	}
+	// The reused nodes follow the sent ones in the request's whole list,
+	// in the caller's order.
 	sent := len(out.order)
-	out.order = append(out.order, reusedFrom...)
-	req.Base, req.Slots, out.tables = s.version, out.sentSlots, s.tables
+	out.order = append(out.order, out.reusedFrom...)
+	req.Base, req.Slots, req.Reused, req.BuiltinScores, out.tables = s.version, out.sentSlots, out.reused, out.builtinScores, s.tables
 	s.fill(req, out, sent, columns)
 	return out
 }
@@ -146,7 +159,7 @@ func (s *session) request(pod *v1.Pod, d *gpu.Demand, nodes []gpu.NodeFeatures, 
 // whole makes req a whole request with the session: every node sent, at
 // slots 0..n-1 in the caller's order, replacing the table.
 func (s *session) whole(req *pb.ScoreRequest, out *outgoing, columns []string) {
-	out.order, out.sentSlots = out.order[:0], make([]int32, len(out.nodes))
+	out.order, out.sentSlots = out.order[:0], slices.Grow(out.sentSlots[:0], len(out.nodes))[:len(out.nodes)]
 	for i := range out.nodes {
 		out.order = append(out.order, i)
 		out.sentSlots[i] = int32(i)
@@ -160,10 +173,11 @@ func (s *session) whole(req *pb.ScoreRequest, out *outgoing, columns []string) {
 // and the tables.
 func (s *session) fill(req *pb.ScoreRequest, out *outgoing, sent int, columns []string) {
 	req.Nodes = make([]*pb.Node, sent)
-	buf := make([]byte, 0, 4*out.width*sent)
+	buf := make([]byte, 0, 4*len(columns)*sent)
 	for k, i := range out.order[:sent] {
 		req.Nodes[k] = NodeMessage(&out.nodes[i], out.tables)
-		buf = appendRow(buf, out.rows[i*out.width:(i+1)*out.width])
+		out.row = out.nodes[i].AppendRow(out.row[:0], out.demand)
+		buf = appendRow(buf, out.row)
 	}
 	req.Features = &pb.FeatureMatrix{Columns: columns, Rows: int32(sent), Values: buf}
 	req.Models, req.Groups = slices.Clip(out.tables.Models), slices.Clip(out.tables.Groups)
@@ -195,20 +209,17 @@ func (s *session) answered(out *outgoing, kept bool) {
 	}
 	if out.reset {
 		clear(s.slots)
-		s.table, s.rows = s.table[:0], s.rows[:0]
+		s.table = s.table[:0]
 	}
-	w := out.width
 	for k, i := range out.order[:len(out.sentSlots)] {
 		slot := out.sentSlots[k]
 		if int(slot) >= len(s.table) {
 			s.table = slices.Grow(s.table, int(slot)+1-len(s.table))[:slot+1]
-			s.rows = slices.Grow(s.rows, (int(slot)+1)*w-len(s.rows))[:(int(slot)+1)*w]
 		}
 		e := &s.table[slot]
-		e.f = out.nodes[i]
+		e.demand, e.f = out.demandKey, out.nodes[i]
 		e.gpus = append(e.gpus[:0], out.nodes[i].GPUs...)
 		e.f.GPUs = e.gpus
-		copy(s.rows[int(slot)*w:], out.rows[i*w:(i+1)*w])
 		s.slots[out.nodes[i].Name] = slot
 	}
 	s.version, s.tables = out.req.Sequence, out.tables
@@ -247,15 +258,12 @@ func sameNode(a, b *gpu.NodeFeatures) bool {
 		slices.Equal(a.GPUs, b.GPUs)
 }
 
-// sameRow compares two feature rows bit for bit, but for column skip (the
-// builtin score, carried for every reused node).
-func sameRow(a, b []float32, skip int) bool {
-	for i := range a {
-		if i != skip && math.Float32bits(a[i]) != math.Float32bits(b[i]) {
-			return false
-		}
-	}
-	return true
+// rowHoldsBuiltin reports whether a node's row (gpu.NodeFeatures.AppendRow)
+// holds its builtin score as a float32: not where the pod does not fit and
+// the score is not 0, as the row's columns that depend on the pod are 0
+// there.
+func rowHoldsBuiltin(f *gpu.NodeFeatures) bool {
+	return f.Fits || math.Float32bits(float32(f.BuiltinScore)) == 0
 }
 
 func appendRow(buf []byte, row []float32) []byte {
