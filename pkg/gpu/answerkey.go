@@ -30,3 +30,16 @@ func (p *Policy) AnswerKey() AnswerKey {
 	return AnswerKey{typical: unsafe.SliceData(typical), typicals: len(typical),
 		census: unsafe.SliceData(census), models: len(census), prices: p.fleetPrices(typical)}
 }
+
+// FeaturesKey is the part of the answer key that a node's features
+// (AppendFeatures) read beyond the view, the request and the choice they
+// are given: the typical pods the fragmentation before and after is
+// measured against. While it stays equal, AppendFeatures describes an
+// unchanged view, request and choice as it did before.
+func (p *Policy) FeaturesKey() AnswerKey {
+	if p.shapes == nil {
+		return AnswerKey{} // no fragmentation in the features
+	}
+	typical := p.shapes.Typical()
+	return AnswerKey{typical: unsafe.SliceData(typical), typicals: len(typical)}
+}

@@ -44,7 +44,7 @@ func (p *GPUPlacement) preScoreExternal(ctx context.Context, state fwk.CycleStat
 	}
 	buf := featureBuffers.Get().(*featureBuffer)
 	defer featureBuffers.Put(buf)
-	feats, err := p.featuresInto(buf, state, nodes, nil)
+	feats, err := p.featuresInto(buf, &p.featureMemo, state, nodes, nil)
 	if err != nil {
 		p.reportFallback(pod, &policyservice.Fallback{Cause: policyservice.CauseError, Err: err})
 		return

@@ -39,12 +39,16 @@ func Features(state fwk.CycleState, nodes []fwk.NodeInfo, feasible []bool) ([]gp
 // inventory, which is empty: the policy service scores them by their CPU
 // and memory.
 func (p *GPUPlacement) features(state fwk.CycleState, nodes []fwk.NodeInfo, feasible []bool) ([]gpu.NodeFeatures, error) {
-	return p.featuresInto(&featureBuffer{}, state, nodes, feasible)
+	return p.featuresInto(&featureBuffer{}, nil, state, nodes, feasible)
 }
 
 // featureBuffer is the memory of one cycle's features, for the next
 // cycle's once the last is done with them (featureBuffers).
 type featureBuffer struct {
+	// views and reqs are what the engine is asked about each node
+	// (requests).
+	views []*gpu.NodeGPUs
+	reqs  []gpu.Request
 	feats []gpu.NodeFeatures
 	gpus  []gpu.GPUFeatures
 	// stepViews and step are the cycle's score step (gpu.Policy.ScoreStep).
@@ -58,16 +62,24 @@ type featureBuffer struct {
 var featureBuffers = sync.Pool{New: func() any { return &featureBuffer{} }}
 
 // featuresInto is features written into buf's memory; the result is valid
-// until buf is used again.
-func (p *GPUPlacement) featuresInto(buf *featureBuffer, state fwk.CycleState, nodes []fwk.NodeInfo, feasible []bool) ([]gpu.NodeFeatures, error) {
+// until buf is used again. memo, when not nil, answers for the nodes that
+// did not change since it described them (the policy service's requests
+// describe the same nodes cycle after cycle; the simulator's environment
+// keeps rows of its own and asks about changed nodes only).
+func (p *GPUPlacement) featuresInto(buf *featureBuffer, memo *featureMemo, state fwk.CycleState, nodes []fwk.NodeInfo, feasible []bool) ([]gpu.NodeFeatures, error) {
 	demand, status := demandOf(state)
 	if status != nil {
 		return nil, status.AsError()
 	}
-	views, reqs, err := p.requests(state, nodes, demand)
+	views, reqs, err := p.requestsInto(buf.views[:0], buf.reqs[:0], state, nodes, demand)
 	if err != nil {
 		return nil, err
 	}
+	defer func() { // the buffer outlives the cycle's views and demand
+		clear(views)
+		clear(reqs)
+		buf.views, buf.reqs = views, reqs
+	}()
 	// The score step over the nodes the Filter plugins accept: the
 	// builtin score is the engine's, rescaled to 0..1 as NormalizeScore
 	// rescales it.
@@ -86,10 +98,16 @@ func (p *GPUPlacement) featuresInto(buf *featureBuffer, state fwk.CycleState, no
 		gpus += v.Len()
 	}
 	slab := slices.Grow(buf.gpus[:0], gpus)
+	if memo != nil {
+		memo.mu.Lock()
+		defer memo.mu.Unlock()
+		memo.begin(p.policy.FeaturesKey(), demand.Key(), len(nodes))
+	}
 	for i, ni := range nodes {
 		alloc := ni.GetAllocatable()
 		builtin := float64(step[i].Score) / float64(fwk.MaxNodeScore)
-		out[i], slab = p.policy.AppendFeatures(slab, views[i], &reqs[i], step[i].Fits, step[i].Chosen, builtin, alloc.GetMilliCPU(), alloc.GetMemory()>>20)
+		out[i], slab = memo.appendFeatures(p.policy, slab, views[i], &reqs[i], step[i].Fits, step[i].Chosen, builtin,
+			[2]int64{alloc.GetMilliCPU(), alloc.GetMemory() >> 20})
 	}
 	clear(stepViews) // the buffer outlives the cycle's views
 	buf.stepViews, buf.step = stepViews, step
@@ -101,6 +119,11 @@ func (p *GPUPlacement) featuresInto(buf *featureBuffer, state fwk.CycleState, no
 // node's GPUs as the ledger sees them: what the engine is asked about the
 // node.
 func (p *GPUPlacement) requests(state fwk.CycleState, nodes []fwk.NodeInfo, demand *gpu.Demand) ([]*gpu.NodeGPUs, []gpu.Request, error) {
+	return p.requestsInto(nil, nil, state, nodes, demand)
+}
+
+// requestsInto is requests appended to views and reqs.
+func (p *GPUPlacement) requestsInto(views []*gpu.NodeGPUs, reqs []gpu.Request, state fwk.CycleState, nodes []fwk.NodeInfo, demand *gpu.Demand) ([]*gpu.NodeGPUs, []gpu.Request, error) {
 	var maxima gpu.Maxima
 	if data, err := state.Read(hostKey); err == nil {
 		maxima = data.(*hostState).maxima
@@ -112,11 +135,9 @@ func (p *GPUPlacement) requests(state fwk.CycleState, nodes []fwk.NodeInfo, dema
 		maxima = p.clusterMaxima(all, dra.CycleOf(state))
 	}
 	exclude := gpuhealth.Read(state)
-	views := make([]*gpu.NodeGPUs, len(nodes))
-	reqs := make([]gpu.Request, len(nodes))
-	for i, ni := range nodes {
-		views[i] = p.nodeGPUs(ni)
-		reqs[i] = gpu.Request{Demand: demand, Host: nodehost.Of(maxima, ni), Exclude: exclude}
+	for _, ni := range nodes {
+		views = append(views, p.nodeGPUs(ni))
+		reqs = append(reqs, gpu.Request{Demand: demand, Host: nodehost.Of(maxima, ni), Exclude: exclude})
 	}
 	return views, reqs, nil
 }

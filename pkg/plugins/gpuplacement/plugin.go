@@ -66,6 +66,8 @@ type GPUPlacement struct {
 	binds     bool
 	// lastMaxima is the last result of maxima.
 	lastMaxima atomic.Pointer[nodeMaxima]
+	// featureMemo keeps the nodes' features from cycle to cycle (Features).
+	featureMemo featureMemo
 	// reportedNodes maps a node name to the resourceVersion whose invalid GPU
 	// inventory was last reported in an event (see reportInvalidInventory).
 	reportedNodes sync.Map
