@@ -63,8 +63,10 @@ const (
 
 // appendFeatures is gpu.Policy.AppendFeatures for a node of the cycle
 // (alloc its allocatable milli-CPU and memory in MiB), answered from the
-// memo when the node's entry was computed from the same inputs. A nil
-// memo computes every node. Callers hold m.mu.
+// memo when the node's entry was computed from the same inputs: the GPUs
+// of features answered so are the entry's own, which the memo changes only
+// when it describes that node afresh for the same shape in a later cycle.
+// A nil memo computes every node. Callers hold m.mu.
 func (m *featureMemo) appendFeatures(p *gpu.Policy, slab []gpu.GPUFeatures,
 	view *gpu.NodeGPUs, req *gpu.Request, fits bool, chosen gpu.DeviceSet, builtin float64, alloc [2]int64) (gpu.NodeFeatures, []gpu.GPUFeatures) {
 	if m == nil || req.Exclude != nil {
@@ -73,10 +75,7 @@ func (m *featureMemo) appendFeatures(p *gpu.Policy, slab []gpu.GPUFeatures,
 	e := m.cycle.byView[view]
 	if e != nil && e.host == req.Host && e.alloc == alloc &&
 		e.typical == m.typical && e.fits == fits && e.chosen == chosen {
-		f := e.f
-		start := len(slab)
-		slab = append(slab, e.gpus...)
-		f.GPUs = slab[start:len(slab):len(slab)]
+		f := e.f // its GPUs are the entry's: see featuresInto
 		if fits {
 			f.BuiltinScore = builtin
 		}

@@ -65,7 +65,9 @@ var featureBuffers = sync.Pool{New: func() any { return &featureBuffer{} }}
 // until buf is used again. memo, when not nil, answers for the nodes that
 // did not change since it described them (the policy service's requests
 // describe the same nodes cycle after cycle; the simulator's environment
-// keeps rows of its own and asks about changed nodes only).
+// keeps rows of its own and asks about changed nodes only); the GPUs of
+// those nodes are the memo's, valid until the plugin's next cycle, which
+// the policy service's call ends before.
 func (p *GPUPlacement) featuresInto(buf *featureBuffer, memo *featureMemo, state fwk.CycleState, nodes []fwk.NodeInfo, feasible []bool) ([]gpu.NodeFeatures, error) {
 	demand, status := demandOf(state)
 	if status != nil {
