@@ -5,16 +5,20 @@
 // prints each ratio's median and spread over the rounds, each test case's
 // pods/s, scheduling-attempt latency and peak heap, and the machine's load
 // during every run. A ratio is taken within a round, so a slow minute of
-// the machine moves both of its sides.
+// the machine moves both of its sides. Beside each ratio of pods/s it
+// prints the ratio of the CPU the two test cases took for the same pods
+// (cpuprofile.go): where the two agree, the benchmark's own work sets its
+// pods/s, not waiting.
 //
 //	make bench-ratios                      # 5000 nodes, 5 rounds
 //	make bench-ratios WORKLOAD=500Nodes ROUNDS=7
 //	make bench-ratios-smoke                # 100 nodes, 2 rounds: CI's smoke test
 //
 // The binary is test/perf's test binary (go test -c -tags perf); etcd must
-// be on PATH or beside it. Arguments after the flags go to every run, e.g.
-// -- -perf-cpuprofile (the profiles stay in -out). It exits non-zero when
-// a run failed or a ratio has no value in any round.
+// be on PATH or beside it. Every run writes a CPU profile
+// (-perf-cpuprofile, in -out; -cpu=false leaves it out). Arguments after
+// the flags go to every run. It exits non-zero when a run failed or a
+// ratio has no value in any round.
 package main
 
 import (
@@ -55,7 +59,12 @@ func ratiosMain() int {
 	out := flag.String("out", "", "where each run's log and data items go (default: a temporary directory, removed unless -keep)")
 	keep := flag.Bool("keep", false, "keep -out after the report")
 	timeout := flag.Duration("run-timeout", 30*time.Minute, "the longest one run may take")
+	cpu := flag.Bool("cpu", true, "profile each run's CPU (-perf-cpuprofile) and report the CPU ratios")
 	flag.Parse()
+	extra := flag.Args()
+	if *cpu {
+		extra = append(extra, "-perf-cpuprofile")
+	}
 
 	rs, err := parseRatios(*ratiosFlag)
 	if err != nil {
@@ -93,12 +102,12 @@ func ratiosMain() int {
 				break
 			}
 			runDir := filepath.Join(outDir, fmt.Sprintf("round%d-%s", i+1, c))
-			r := runCase(ctx, bin, *dir, runDir, c, *workload, *timeout, flag.Args())
+			r := runCase(ctx, bin, *dir, runDir, c, *workload, *timeout, extra)
 			if r.Err != nil {
 				failed++
 				fmt.Fprintf(os.Stderr, "round %d %s: %v (log: %s)\n", i+1, c, r.Err, filepath.Join(runDir, "log"))
 			} else {
-				fmt.Fprintf(os.Stderr, "round %d %s: %.1f pods/s, load %s, other CPU %s\n", i+1, c, r.PodsPerSec, f2(r.Load), f2(r.OtherCPU))
+				fmt.Fprintf(os.Stderr, "round %d %s: %.1f pods/s, CPU %s s, load %s, other CPU %s\n", i+1, c, r.PodsPerSec, f2(r.CPUSec), f2(r.Load), f2(r.OtherCPU))
 			}
 			res[i][c] = r
 		}

@@ -71,6 +71,9 @@ type run struct {
 	// scheduled pods: from the pod leaving the queue to its bind returning
 	// (the scheduling cycle, then PreBind and Bind against the API server).
 	P50ms, P99ms float64
+	// CPUSec is the CPU the benchmark process spent placing the measured
+	// pods (cpuprofile.go); NaN without a CPU profile.
+	CPUSec float64
 	// Load is the mean one-minute load average while the run lasted;
 	// OtherCPU the cores busy with processes other than the benchmark's own
 	// (from /proc/stat, less the benchmark's CPU time): both NaN where the
@@ -125,7 +128,8 @@ func readRun(r io.Reader) (run, error) {
 	return out, nil
 }
 
-// readRunDir reads the one data-items file a run left in dir.
+// readRunDir reads the one data-items file a run left in dir, and its CPU
+// profile when it has one.
 func readRunDir(dir string) (run, error) {
 	files, err := filepath.Glob(filepath.Join(dir, "*.json"))
 	if err != nil {
@@ -139,7 +143,12 @@ func readRunDir(dir string) (run, error) {
 		return run{}, err
 	}
 	defer f.Close()
-	return readRun(f)
+	r, err := readRun(f)
+	if err != nil {
+		return r, err
+	}
+	r.CPUSec, err = readCPUProfileDir(dir)
+	return r, err
 }
 
 // summary is a value's median and spread over rounds.
@@ -199,27 +208,36 @@ func (res results) caseValues(c string, field func(run) float64) []float64 {
 func podsPerSec(r run) float64 { return r.PodsPerSec }
 func heapMiB(r run) float64    { return r.HeapMiB }
 
+// cpuRate is the inverse of the run's CPU: its ratios compare as pods/s
+// does (above 1, the numerator takes less CPU for the same pods).
+func cpuRate(r run) float64 { return 1 / r.CPUSec }
+
 // report writes the tables: each ratio's median and spread over the rounds
-// (throughput, then peak heap), each test case's pods/s and latencies, and
-// the load of the machine in each run.
+// (throughput, then the CPU ratio, then peak heap), each test case's pods/s,
+// CPU and latencies, and the load of the machine in each run.
 func report(w io.Writer, workload string, cases []string, rs []ratio, res results) {
 	fmt.Fprintf(w, "\n%s, %d rounds, the test cases interleaved (each round rotates their order)\n\n", workload, len(res))
-	fmt.Fprintln(w, "| ratio | pods/s median | spread (min–max) | per round | peak heap median |")
-	fmt.Fprintln(w, "|---|---|---|---|---|")
+	fmt.Fprintln(w, "| ratio | pods/s median | spread (min–max) | per round | CPU ratio median | spread (min–max) | per round | peak heap median |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|")
 	for _, r := range rs {
-		vs := res.ratioValues(r, podsPerSec)
-		s, h := summarize(vs), summarize(res.ratioValues(r, heapMiB))
-		fmt.Fprintf(w, "| %s | %s | %s | %s | %s |\n", r, f2(s.Median), spread(s, f2), joinF(vs, f2), f2(h.Median))
+		vs, cs := res.ratioValues(r, podsPerSec), res.ratioValues(r, cpuRate)
+		s, c, h := summarize(vs), summarize(cs), summarize(res.ratioValues(r, heapMiB))
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", r, f2(s.Median), spread(s, f2), joinF(vs, f2),
+			f2(c.Median), spread(c, f2), joinF(cs, f2), f2(h.Median))
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| test case | pods/s median | spread (min–max) | attempt p50 ms | attempt p99 ms | peak heap MiB |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|")
+	fmt.Fprintln(w, "CPU ratio: the denominator's CPU seconds over the numerator's, for the same measured pods (from -perf-cpuprofile).")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "| test case | pods/s median | spread (min–max) | CPU s median | spread (min–max) | attempt p50 ms | attempt p99 ms | peak heap MiB |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|")
 	for _, c := range cases {
 		s := summarize(res.caseValues(c, podsPerSec))
+		cpu := summarize(res.caseValues(c, func(r run) float64 { return r.CPUSec }))
 		p50 := summarize(res.caseValues(c, func(r run) float64 { return r.P50ms }))
 		p99 := summarize(res.caseValues(c, func(r run) float64 { return r.P99ms }))
 		h := summarize(res.caseValues(c, heapMiB))
-		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s |\n", c, f1(s.Median), spread(s, f1), f2(p50.Median), f2(p99.Median), f1(h.Median))
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", c, f1(s.Median), spread(s, f1), f2(cpu.Median), spread(cpu, f2),
+			f2(p50.Median), f2(p99.Median), f1(h.Median))
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "| round | test case | pods/s | load (1-min avg) | other processes' CPU (cores) |")

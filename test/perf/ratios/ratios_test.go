@@ -1,11 +1,15 @@
 package main
 
 import (
+	"bytes"
 	"errors"
 	"math"
+	"runtime/pprof"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 func TestParseRatios(t *testing.T) {
@@ -119,11 +123,17 @@ func TestRatioValuesPairRounds(t *testing.T) {
 	if got[0] != 1.5 || got[1] != 1 || !math.IsNaN(got[2]) {
 		t.Errorf("ratioValues = %v, want [1.5 1 NaN]", got)
 	}
+	// The CPU ratio is B's CPU over A's: 10/8 = 1.25 and 12/12 = 1 (NaN
+	// where a run has no profile); A's CPU, median of 8, 12 and 9: 9.
+	res[0]["A"], res[0]["B"] = run{PodsPerSec: 300, CPUSec: 8}, run{PodsPerSec: 200, CPUSec: 10}
+	res[1]["A"], res[1]["B"] = run{PodsPerSec: 100, CPUSec: 12}, run{PodsPerSec: 100, CPUSec: 12}
+	res[2]["A"] = run{PodsPerSec: 100, CPUSec: 9}
 	var sb strings.Builder
 	report(&sb, "10Nodes", []string{"A", "B"}, []ratio{{"A", "B"}}, res)
 	out := sb.String()
 	// Median of 1.5 and 1 is 1.25; pods/s of A: median of 300, 100, 100.
-	for _, want := range []string{"| A / B | 1.25 | 1.00–1.50 | 1.50 1.00 – |", "| A | 100.0 | 100.0–300.0 |", "| 3 | B | failed: failed |"} {
+	for _, want := range []string{"| A / B | 1.25 | 1.00–1.50 | 1.50 1.00 – | 1.12 | 1.00–1.25 | 1.25 1.00 – |",
+		"| A | 100.0 | 100.0–300.0 | 9.00 | 8.00–12.00 |", "| 3 | B | failed: failed |"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("report lacks %q:\n%s", want, out)
 		}
@@ -139,4 +149,40 @@ func TestParseBusy(t *testing.T) {
 	if got := parseBusy("cpu0 1 2"); !math.IsNaN(got) {
 		t.Errorf("parseBusy of a short line = %v, want NaN", got)
 	}
+}
+
+// A CPU profile as the runtime writes it reads as the CPU the process
+// spent while it ran: within a third of what the kernel counted for the
+// process over the same time (the profile samples at 100 Hz).
+func TestReadCPUProfile(t *testing.T) {
+	var buf bytes.Buffer
+	before := processCPU(t)
+	if err := pprof.StartCPUProfile(&buf); err != nil {
+		t.Fatal(err)
+	}
+	deadline, x := time.Now().Add(500*time.Millisecond), 0.0
+	for time.Now().Before(deadline) {
+		x += math.Sqrt(x + 1)
+	}
+	pprof.StopCPUProfile()
+	spent := processCPU(t) - before
+	got, err := readCPUProfile(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got < spent*2/3 || got > spent*4/3 {
+		t.Errorf("the profile holds %.3f s of CPU; the process spent %.3f s (%v)", got, spent, x > 0)
+	}
+	if _, err := readCPUProfile(strings.NewReader("not gzip")); err == nil {
+		t.Error("a file that is not a profile was read without error")
+	}
+}
+
+// processCPU is the CPU seconds this process has spent, user and system.
+func processCPU(t *testing.T) float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		t.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
 }
