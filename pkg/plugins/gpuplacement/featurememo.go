@@ -52,7 +52,7 @@ type featureEntry struct {
 	gpus []gpu.GPUFeatures
 }
 
-// The memo holds at most shapesPerNode entries per node of the cycle, or
+// The memo holds at most shapesPerNode entries per node of the cluster, or
 // minFeatureEntries when that is more; past it, it starts again empty
 // (dropping the entries of nodes gone and shapes no longer seen). At 8
 // GPUs a node an entry is under 1 kB, with the view it keeps alive.
@@ -98,8 +98,8 @@ func (m *featureMemo) appendFeatures(p *gpu.Policy, slab []gpu.GPUFeatures,
 	return f, slab
 }
 
-// begin readies the memo for a cycle over n nodes, for a pod of the given
-// shape and the policy's typical pods now; callers hold m.mu.
+// begin readies the memo for a cycle in a cluster of n nodes, for a pod of
+// the given shape and the policy's typical pods now; callers hold m.mu.
 func (m *featureMemo) begin(typical gpu.AnswerKey, shape gpu.DemandKey, n int) {
 	if m.shapes == nil || m.entries > max(shapesPerNode*n, minFeatureEntries) {
 		m.shapes, m.entries = map[gpu.DemandKey]*shapeEntries{}, 0

@@ -101,9 +101,15 @@ func (p *GPUPlacement) featuresInto(buf *featureBuffer, memo *featureMemo, state
 	}
 	slab := slices.Grow(buf.gpus[:0], gpus)
 	if memo != nil {
+		// The memo is bounded by the cluster's nodes: a cycle scores a
+		// window of them that moves from cycle to cycle.
+		cluster := len(nodes)
+		if all, err := p.handle.SnapshotSharedLister().NodeInfos().List(); err == nil {
+			cluster = max(cluster, len(all))
+		}
 		memo.mu.Lock()
 		defer memo.mu.Unlock()
-		memo.begin(p.policy.FeaturesKey(), demand.Key(), len(nodes))
+		memo.begin(p.policy.FeaturesKey(), demand.Key(), cluster)
 	}
 	for i, ni := range nodes {
 		alloc := ni.GetAllocatable()
